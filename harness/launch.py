@@ -1,0 +1,155 @@
+"""Run one trial config in a fresh child process, with limits, and classify how it ended.
+
+Never imports torch: the parent stays light and never touches a GPU, so a wedged CUDA context in a
+trial can never hurt the study. The child gets its own process group; whatever it started
+(DataLoader workers, compiler processes, stray grandchildren) is killed with it.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import record
+
+LOG_TAIL_BYTES = 256 * 1024  # what is kept of a trial's output; a chatty child cannot fill the disk
+POLL_S = 0.2
+
+
+@dataclass
+class Limits:
+    timeout_s: float
+    """Wall-clock limit for the whole trial, start-up and compile included."""
+    stall_s: float
+    """Kill the trial when no step has completed for this long after its first step."""
+
+
+class TailBuffer:
+    """Keeps the last LOG_TAIL_BYTES of a pipe, read on a thread so the child never blocks on it."""
+
+    def __init__(self, stream):
+        self.chunks, self.size = collections.deque(), 0
+        self.thread = threading.Thread(target=self._drain, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _drain(self, stream):
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            self.chunks.append(chunk)
+            self.size += len(chunk)
+            while self.size - len(self.chunks[0]) >= LOG_TAIL_BYTES:
+                self.size -= len(self.chunks.popleft())
+
+    def text(self) -> str:
+        self.thread.join(timeout=5)
+        return b"".join(self.chunks)[-LOG_TAIL_BYTES:].decode("utf-8", "replace")
+
+
+def child_env(config: dict, device: str, workdir: Path) -> dict:
+    """The child's environment: allocator settings must be there before CUDA starts."""
+    env = dict(os.environ, PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1",
+               TORCHINDUCTOR_CACHE_DIR=str(workdir / "inductor"),  # cold cache per trial: honest compile_s
+               TORCHINDUCTOR_COMPILE_THREADS="1")
+    if config.get("expandable_segments"):
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    if device.startswith("cuda"):  # the trial sees only its GPU, as cuda:0
+        index = int(device.split(":", 1)[1]) if ":" in device else 0
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[index] if visible else str(index)
+    return env
+
+
+def run(job: dict, limits: Limits, log_path: Path) -> dict:
+    """Run `job` in a child; return its record with `status` classified. Never raises for a bad trial.
+
+    KeyboardInterrupt kills the child and propagates: the caller records the trial as interrupted.
+    """
+    with tempfile.TemporaryDirectory(prefix="bench-trial-") as tmp:
+        workdir = Path(tmp)
+        env = child_env(job["config"], job["device"], workdir)
+        job = dict(job, heartbeat=str(workdir / "heartbeat.json"),
+                   device="cuda:0" if job["device"].startswith("cuda") else job["device"])
+        (workdir / "job.json").write_text(json.dumps(job))
+        result_path = workdir / "result.json"
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.trial", str(workdir / "job.json"), str(result_path)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env=env, start_new_session=True, cwd=os.getcwd())
+        tail = TailBuffer(proc.stdout)
+        try:
+            killed_for = watch(proc, limits, Path(job["heartbeat"]))
+        finally:
+            kill_group(proc)  # also on KeyboardInterrupt, and always: no grandchild outlives a trial
+        log = tail.text()
+        save_log(log_path, log)
+        result = record.read(result_path)
+        outcome = classify(proc.returncode, result, killed_for, log)
+        outcome.setdefault("timing", {})["trial_wall_s"] = time.monotonic() - started
+        return outcome
+
+
+def watch(proc: subprocess.Popen, limits: Limits, heartbeat: Path) -> str | None:
+    """Wait for the child; return why we killed it ('timeout', 'stall'), or None if it ended itself."""
+    started = time.monotonic()
+    while proc.poll() is None:
+        time.sleep(POLL_S)
+        if time.monotonic() - started > limits.timeout_s:
+            return f"exceeded the trial time limit of {limits.timeout_s:.0f}s"
+        beat = read_heartbeat(heartbeat)
+        if beat and beat["phase"] in ("warmup", "measure") and time.time() - beat["time"] > limits.stall_s:
+            return f"no progress for {limits.stall_s:.0f}s (stuck after step {beat['step']} of {beat['phase']})"
+    return None
+
+
+def read_heartbeat(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def save_log(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def classify(rc: int, result: dict | None, killed_for: str | None, log: str) -> dict:
+    """How the trial ended -> its record. The child's own word wins when it left one."""
+    if killed_for:
+        return failure(record.TIMEOUT, "Timeout", killed_for, log)
+    if result is not None:
+        return result
+    if rc == -signal.SIGABRT and "std::bad_alloc" in log:
+        return failure(record.OOM, "bad_alloc", "aborted with std::bad_alloc (allocation failed)", log)
+    if any(p in log for p in ("MemoryError", "can't allocate memory", "out of memory")):
+        return failure(record.OOM, "OutOfMemory", "allocation failed before the trial could report", log)
+    if rc < 0:
+        name = signal.Signals(-rc).name
+        hint = " (an unexplained SIGKILL is often the kernel's OOM killer)" if rc == -signal.SIGKILL else ""
+        return failure(record.CRASH, name, f"killed by {name}{hint}", log)
+    if rc == 0:
+        return failure(record.CRASH, "NoResult", "exited 0 without writing a result", log)
+    return failure(record.CRASH, f"exit {rc}", f"exited with code {rc} without writing a result", log)
+
+
+def failure(status: str, kind: str, message: str, log: str) -> dict:
+    return {"status": status, "throughput": None, "peak_memory": None,
+            "error": {"type": kind, "message": message, "log_tail": log[-2000:]}}

@@ -1,0 +1,334 @@
+"""The trial child: `python -m harness.trial JOB.json RESULT.json`.
+
+Builds the workload fresh, applies the knobs, warms up (compile included), then times optimizer
+steps in windows until the spread is small or a cap is reached, and writes one record (see
+harness.record). Runs in its own process group; it dies with its parent, and reports progress
+through a heartbeat file so the parent can tell a slow trial from a stuck one.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from harness import knobs, measure, record, workloads
+
+# Phrases of a real allocation failure, CPU and CUDA. Anything else is not an OOM.
+OOM_PHRASES = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
+
+
+class Heartbeat:
+    """Progress the parent can read: the phase and the step count, rewritten on every step."""
+
+    def __init__(self, path: str | None):
+        self.path = path
+
+    def beat(self, phase: str, step: int = 0) -> None:
+        if self.path:
+            tmp = self.path + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump({"phase": phase, "step": step, "time": time.time()}, f)
+            os.replace(tmp, self.path)
+
+
+def die_with_parent() -> None:
+    """No orphan may keep a GPU busy: when the parent goes, take the whole process group down."""
+    parent = os.getppid()
+    try:  # Linux: the kernel signals us the moment the parent dies
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def is_oom(exc: BaseException) -> bool:
+    while exc is not None:
+        if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+            return True
+        if any(p in str(exc).lower() for p in OOM_PHRASES):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+class Trial:
+    """One config, measured. Attributes hold what later phases need; `run` returns the record."""
+
+    def __init__(self, job: dict, heartbeat: Heartbeat):
+        self.job, self.hb = job, heartbeat
+        self.config = job["config"]
+        self.device = torch.device(job["device"])
+        self.accum = int(self.config.get("accumulation", 1))
+        self.precision = self.config.get("precision", "fp32")
+        self.memory: dict = {"kind": self.device.type, "budget": job.get("memory_budget")}
+        self.timing: dict = {}
+        self.losses: list = []
+
+    # -- setup --------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Device, memory wall and workload: everything before the first step."""
+        self.memory["baseline_rss"] = measure.rss_bytes()
+        budget = self.job.get("memory_budget")
+        if self.device.type == "cuda":
+            self.memory.update(measure.start_cuda(self.device))
+            if budget:
+                measure.limit_cuda_memory(self.device, budget, self.memory["context_bytes"])
+        elif budget:
+            measure.limit_cpu_memory(budget)
+        torch.manual_seed(self.job.get("seed", 0))
+        knobs.set_numerics(self.precision, self.config.get("cudnn_benchmark", False))
+        t0 = time.perf_counter()
+        self.wl = workloads.build(self.job["workload"])
+        self.timing["build_s"] = time.perf_counter() - t0
+        self.check_knobs()
+        self.flops_per_micro, self.flops_error = self.count_flops()
+
+    def check_knobs(self) -> None:
+        if self.config.get("checkpointing", "none") != "none" and not self.wl.blocks:
+            raise UserFacingError("checkpointing needs the workload to name its repeated blocks (Workload.blocks); "
+                                  "set checkpointing: none or add blocks to the factory")
+
+    def count_flops(self):
+        """FLOPs of one micro-batch, counted once on a meta-device copy: no memory, no recompute."""
+        try:
+            with torch.device("meta"):
+                meta = workloads.build(self.job["workload"])
+            batch = self.sample_batch(meta.dataset, meta.collate)
+            batch = knobs.to_device(batch, torch.device("meta"), False)
+            return measure.count_flops(lambda: meta.loss(meta.model, batch).backward()), None
+        except Exception as exc:  # a model that cannot run on meta still trains; it just has no MFU
+            return None, f"{type(exc).__name__}: {exc}"[:300]
+
+    def sample_batch(self, dataset, collate):
+        n = int(self.config["batch_size"])
+        items = [dataset[i] for i in range(n)]
+        return (collate or torch.utils.data.default_collate)(items)
+
+    def build_training(self) -> None:
+        """Knobs in the documented order (harness.knobs), optimizer, scaler, data."""
+        wl = self.wl
+        model = knobs.place(wl.model, self.device, self.precision)
+        self.memory["weights"] = measure.tensor_bytes(list(model.parameters()) + list(model.buffers()))
+        self.eager = knobs.apply_checkpointing(model, wl.blocks, self.config.get("checkpointing", "none"))
+        self.model = knobs.apply_compile(self.eager, self.config.get("compile", "off"))
+        params = wl.trainable(model) if wl.trainable else [p for p in model.parameters() if p.requires_grad]
+        self.params = params
+        self.opt = knobs.optimizer(params, wl.lr, self.config.get("optimizer", "default"), self.device)
+        self.scaler = knobs.grad_scaler(self.precision, self.device)
+        self.autocast = knobs.autocast(self.precision, self.device)
+        self.loader = knobs.loader(wl.dataset, self.config, wl.collate, self.device)
+        self.batches = self.cycle()
+        self.non_blocking = bool(self.config.get("pin_memory")) and self.device.type == "cuda"
+
+    def cycle(self):
+        while True:
+            yield from self.loader
+
+    # -- steps --------------------------------------------------------------------------------
+    def step(self) -> None:
+        """One optimizer step over `accumulation` micro-batches."""
+        for _ in range(self.accum):
+            batch = knobs.to_device(next(self.batches), self.device, self.non_blocking)
+            with self.autocast:
+                loss = self.wl.loss(self.model, batch)
+            self.scaler.scale(loss / self.accum).backward()
+            self.losses.append(loss.detach())
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        self.opt.zero_grad(set_to_none=True)
+
+    def reference_loss(self) -> float:
+        """fp32 eager loss of the untouched model on the first batch: what every precision must match."""
+        model = self.wl.model
+        buffers = {k: v.clone() for k, v in model.named_buffers()}  # keep BatchNorm stats as they were
+        batch = self.sample_batch(self.wl.dataset, self.wl.collate)
+        with torch.no_grad():
+            loss = float(self.wl.loss(model, batch))
+        model.load_state_dict(buffers, strict=False)
+        return loss
+
+    def warm_up(self) -> None:
+        """First step (compile, autotuning, allocator growth) and warm-up steps, timed apart."""
+        self.hb.beat("first_step")
+        t0 = measure.now(self.device)
+        self.step()
+        first = measure.now(self.device) - t0
+        compiled = self.config.get("compile", "off") != "off"
+        self.timing["compile_s"] = first if compiled else 0.0
+        self.timing["first_step_s"] = first
+        self.memory["optimizer"] = measure.tensor_bytes(
+            t for state in self.opt.state.values() for t in state.values())
+        steps = int(self.job["measure"].get("warmup_steps", 2))
+        t0 = measure.now(self.device)
+        for i in range(steps):
+            self.step()
+            self.hb.beat("warmup", i + 1)
+        self.timing["warmup_steps"] = steps
+        self.timing["warmup_s"] = measure.now(self.device) - t0
+        self.warm_step_s = self.timing["warmup_s"] / steps if steps else first
+
+    def measure_windows(self) -> list[float]:
+        """Time windows of steps until their CV is under target or a cap is reached (adaptive)."""
+        m = self.job["measure"]
+        window_steps = max(1, math.ceil(m.get("window_s", 0.5) / max(self.warm_step_s, 1e-6)))
+        min_w, max_w = int(m.get("min_windows", 3)), int(m.get("max_windows", 12))
+        target_cv, max_s = float(m.get("target_cv", 0.02)), float(m.get("max_seconds", 20))
+        per_step, start, done = [], time.perf_counter(), 0
+        while True:
+            t0 = measure.now(self.device)
+            for _ in range(window_steps):
+                self.step()
+            per_step.append((measure.now(self.device) - t0) / window_steps)
+            done += window_steps
+            self.hb.beat("measure", done)
+            if not all(torch.isfinite(x) for x in self.losses[-window_steps * self.accum:]):
+                break  # diverged: no use timing it further
+            enough = len(per_step) >= min_w
+            if len(per_step) >= max_w or (enough and measure.spread(per_step)["cv"] < target_cv):
+                break
+            if enough and time.perf_counter() - start > max_s:
+                break
+        self.timing.update(window_steps=window_steps, windows=len(per_step), measured_steps=done, window_step_s=per_step,
+                           measure_s=time.perf_counter() - start)
+        return per_step
+
+    def read_memory(self) -> int:
+        """The footprint feasibility is judged on (see harness.record)."""
+        if self.device.type == "cuda":
+            self.memory.update(measure.cuda_memory(self.device, self.memory.get("context_bytes")))
+            return self.memory["peak_reserved"] + (self.memory["context_bytes"] or 0)
+        peak = measure.peak_rss_bytes()
+        self.memory.update(peak_rss=peak, device_total=self.job.get("device_total"))
+        return peak - self.memory["baseline_rss"]
+
+    def breakdown(self) -> dict | None:
+        """Weights, gradients, optimizer state and saved activations of one micro-batch, in bytes.
+
+        Taken after the peak was read, on the eager (uncompiled) model, so it cannot raise the peak.
+        """
+        try:
+            batch = knobs.to_device(next(self.batches), self.device, False)
+            with self.autocast:
+                loss = self.wl.loss(self.eager, batch)
+            self.scaler.scale(loss / self.accum).backward()
+            grads = measure.tensor_bytes(p.grad for p in self.params if p.grad is not None)
+            self.opt.zero_grad(set_to_none=True)
+
+            def forward():
+                with self.autocast:
+                    return self.wl.loss(self.eager, batch)
+            acts = measure.saved_activation_bytes(forward)
+        except Exception as exc:
+            if is_oom(exc):
+                return None
+            raise
+        return {"weights": self.memory["weights"], "gradients": grads,
+                "optimizer": self.memory["optimizer"], "activations": acts}
+
+    # -- the whole trial ------------------------------------------------------------------------
+    def run(self) -> dict:
+        t_start = time.perf_counter()
+        self.prepare()
+        self.build_training()
+        reference = self.reference_loss()
+        self.warm_up()
+        per_step = self.measure_windows()
+        peak = self.read_memory()
+        losses = [float(x) for x in self.losses]
+        self.memory["breakdown"] = self.breakdown()
+        return self.record(per_step, peak, losses, reference, time.perf_counter() - t_start)
+
+    def record(self, per_step, peak, losses, reference, wall) -> dict:
+        eff_batch = int(self.config["batch_size"]) * self.accum
+        step = measure.spread(per_step)
+        samples = {"median": eff_batch / step["median"], "p10": eff_batch / step["p90"],
+                   "p90": eff_batch / step["p10"]}
+        tokens = self.wl.tokens_per_sample
+        self.timing.update(step_s=step, wall_s=wall)
+        status, reason = self.numerics(losses, reference)
+        env = measure.env_stamp(self.device)
+        return {
+            "status": status, "config": self.config, "throughput": samples["median"], "samples_per_s": samples,
+            "tokens_per_s": {k: v * tokens for k, v in samples.items()} if tokens else None,
+            "peak_memory": peak, "memory": self.memory, "timing": self.timing,
+            "flops": self.flops(step["median"], env), "env": env, "workload": self.job["workload"],
+            "loss": {"reference": reference, "first": losses[0] if losses else None,
+                     "last": losses[-1] if losses else None, "finite": all(map(math.isfinite, losses)),
+                     "steps": len(losses)},
+            "error": {"type": "diverged", "message": reason} if reason else None,
+        }
+
+    def numerics(self, losses, reference) -> tuple[str, str | None]:
+        """A config whose loss is non-finite, or far from the fp32 reference at step 0, is broken."""
+        if not all(map(math.isfinite, losses)):
+            bad = next(i for i, x in enumerate(losses) if not math.isfinite(x))
+            return record.DIVERGED, f"loss became {losses[bad]} at micro-step {bad}"
+        tol = float(self.job["measure"].get("loss_tolerance", 0.25))
+        if math.isfinite(reference) and abs(losses[0] - reference) > tol * max(abs(reference), 1e-3):
+            return record.DIVERGED, f"first loss {losses[0]:.4g} departs from the fp32 reference {reference:.4g}"
+        if losses[-1] > 10 * max(losses[0], 1e-3):
+            return record.DIVERGED, f"loss grew from {losses[0]:.4g} to {losses[-1]:.4g}"
+        return record.OK, None
+
+    def flops(self, step_s: float, env: dict) -> dict | None:
+        if self.flops_per_micro is None:
+            return {"per_step": None, "tflops": None, "mfu": None, "error": self.flops_error}
+        per_step = self.flops_per_micro * self.accum
+        tflops = per_step / step_s / 1e12
+        peak = measure.peak_tflops(env["device"], self.precision) if self.device.type == "cuda" else None
+        return {"per_step": per_step, "tflops": tflops, "peak_tflops": peak, "mfu": tflops / peak if peak else None}
+
+
+class UserFacingError(Exception):
+    """A config the workload cannot honour: the parent shows it as one line."""
+
+
+def failure_record(job: dict, status: str, exc: BaseException) -> dict:
+    return {"status": status, "config": job.get("config"), "throughput": None, "peak_memory": None,
+            "error": {"type": type(exc).__name__, "message": str(exc)[:2000],
+                      "traceback": traceback.format_exc()[-4000:]}}
+
+
+def main(argv: list[str]) -> int:
+    job_path, result_path = Path(argv[0]), Path(argv[1])
+    job = json.loads(job_path.read_text())
+    die_with_parent()
+    hb = Heartbeat(job.get("heartbeat"))
+    hb.beat("start")
+    try:
+        result = Trial(job, hb).run()
+        code = record.EXIT_OK
+    except Exception as exc:
+        if is_oom(exc):
+            if job["device"] == "cpu":
+                measure.lift_cpu_memory_limit()
+            result, code = failure_record(job, record.OOM, exc), record.EXIT_OOM
+            result["peak_memory"] = job.get("memory_budget")
+        elif isinstance(exc, UserFacingError):
+            result, code = failure_record(job, record.ERROR, exc), record.EXIT_USER_ERROR
+        else:
+            traceback.print_exc()
+            result, code = failure_record(job, record.ERROR, exc), 1
+    record.write_atomic(result_path, result)
+    hb.beat("done")
+    sys.stdout.flush()
+    os._exit(code)  # skip interpreter teardown: DataLoader workers and compile pools die with the group
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

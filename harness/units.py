@@ -1,0 +1,53 @@
+"""Parsing and printing sizes and durations (GiB = 1024**3 bytes)."""
+from __future__ import annotations
+
+import re
+
+from harness.errors import UserError
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+}
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600}
+_NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(value: object, where: str) -> int:
+    """'24GiB', '512MiB', '2GB' or a plain number of bytes -> bytes."""
+    if isinstance(value, bool):
+        raise UserError(f"{where}: expected a size like 24GiB, got {value!r}")
+    if isinstance(value, (int, float)):
+        number, unit = float(value), ""
+    else:
+        m = _NUMBER_UNIT.match(str(value))
+        if not m or m.group(2).lower() not in _SIZE_UNITS:
+            raise UserError(f"{where}: cannot read size {value!r}; write it like 24GiB, 512MiB or 2GB")
+        number, unit = float(m.group(1)), m.group(2).lower()
+    size = int(number * _SIZE_UNITS[unit])
+    if size <= 0:
+        raise UserError(f"{where}: size must be positive, got {value!r}")
+    return size
+
+
+def parse_duration(value: object, where: str) -> float:
+    """'90s', '10m', '1.5h' or a plain number of seconds -> seconds."""
+    if isinstance(value, bool):
+        raise UserError(f"{where}: expected a duration like 10m, got {value!r}")
+    if isinstance(value, (int, float)):
+        number, unit = float(value), ""
+    else:
+        m = _NUMBER_UNIT.match(str(value))
+        if not m or m.group(2).lower() not in _DURATION_UNITS:
+            raise UserError(f"{where}: cannot read duration {value!r}; write it like 90s, 10m or 1.5h")
+        number, unit = float(m.group(1)), m.group(2).lower()
+    seconds = number * _DURATION_UNITS[unit]
+    if seconds <= 0:
+        raise UserError(f"{where}: duration must be positive, got {value!r}")
+    return seconds
+
+
+def gib(n_bytes: float | None) -> str:
+    """Bytes as GiB for people; '-' when unknown."""
+    return "-" if n_bytes is None else f"{n_bytes / 1024**3:.2f} GiB"

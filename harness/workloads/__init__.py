@@ -1,0 +1,178 @@
+"""Reference workloads and the protocol a workload follows, including the user's own.
+
+This module never imports torch: the parent validates specs against the registry below, and only
+the trial child calls `build`.
+
+A workload is a function `build(params: dict) -> Workload`. Built-in ones live one file each in
+this folder and are listed in WORKLOADS; a user's own is named in a spec as
+`workload: {factory: "package.module:function", params: {...}}` and follows the same protocol.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+# Knobs the trial runner applies to any workload (see harness.knobs); a workload adds its own.
+UNIVERSAL_KNOBS = frozenset({
+    "batch_size", "accumulation", "precision", "checkpointing", "compile",
+    "num_workers", "pin_memory", "optimizer", "cudnn_benchmark", "expandable_segments",
+})
+
+
+@dataclass
+class Workload:
+    """What a trial needs to train a model: built fresh in the child, on the CPU, from `params`."""
+
+    model: Any
+    """torch.nn.Module on the CPU; the runner moves it to the device and applies the knobs."""
+    dataset: Any
+    """Map-style torch Dataset of synthetic samples; the runner wraps it in a DataLoader."""
+    loss: Callable[[Any, Any], Any]
+    """loss(model, batch) -> scalar tensor; the batch is already on the device."""
+    blocks: tuple = ()
+    """Module classes of the repeated blocks that activation checkpointing wraps."""
+    collate: Callable | None = None
+    """DataLoader collate_fn, when the default one does not fit the samples."""
+    tokens_per_sample: int | None = None
+    """Tokens in one sample, for tokens/s; None when samples have no length."""
+    trainable: Callable[[Any], list] | None = None
+    """Parameters the optimizer updates; default: every parameter with requires_grad."""
+    lr: float = 1e-3
+    """AdamW learning rate for the trial's optimizer steps."""
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """A built-in workload as the parent sees it, without importing torch."""
+
+    module: str
+    description: str
+    presets: dict[str, dict]
+    """Preset name -> params. 'tiny' is for CPU tests; 'auto' picks `gpu_preset` or `cpu_preset`."""
+    gpu_preset: str
+    cpu_preset: str
+    knobs: frozenset = field(default_factory=frozenset)
+    """Workload-specific knobs: params the search space may vary (e.g. seq_len, channels_last)."""
+
+    def supported_knobs(self) -> frozenset:
+        return UNIVERSAL_KNOBS | self.knobs
+
+
+WORKLOADS: dict[str, WorkloadInfo] = {
+    "emberformer": WorkloadInfo(
+        module="harness.workloads.emberformer",
+        description="temporal transformer over image-patch tokens + SegFormer-style segmentation decoder",
+        presets={
+            "tiny": dict(frames=2, image=32, channels=4, patch=8, d_model=32, layers=1, heads=2, ff=64,
+                         stage_dims=[16, 32], decoder_dim=32, samples=512),
+            "cpu": dict(frames=4, image=64, channels=8, patch=8, d_model=64, layers=2, heads=4, ff=256,
+                        stage_dims=[32, 64, 160], decoder_dim=128, samples=4096),
+            "small": dict(frames=6, image=128, channels=12, patch=8, d_model=64, layers=3, heads=4, ff=256,
+                          stage_dims=[32, 64, 160, 256], decoder_dim=256, samples=16384),
+            "large": dict(frames=6, image=128, channels=12, patch=8, d_model=128, layers=6, heads=8, ff=512,
+                          stage_dims=[64, 128, 320, 512], decoder_dim=768, samples=16384),
+        },
+        gpu_preset="large",
+        cpu_preset="cpu",
+        knobs=frozenset({"channels_last"}),
+    ),
+    "retrieval": WorkloadInfo(
+        module="harness.workloads.retrieval",
+        description="contrastive dual encoder (query + document transformers), InfoNCE with hard and in-batch negatives",
+        presets={
+            "tiny": dict(vocab=512, query_len=8, doc_len=16, hard_negatives=1, d_model=32, layers=1, heads=2, ff=64,
+                         dim=32, dropout=0.0, samples=256, lr=3e-3),
+            "cpu": dict(vocab=8192, query_len=16, doc_len=64, hard_negatives=3, d_model=128, layers=2, heads=4, ff=512,
+                        dim=128, samples=4096, lr=1e-3),
+            # MiniLM-L6-sized towers (2 x 22.7M)
+            "minilm": dict(vocab=30522, query_len=32, doc_len=256, hard_negatives=7, d_model=384, layers=6, heads=12,
+                           ff=1536, dim=384),
+            # BERT-base towers as in DPR (2 x 109M), 7 hard negatives per query
+            "base": dict(vocab=30522, query_len=32, doc_len=256, hard_negatives=7, d_model=768, layers=12, heads=12,
+                         ff=3072, dim=768),
+        },
+        gpu_preset="base",
+        cpu_preset="cpu",
+        knobs=frozenset({"hard_negatives"}),
+    ),
+    "gpt": WorkloadInfo(
+        module="harness.workloads.gpt",
+        description="decoder-only LM, nanoGPT-style (causal SDPA, pre-LN, tied embeddings), packed synthetic text",
+        presets={
+            "tiny": dict(vocab=256, seq_len=32, d_model=32, layers=2, heads=2, samples=256, lr=1e-2),
+            "cpu": dict(vocab=2048, seq_len=256, block_size=1024, d_model=128, layers=4, heads=4, samples=4096, lr=1e-3),
+            # GPT-2 small (124M)
+            "gpt2-124m": dict(vocab=50304, seq_len=1024, d_model=768, layers=12, heads=12, lr=6e-4),
+            # the 512M pretraining guide's model: 24 x 1280, 32k vocab; block_size 2048 so seq_len can be swept up to it
+            "gsa-512m": dict(vocab=32000, seq_len=1024, block_size=2048, d_model=1280, layers=24, heads=20, lr=3e-4),
+        },
+        gpu_preset="gsa-512m",
+        cpu_preset="cpu",
+        knobs=frozenset({"seq_len"}),
+    ),
+    "nli-encoder": WorkloadInfo(
+        module="harness.workloads.nli_encoder",
+        description="transformer encoder + classification head for 3-way sentence-pair NLI; optional frozen encoder",
+        presets={
+            "tiny": dict(vocab=512, seq_len=32, d_model=32, layers=1, heads=2, ff=64, dropout=0.0, samples=256, lr=1e-2),
+            "cpu": dict(vocab=8192, seq_len=128, d_model=128, layers=4, heads=4, ff=512, samples=4096),
+            # BERT-base (110M)
+            "base": dict(vocab=30522, seq_len=128, d_model=768, layers=12, heads=12, ff=3072),
+            # EmbeddingGemma-sized (300M, two thirds of it the 262k-token embedding table)
+            "gemma-300m": dict(vocab=262144, seq_len=256, max_len=2048, d_model=768, layers=24, heads=12, ff=1152),
+        },
+        gpu_preset="gemma-300m",
+        cpu_preset="cpu",
+        knobs=frozenset({"freeze_encoder"}),
+    ),
+    "naics": WorkloadInfo(
+        module="harness.workloads.naics",
+        description="4-channel text encoders with LoRA, mixture-of-experts fusion, multi-positive contrastive loss",
+        presets={
+            "tiny": dict(vocab=512, lengths=dict(title=4, description=12, keywords=6, activities=8), d_model=32,
+                         layers=1, heads=2, ff=64, lora_rank=4, experts=4, embed_dim=32, n_positives=1, n_negatives=2,
+                         codes=64, samples=256, lr=3e-3),
+            "cpu": dict(vocab=8192, lengths=dict(title=8, description=32, keywords=12, activities=16), d_model=128,
+                        layers=2, heads=4, ff=512, lora_rank=8, experts=4, embed_dim=128, n_positives=1, n_negatives=3,
+                        samples=4096, lr=1e-3),
+            # MiniLM-L6-sized channel encoders (4 x 22.7M frozen), LoRA r=16
+            "base": dict(vocab=30522, lengths=dict(title=16, description=128, keywords=32, activities=64), d_model=384,
+                         layers=6, heads=12, ff=1536, lora_rank=16, experts=8, embed_dim=256, n_positives=2,
+                         n_negatives=8),
+            # BERT-base-sized channel encoders (4 x 109M frozen)
+            "large": dict(vocab=30522, lengths=dict(title=16, description=128, keywords=32, activities=64), d_model=768,
+                          layers=12, heads=12, ff=3072, lora_rank=16, experts=8, embed_dim=256, n_positives=2,
+                          n_negatives=8),
+        },
+        gpu_preset="base",
+        cpu_preset="cpu",
+        knobs=frozenset({"n_negatives"}),
+    ),
+}
+
+
+def resolve_preset(info: WorkloadInfo, preset: str, device: str) -> str:
+    """'auto' -> the preset sized for the device; other names pass through."""
+    if preset == "auto":
+        return info.gpu_preset if device.startswith("cuda") else info.cpu_preset
+    return preset
+
+
+def build(workload: dict) -> Workload:
+    """Build a workload from a job's `workload` section: {name|factory, params}. Child only."""
+    if workload.get("factory"):
+        fn = load_factory(workload["factory"])
+    else:
+        fn = importlib.import_module(WORKLOADS[workload["name"]].module).build
+    built = fn(dict(workload.get("params") or {}))
+    if not isinstance(built, Workload):
+        raise TypeError(f"workload factory returned {type(built).__name__}, expected harness.workloads.Workload")
+    return built
+
+
+def load_factory(path: str) -> Callable[[dict], Workload]:
+    """'package.module:function' -> the function. The one place bench runs the user's code."""
+    module_name, _, attr = path.partition(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, attr)
