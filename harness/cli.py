@@ -1,0 +1,354 @@
+"""`bench`: parse, call, print. Every UserError becomes one line on stderr and exit code 2."""
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from harness import __version__, apply, launch, pareto, report, spec as specs, study as studies
+from harness.errors import UserError
+from harness.units import gib, parse_duration, parse_size
+from harness.workloads import UNIVERSAL_KNOBS, WORKLOADS
+
+out = Console()
+err = Console(stderr=True)
+
+results_option = click.option("--results", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
+                              help="Folder that holds the studies (embedded storage and logs).")
+storage_option = click.option("--storage", metavar="URL", help="Any Optuna storage URL instead of the embedded one.")
+
+
+def user_errors(fn):
+    """UserError -> one line, exit 2 (a traceback only with --debug). Bugs keep their tracebacks."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UserError as exc:
+            if click.get_current_context().find_root().params.get("debug"):
+                raise
+            err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            sys.exit(2)
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks for user errors too.")
+@click.version_option(__version__, prog_name="bench")
+def main(debug: bool) -> None:
+    """Find the fastest training config that fits your GPU, by measuring short real trials."""
+
+
+# ---- sweep ---------------------------------------------------------------------------------------
+
+@main.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
+@click.option("--trials", type=click.IntRange(min=1), help="Trials the study should hold (default: the spec's).")
+@click.option("--timeout", "timeout", metavar="DURATION", help="Stop starting trials after this long, e.g. 30m.")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--study", "study_name", metavar="NAME", help="Study name (default: the spec's).")
+@click.option("--scenario", "scenarios", multiple=True, help="Run only this scenario (repeatable).")
+@click.option("--memory-budget", metavar="SIZE", help="Run trials under this memory, e.g. 24GiB.")
+@storage_option
+@results_option
+@user_errors
+def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budget, storage, results):
+    """Run (or resume) the study of SPEC: short real trials over the search space."""
+    device = resolve_device(device)
+    deadline = time.monotonic() + parse_duration(timeout, "--timeout") if timeout else None
+    for spec in load_specs(spec_path, scenarios, study_name, memory_budget):
+        specs.check_device(spec, device)
+        run_sweep(spec, device, trials or spec.trials, deadline, storage, results)
+    out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
+
+
+def load_specs(path: Path, scenarios: tuple, study_name: str | None, memory_budget: str | None) -> list:
+    """The spec, or one spec per scenario (all of them when the spec has scenarios and none is named)."""
+    base = specs.load(path)
+    names = scenarios or base.scenarios or (None,)
+    if study_name and len(names) > 1:
+        raise UserError("--study names one study, but this spec runs several scenarios; add --scenario NAME")
+    loaded = [specs.load(path, name) if name else base for name in names]
+    budget = parse_size(memory_budget, "--memory-budget") if memory_budget else None
+    return [replace(s, study=study_name or s.study, memory_budget=budget or s.memory_budget) for s in loaded]
+
+
+def resolve_device(device: str) -> str:
+    """auto -> cuda when NVML sees a GPU (without importing torch here), else cpu."""
+    gpus = visible_gpus()
+    if device == "auto":
+        return "cuda:0" if gpus else "cpu"
+    if device == "cpu":
+        return device
+    if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
+        index = int(device[5:]) if ":" in device else 0
+        if index >= gpus:
+            raise UserError(f"--device {device}: {'no CUDA GPU is visible' if not gpus else f'only {gpus} GPU(s) visible'}; "
+                            "use --device cpu or a GPU index that exists (see `bench doctor`)")
+        return f"cuda:{index}"
+    raise UserError(f"--device {device!r}: use auto, cpu, cuda or cuda:N")
+
+
+def visible_gpus() -> int:
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return 0
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+    except Exception:
+        return 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return min(count, len(visible.split(","))) if visible else count
+
+
+def baseline_config(spec) -> dict:
+    """The user's current config, read from the apply target; knobs it does not set take defaults."""
+    current = apply.read_current(spec.apply) if spec.apply else {}
+    known = {k: v for k, v in current.items() if k in spec.knob_names()}
+    params = {}
+    for name, dim in spec.search.items():
+        params[name] = known.get(name, specs.KNOB_DEFAULTS.get(name, dim.choices[0] if dim.choices else dim.low))
+        if name == "batch_size" and name not in known:
+            params[name] = dim.choices[0] if dim.choices else dim.low
+    config = spec.config({**params, **{k: v for k, v in known.items() if k in spec.fixed}})
+    if "accumulation" in known:
+        config["accumulation"] = known["accumulation"]
+    return config
+
+
+def run_sweep(spec, device, total, deadline, storage_url, results) -> None:
+    base = baseline_config(spec)
+    spec = studies.including(spec, base)
+    storage = studies.open_storage(storage_url, results, spec.study)
+    study = studies.create(spec, storage, device)
+    studies.enqueue_baseline(study, spec, base)
+    studies.enqueue_grid(study, spec)
+    where = studies.redact(storage_url) if storage_url else str(studies.study_dir(results, spec.study))
+    out.print(f"[bold]bench sweep[/bold] {spec.study}: {spec.workload.get('name') or spec.workload.get('factory')} "
+              f"on {device}, {spec.space_size()} configs in the space, up to {total} trials → {where}")
+    if spec.memory_budget:
+        out.print(f"memory budget {gib(spec.memory_budget)}, headroom {spec.headroom:.0%}")
+    sweep = studies.Sweep(spec, study, device, results, total, deadline, LiveProgress(spec))
+    try:
+        sweep.run()
+    except KeyboardInterrupt:
+        err.print("interrupted: the running trial was stopped and recorded as interrupted; "
+                  "re-run the same command to resume")
+        sys.exit(130)
+
+
+class LiveProgress(studies.Progress):
+    """One line per trial, plus a spinner with the running config (plain lines when not a TTY)."""
+
+    def __init__(self, spec):
+        self.spec, self.status = spec, None
+
+    def started(self, done, total, study):
+        if done:
+            out.print(f"resuming: {done} of {total} trials already measured")
+
+    def trial_started(self, number, done, total, config, baseline):
+        label = " (baseline: your current config)" if baseline else ""
+        self.status = out.status(f"trial {done + 1}/{total} (#{number}){label}: {report.describe(config)}")
+        self.status.start()
+        self.text = f"[{done + 1}/{total}] #{number}{label} {report.describe(config)}"
+
+    def trial_finished(self, number, rec, best, duplicate_of):
+        if self.status:
+            self.status.stop()
+        out.print(f"{self.text}\n    → {outcome(rec)}", highlight=False)
+        if best:
+            out.print(f"    best so far: #{best['number']} {best['throughput']:.1f} samples/s, "
+                      f"peak {gib(best['peak_memory'])}", highlight=False, style="dim")
+
+    def note(self, message):
+        out.print(message)
+
+
+def outcome(rec: dict) -> str:
+    status = rec["status"]
+    if status in ("ok", "diverged") and rec.get("throughput"):
+        t = rec.get("timing") or {}
+        line = (f"{status}: {rec['throughput']:.1f} samples/s, peak {gib(rec['peak_memory'])}, "
+                f"cv {100 * t.get('step_s', {}).get('cv', 0):.1f}%, {t.get('trial_wall_s', 0):.0f}s")
+        if t.get("compile_s"):
+            line += f" (compile {t['compile_s']:.0f}s)"
+        return line + (f" — {rec['error']['message']}" if rec.get("error") else "")
+    message = (rec.get("error") or {}).get("message", "")
+    return f"{status}: {message[:160]}"
+
+
+# ---- trial ---------------------------------------------------------------------------------------
+
+@main.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
+@click.option("--set", "overrides", multiple=True, metavar="KNOB=VALUE", help="Knob value (repeatable).")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--scenario", help="Take the workload and budget from this scenario.")
+@click.option("--memory-budget", metavar="SIZE", help="Run under this memory, e.g. 24GiB.")
+@click.option("--timeout", metavar="DURATION", help="Trial time limit (default: the spec's).")
+@user_errors
+def trial(spec_path, overrides, device, scenario, memory_budget, timeout):
+    """Run one config of SPEC and print its JSON record on stdout."""
+    spec = specs.load(spec_path, scenario)
+    if memory_budget:
+        spec = replace(spec, memory_budget=parse_size(memory_budget, "--memory-budget"))
+    device = resolve_device(device)
+    specs.check_device(spec, device)
+    config = specs.trial_config(spec, specs.parse_overrides(overrides, spec))
+    sweep = studies.Sweep(spec, None, device, Path("."), 1, None)
+    limits = launch.Limits(parse_duration(timeout, "--timeout") if timeout else spec.trial_timeout_s, spec.stall_s)
+    with tempfile.TemporaryDirectory(prefix="bench-log-") as tmp:
+        rec = launch.run(sweep.job(config), limits, Path(tmp) / "trial.log")
+    rec.setdefault("config", config)
+    click.echo(json.dumps(rec, indent=1, default=str))
+    sys.exit(1 if rec["status"] in ("crash", "error") else 0)
+
+
+# ---- report --------------------------------------------------------------------------------------
+
+@main.command("report")
+@click.argument("study_name", metavar="[STUDY]", required=False)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "html"]), default="table", show_default=True)
+@click.option("--out", "out_path", type=click.Path(path_type=Path), help="Write to this file instead of stdout.")
+@storage_option
+@results_option
+@user_errors
+def report_cmd(study_name, fmt, out_path, storage, results):
+    """Show what a study measured (default: the most recent one)."""
+    name = study_name or studies.latest_study(results, storage)
+    study = studies.load(studies.existing_storage(storage, results, name), name)
+    rows, info = studies.rows_of(study), studies.study_info(study)
+    choice = report.annotate(rows, info)
+    if fmt == "table":
+        if out_path:
+            raise UserError("--out takes csv, json or html output; add --format")
+        out.print(report.table(rows, choice, info))
+        return
+    if fmt == "html":
+        from harness import report_html
+        text = report_html.render_html(rows, {**info, "budget": info.get("memory_budget"),
+                                              "device_total": choice.capacity})
+        out_path = out_path or studies.study_dir(results, name) / "report.html"
+    else:
+        text = report.to_json(rows) if fmt == "json" else report.to_csv(rows)
+    if out_path:
+        write_text(out_path, text)
+        err.print(f"wrote {out_path}")
+    else:
+        click.echo(text)
+
+
+def write_text(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UserError(f"--out {path}: cannot write ({exc.strerror or exc}); pick a writable path") from None
+
+
+# ---- apply ---------------------------------------------------------------------------------------
+
+@main.command("apply")
+@click.argument("which", default="best", metavar="[best|TRIAL|safe|balanced|aggressive]")
+@click.option("--study", "study_name", metavar="NAME", help="Study to take it from (default: the most recent).")
+@click.option("--budget", metavar="SIZE", help="Best config that fits this much memory, e.g. 24GiB.")
+@click.option("--dry-run", is_flag=True, help="Print the diff; change nothing.")
+@click.option("--to", "to", type=click.Path(path_type=Path), help="Write the result to this file instead.")
+@click.option("--create-keys", is_flag=True, help="Create mapped keys that the target lacks.")
+@storage_option
+@results_option
+@user_errors
+def apply_cmd(which, study_name, budget, dry_run, to, create_keys, storage, results):
+    """Write the chosen config into the spec's apply target (with a backup and a diff)."""
+    name = study_name or studies.latest_study(results, storage)
+    study = studies.load(studies.existing_storage(storage, results, name), name)
+    rows, info = studies.rows_of(study), studies.study_info(study)
+    choice = report.annotate(rows, info)
+    row = chosen_row(which, rows, choice, info, budget)
+    spec = specs.load(info["spec_path"], info.get("scenario"))
+    if spec.apply is None:
+        raise UserError(f"{info['spec_path']}: has no `apply:` section naming the config file to write; add one")
+    provenance = {"study": name, "trial": row["number"], "device": (row.get("env") or {}).get("device"),
+                  "throughput": row["throughput"], "peak_memory": row["peak_memory"],
+                  "date": datetime.date.today().isoformat(), "bench_version": __version__}
+    current = apply.read_current(spec.apply)
+    plan = apply.plan(spec.apply, row["config"], provenance, to=to, create_keys=create_keys, current_values=current)
+    out.print(f"trial {row['number']}: {report.describe(row['config'])}  "
+              f"{row['throughput']:.1f} samples/s, peak {gib(row['peak_memory'])}", highlight=False)
+    click.echo(plan.diff or "(no change: the config already has these values)")
+    if plan.unmapped:
+        out.print(f"not written (no key for them in apply.keys): {', '.join(plan.unmapped)}")
+    if dry_run:
+        out.print("dry run: nothing written")
+        return
+    if not plan.diff:
+        return
+    backup = apply.write(plan)
+    out.print(f"wrote {plan.path}" + (f" (backup: {backup})" if backup else ""))
+    if spec.apply.hydra_group_dir:
+        device = (row.get("env") or {}).get("device") or "cpu"
+        profile = apply.write_hydra_profile(spec.apply, row["config"], device, provenance)
+        click.echo(profile.diff)
+        apply.write(profile)
+        out.print(f"wrote hardware profile {profile.path}")
+
+
+def chosen_row(which: str, rows: list, choice: pareto.Choice, info: dict, budget: str | None) -> dict:
+    if budget:
+        row = pareto.feasible_under(rows, parse_size(budget, "--budget"), info.get("headroom", 0.1))
+        if row is None:
+            raise UserError(f"--budget {budget}: no measured config fits with {info.get('headroom', 0.1):.0%} headroom; "
+                            "sweep with a smaller search space or a larger budget")
+        return row
+    if which == "best" or which in pareto.TIERS:
+        row = choice.best if which == "best" else choice.tiers[which]
+        if row is None:
+            raise UserError(f"{which}: no measured config qualifies in study {info['name']}; see `bench report`")
+        return row
+    if not which.isdigit():
+        raise UserError(f"{which!r}: say best, safe, balanced, aggressive or a trial number")
+    row = next((r for r in rows if r["number"] == int(which)), None)
+    if row is None:
+        raise UserError(f"trial {which}: not in study {info['name']}; `bench report` lists the trials")
+    if row["status"] != "ok":
+        raise UserError(f"trial {which} ended {row['status']}, not a feasible measurement; pick an ok trial")
+    return row
+
+
+# ---- workloads, doctor ---------------------------------------------------------------------------
+
+@main.command()
+def workloads():
+    """List the built-in workloads, their presets and the knobs each supports."""
+    for name, info in WORKLOADS.items():
+        out.print(f"[bold]{name}[/bold]: {info.description}")
+        out.print(f"  presets: {', '.join(info.presets)}  (auto = {info.gpu_preset} on a GPU, {info.cpu_preset} on CPU)")
+        extra = sorted(info.knobs)
+        out.print(f"  knobs: {', '.join(sorted(UNIVERSAL_KNOBS))}" + (f"; workload knobs: {', '.join(extra)}" if extra else ""))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON.")
+@results_option
+@user_errors
+def doctor(as_json, results):
+    """What hardware this is, what it supports, and what would spoil a measurement."""
+    from harness import doctor as doc
+    facts = doc.collect(results)
+    if as_json:
+        click.echo(json.dumps(facts, indent=1, default=str))
+    else:
+        out.print(doc.render(facts))

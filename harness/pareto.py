@@ -1,0 +1,87 @@
+"""Choosing "best": feasibility under a memory budget, the Pareto front, noise-aware ties, tiers.
+
+Best is the highest-throughput feasible config on the front whose peak memory leaves the requested
+headroom of the capacity (the budget, else the device's memory). Throughput differences smaller
+than the measured noise of the two configs are ties, and a tie goes to the config with more
+headroom. Tiers pick the same way under stricter headroom: the guides' "safe / medium /
+aggressive" settings, measured.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+TIERS = {"safe": 0.25, "balanced": 0.15, "aggressive": 0.05}
+MIN_NOISE = 0.01  # below 1% nobody should care which config is faster
+
+
+@dataclass
+class Choice:
+    best: dict | None
+    baseline: dict | None
+    front: list[dict]
+    tiers: dict[str, dict | None] = field(default_factory=dict)
+    capacity: float | None = None
+
+
+def capacity(rows: list[dict], budget: int | None) -> float | None:
+    """Memory the configs must fit in: the budget, else the device total the trials measured."""
+    if budget:
+        return float(budget)
+    totals = [r.get("memory", {}).get("device_total") for r in rows if r.get("memory")]
+    totals = [t for t in totals if t]
+    return float(min(totals)) if totals else None
+
+
+def measured(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r.get("status") == "ok" and r.get("throughput") and r.get("peak_memory") is not None]
+
+
+def pareto_front(rows: list[dict]) -> list[dict]:
+    """Rows no other row beats on both throughput (higher) and peak memory (lower)."""
+    front = []
+    for r in rows:
+        dominated = any(o["throughput"] >= r["throughput"] and o["peak_memory"] <= r["peak_memory"]
+                        and (o["throughput"] > r["throughput"] or o["peak_memory"] < r["peak_memory"])
+                        for o in rows)
+        if not dominated:
+            front.append(r)
+    return sorted(front, key=lambda r: r["peak_memory"])
+
+
+def noise(row: dict) -> float:
+    """Relative noise of a row's throughput: twice its step-time CV, at least MIN_NOISE."""
+    cv = (row.get("timing") or {}).get("step_s", {}).get("cv") or 0.0
+    return max(2 * cv, MIN_NOISE)
+
+
+def pick(candidates: list[dict]) -> dict | None:
+    """Fastest candidate; among those tied with it within noise, the one using least memory."""
+    if not candidates:
+        return None
+    top = max(candidates, key=lambda r: r["throughput"])
+    tied = [r for r in candidates
+            if top["throughput"] - r["throughput"] <= max(noise(top), noise(r)) * top["throughput"]]
+    return min(tied, key=lambda r: (r["peak_memory"], -r["throughput"]))
+
+
+def choose(rows: list[dict], budget: int | None, headroom: float) -> Choice:
+    """Mark rows with `pareto`, `best` and `tier`; return the choice."""
+    cap = capacity(rows, budget)
+    ok = measured(rows)
+    front = pareto_front(ok)
+    fits = (lambda r, h: r["peak_memory"] <= cap * (1 - h)) if cap else (lambda r, h: True)
+    best = pick([r for r in front if fits(r, headroom)])
+    tiers = {name: pick([r for r in front if fits(r, h)]) for name, h in TIERS.items()}
+    front_ids = {id(r) for r in front}
+    for r in rows:
+        r["pareto"] = id(r) in front_ids
+        r["best"] = r is best
+        r["tier"] = next((name for name, t in tiers.items() if t is r), None)
+        r.setdefault("baseline", False)
+    baseline = next((r for r in rows if r.get("baseline")), None)
+    return Choice(best=best, baseline=baseline, front=front, tiers=tiers, capacity=cap)
+
+
+def feasible_under(rows: list[dict], budget: int, headroom: float) -> dict | None:
+    """Best config that fits a smaller card (`bench apply --budget`), from the same measurements."""
+    return pick([r for r in pareto_front(measured(rows)) if r["peak_memory"] <= budget * (1 - headroom)])

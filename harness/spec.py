@@ -1,0 +1,465 @@
+"""Sweep specs: load a YAML file, validate every field, and describe the search space.
+
+A spec says which workload to train, which knobs to search over, how to measure a trial, the
+memory budget, and where the chosen config goes (`apply:`). Everything wrong in it is reported as
+one UserError line naming the file and the field, with a "did you mean" for misspelt keys.
+"""
+from __future__ import annotations
+
+import copy
+import difflib
+import importlib.util
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from harness import apply
+from harness.errors import UserError
+from harness.units import parse_duration, parse_size
+from harness.workloads import UNIVERSAL_KNOBS, WORKLOADS, resolve_preset
+
+PRECISIONS = ("fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true")
+CHECKPOINTING = ("none", "full", "selective")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+OPTIMIZERS = ("default", "foreach", "fused")
+CUDA_ONLY_KNOBS = ("pin_memory", "cudnn_benchmark", "expandable_segments")
+SAMPLERS = ("tpe", "nsga2", "random", "gp", "grid")
+
+# Value a knob takes when the search does not mention it (and the user's config does not say).
+KNOB_DEFAULTS = {"accumulation": 1, "precision": "fp32", "checkpointing": "none", "compile": "off",
+                 "num_workers": 0, "pin_memory": False, "optimizer": "default", "cudnn_benchmark": False,
+                 "expandable_segments": False}
+_ENUMS = {"precision": PRECISIONS, "checkpointing": CHECKPOINTING, "compile": COMPILE_MODES, "optimizer": OPTIMIZERS}
+_BOOLS = ("pin_memory", "cudnn_benchmark", "expandable_segments", "channels_last", "freeze_encoder")
+_POSITIVE_INTS = ("batch_size", "accumulation")
+
+TOP_KEYS = ("study", "workload", "search", "trials", "timeout", "trial", "memory", "sampler", "seed",
+            "apply", "scenarios")
+WORKLOAD_KEYS = ("name", "factory", "preset", "params")
+TRIAL_KEYS = ("timeout", "stall", "warmup_steps", "window", "min_windows", "max_windows", "target_cv",
+              "max_seconds", "loss_tolerance")
+MEMORY_KEYS = ("budget", "headroom")
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One knob of the search space: a list of choices, or an integer range low..high."""
+
+    name: str
+    choices: tuple = ()
+    low: int | None = None
+    high: int | None = None
+
+    def size(self) -> int:
+        return len(self.choices) if self.choices else self.high - self.low + 1
+
+
+@dataclass(frozen=True)
+class Measure:
+    """How a trial is measured (see harness.trial)."""
+
+    warmup_steps: int = 2
+    """Optimizer steps after the first (compile) step that are run but not timed."""
+    window_s: float = 0.5
+    """Target length of one timed window; steps per window follow from the warm-up step time."""
+    min_windows: int = 3
+    max_windows: int = 12
+    target_cv: float = 0.02
+    """Stop measuring once the windows' coefficient of variation is below this."""
+    max_seconds: float = 20.0
+    """Stop measuring after this long even if the spread is still large."""
+    loss_tolerance: float = 0.25
+    """Relative distance from the fp32 reference loss at step 0 beyond which a config is diverged."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A validated sweep spec; `scenario` is applied already."""
+
+    path: Path
+    study: str
+    """Study name: the spec's `study:` (default: file stem), suffixed with `-<scenario>`."""
+    scenario: str | None
+    workload: dict
+    """{name, preset, params} for a built-in workload, or {factory, params} for the user's own."""
+    search: dict[str, Dimension]
+    fixed: dict
+    """Knobs the spec pins to one value."""
+    effective_batch: int | None
+    """When set, accumulation = effective_batch / batch_size instead of being searched."""
+    trials: int
+    timeout_s: float | None
+    """Wall-clock limit of the whole sweep: no new trial starts after it."""
+    trial_timeout_s: float
+    stall_s: float
+    measure: Measure
+    memory_budget: int | None
+    headroom: float
+    sampler: str
+    seed: int
+    apply: apply.ApplyTarget | None
+    scenarios: tuple = field(default=())
+
+    def space_size(self) -> int:
+        n = 1
+        for dim in self.search.values():
+            n *= dim.size()
+        return n
+
+    def knob_names(self) -> list[str]:
+        names = [*self.search, *self.fixed]
+        return names + (["accumulation"] if self.effective_batch and "accumulation" not in names else [])
+
+    def config(self, params: dict) -> dict:
+        """A full trial config from the sampled params: fixed knobs, derived accumulation, defaults."""
+        config = {**self.fixed, **params}
+        if self.effective_batch:
+            config["accumulation"] = max(self.effective_batch // int(config["batch_size"]), 1)
+        for knob in ("accumulation", "precision", "checkpointing", "compile"):
+            config.setdefault(knob, KNOB_DEFAULTS[knob])
+        return config
+
+    def workload_for(self, device: str, config: dict) -> dict:
+        """The child's workload section: preset resolved for the device, workload knobs as params."""
+        params = {}
+        if "name" in self.workload:
+            info = WORKLOADS[self.workload["name"]]
+            preset = resolve_preset(info, self.workload.get("preset", "auto"), device)
+            params.update(info.presets[preset])
+        params.update(self.workload.get("params") or {})
+        params.update({k: v for k, v in config.items() if k not in UNIVERSAL_KNOBS})
+        section = {k: v for k, v in self.workload.items() if k in ("name", "factory")}
+        if "name" in self.workload:
+            section["preset"] = preset
+        return {**section, "params": params}
+
+
+# ---- loading --------------------------------------------------------------------------------------
+
+class SpecLoader(yaml.SafeLoader):
+    """Safe YAML with 1.2 booleans: `compile: [off, default]` means the string "off", not False."""
+
+
+SpecLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+SpecLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                 list("tTfF"))
+
+def read_yaml(path: Path, what: str) -> dict:
+    """Safe-load a YAML mapping (no object construction), or one clear UserError."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: {what} not found; check the path")
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory, expected a {what} YAML file")
+    try:
+        data = yaml.load(path.read_text(), Loader=SpecLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise UserError(f"{path}{where}: invalid YAML ({getattr(exc, 'problem', None) or exc}); fix the syntax") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read {what} ({exc})") from None
+    if data is None:
+        raise UserError(f"{path}: the {what} is empty; see sweeps/emberformer.yaml for an example")
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: the {what} must be a mapping of keys, got a {type(data).__name__}")
+    return data
+
+
+def load(path: Path | str, scenario: str | None = None) -> Spec:
+    path = Path(path)
+    raw = read_yaml(path, "sweep spec")
+    check_keys(raw, TOP_KEYS, f"{path}")
+    scenarios = raw.get("scenarios") or {}
+    if not isinstance(scenarios, dict):
+        raise UserError(f"{path}: scenarios must be a mapping of name -> overrides")
+    if scenario is not None:
+        if scenario not in scenarios:
+            raise UserError(f"{path}: no scenario {scenario!r}{did_you_mean(scenario, scenarios)}; "
+                            f"scenarios: {', '.join(scenarios) or 'none'}")
+        overrides = scenarios[scenario]
+        if not isinstance(overrides, dict):
+            raise UserError(f"{path}: scenarios.{scenario} must be a mapping of overrides")
+        check_keys(overrides, [k for k in TOP_KEYS if k not in ("scenarios", "study")], f"{path}: scenarios.{scenario}")
+        raw = deep_merge(raw, overrides)
+    return build(raw, path, scenario, tuple(scenarios))
+
+
+def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec:
+    where = str(path)
+    study = raw.get("study", path.stem)
+    if not isinstance(study, str) or not study.strip() or "/" in study:
+        raise UserError(f"{where}: study must be a name without '/', got {study!r}")
+    workload = parse_workload(raw.get("workload"), where)
+    search, fixed, effective = parse_search(raw.get("search"), workload, where)
+    trial = as_mapping(raw.get("trial", {}), f"{where}: trial")
+    check_keys(trial, TRIAL_KEYS, f"{where}: trial")
+    memory = as_mapping(raw.get("memory", {}), f"{where}: memory")
+    check_keys(memory, MEMORY_KEYS, f"{where}: memory")
+    headroom = memory.get("headroom", 0.1)
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 0 <= headroom < 1:
+        raise UserError(f"{where}: memory.headroom must be a fraction in [0, 1), like 0.1, got {headroom!r}")
+    sampler = raw.get("sampler", "tpe")
+    if sampler not in SAMPLERS:
+        raise UserError(f"{where}: sampler {sampler!r} unknown{did_you_mean(sampler, SAMPLERS)}; use one of {', '.join(SAMPLERS)}")
+    return Spec(
+        path=path.resolve(), study=f"{study}-{scenario}" if scenario else study, scenario=scenario,
+        workload=workload, search=search, fixed=fixed, effective_batch=effective,
+        trials=positive_int(raw.get("trials", 12), f"{where}: trials"),
+        timeout_s=parse_duration(raw["timeout"], f"{where}: timeout") if raw.get("timeout") else None,
+        trial_timeout_s=parse_duration(trial.get("timeout", "5m"), f"{where}: trial.timeout"),
+        stall_s=parse_duration(trial.get("stall", "60s"), f"{where}: trial.stall"),
+        measure=parse_measure(trial, where),
+        memory_budget=parse_size(memory["budget"], f"{where}: memory.budget") if memory.get("budget") else None,
+        headroom=float(headroom), sampler=sampler,
+        seed=int_value(raw.get("seed", 0), f"{where}: seed"),
+        apply=apply.parse_apply_section(raw["apply"], path.parent, where, known_knobs=supported_knobs(workload))
+        if raw.get("apply") else None,
+        scenarios=scenarios,
+    )
+
+
+def parse_workload(raw, where: str) -> dict:
+    wl = as_mapping(raw, f"{where}: workload")
+    check_keys(wl, WORKLOAD_KEYS, f"{where}: workload")
+    if ("name" in wl) == ("factory" in wl):
+        raise UserError(f"{where}: workload needs exactly one of `name` (built-in: {', '.join(WORKLOADS)}) "
+                        "or `factory` (\"package.module:function\")")
+    params = as_mapping(wl.get("params") or {}, f"{where}: workload.params")
+    if "factory" in wl:
+        check_factory(wl["factory"], where)
+        return {"factory": wl["factory"], "params": params}
+    name = wl["name"]
+    if name not in WORKLOADS:
+        raise UserError(f"{where}: workload.name: unknown workload {name!r}{did_you_mean(name, WORKLOADS)}; "
+                        f"built-in: {', '.join(WORKLOADS)} (or use `factory:` for your own model)")
+    preset = wl.get("preset", "auto")
+    info = WORKLOADS[name]
+    if preset != "auto" and preset not in info.presets:
+        raise UserError(f"{where}: workload.preset: {name} has no preset {preset!r}"
+                        f"{did_you_mean(preset, info.presets)}; presets: auto, {', '.join(info.presets)}")
+    return {"name": name, "preset": preset, "params": params}
+
+
+def check_factory(factory, where: str) -> None:
+    """The factory's module must exist; it is imported (user code runs) only in the trial child."""
+    if not isinstance(factory, str) or factory.count(":") != 1 or not all(factory.split(":")):
+        raise UserError(f"{where}: workload.factory must look like \"package.module:function\", got {factory!r}")
+    module = factory.split(":")[0]
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise UserError(f"{where}: workload.factory: cannot find module {module!r}; "
+                        "install your package or add its folder to PYTHONPATH")
+
+
+def supported_knobs(workload: dict) -> frozenset:
+    if "name" in workload:
+        return WORKLOADS[workload["name"]].supported_knobs()
+    return UNIVERSAL_KNOBS | frozenset(workload["params"])
+
+
+def parse_search(raw, workload: dict, where: str):
+    search = as_mapping(raw, f"{where}: search")
+    if not search:
+        raise UserError(f"{where}: search is empty; give at least batch_size, e.g. `batch_size: [8, 16, 32]`")
+    allowed = supported_knobs(workload)
+    dims, fixed, effective = {}, {}, None
+    for name, value in search.items():
+        at = f"{where}: search.{name}"
+        if name not in allowed:
+            label = workload.get("name") or workload["factory"]
+            raise UserError(f"{at}: {label} has no knob {name!r}{did_you_mean(name, allowed)}; "
+                            f"its knobs: {', '.join(sorted(allowed))}")
+        if name == "accumulation" and isinstance(value, dict) and "effective_batch" in value:
+            check_keys(value, ("effective_batch",), at)
+            effective = positive_int(value["effective_batch"], f"{at}.effective_batch")
+            continue
+        dim = parse_dimension(name, value, at)
+        if dim.size() == 1:
+            fixed[name] = dim.choices[0] if dim.choices else dim.low
+        else:
+            dims[name] = dim
+    if "batch_size" not in dims and "batch_size" not in fixed:
+        raise UserError(f"{where}: search.batch_size is required, e.g. `batch_size: [8, 16, 32]`")
+    if effective:
+        dims, fixed = restrict_to_effective_batch(dims, fixed, effective, where)
+    return dims, fixed, effective
+
+
+def parse_dimension(name: str, value, at: str) -> Dimension:
+    if isinstance(value, dict):
+        check_keys(value, ("low", "high"), at)
+        low, high = int_value(value.get("low"), f"{at}.low"), int_value(value.get("high"), f"{at}.high")
+        if low > high:
+            raise UserError(f"{at}: low {low} is above high {high}; the range is empty")
+        for v in (low, high):
+            check_value(name, v, at)
+        return Dimension(name, low=low, high=high)
+    choices = value if isinstance(value, list) else [value]
+    if not choices:
+        raise UserError(f"{at}: no values to try; give a list like [8, 16] or a single value")
+    for v in choices:
+        check_value(name, v, at)
+    if len(set(map(repr, choices))) != len(choices):
+        raise UserError(f"{at}: repeated values in {choices}; list each value once")
+    return Dimension(name, choices=tuple(choices))
+
+
+def check_value(name: str, value, at: str) -> None:
+    if name in _ENUMS and value not in _ENUMS[name]:
+        raise UserError(f"{at}: {value!r} is not a {name}{did_you_mean(str(value), _ENUMS[name])}; "
+                        f"use one of {', '.join(_ENUMS[name])}")
+    if name in _BOOLS and not isinstance(value, bool):
+        raise UserError(f"{at}: {name} takes true or false, got {value!r}")
+    if name in _POSITIVE_INTS:
+        positive_int(value, at)
+    if name == "num_workers" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise UserError(f"{at}: num_workers takes whole numbers >= 0, got {value!r}")
+    if not isinstance(value, (str, int, float, bool)):
+        raise UserError(f"{at}: values must be plain numbers, strings or booleans, got {value!r}")
+
+
+def restrict_to_effective_batch(dims, fixed, effective: int, where: str):
+    """With a fixed effective batch only batch sizes that divide it make sense."""
+    if "accumulation" in dims or "accumulation" in fixed:
+        raise UserError(f"{where}: search.accumulation is derived from effective_batch; give one or the other")
+    sizes = dims["batch_size"].choices if "batch_size" in dims else (fixed["batch_size"],)
+    if not sizes:
+        raise UserError(f"{where}: with effective_batch, give batch_size as a list of sizes, not a range")
+    keep = tuple(b for b in sizes if effective % b == 0)
+    if not keep:
+        raise UserError(f"{where}: no batch_size in {list(sizes)} divides effective_batch {effective}; "
+                        "pick sizes that divide it")
+    dims = dict(dims)
+    if len(keep) == 1:
+        dims.pop("batch_size", None)
+        fixed = {**fixed, "batch_size": keep[0]}
+    else:
+        dims["batch_size"] = Dimension("batch_size", choices=keep)
+    return dims, fixed
+
+
+def parse_measure(trial: dict, where: str) -> Measure:
+    m = Measure()
+    values = {}
+    for key, attr in (("warmup_steps", "warmup_steps"), ("min_windows", "min_windows"), ("max_windows", "max_windows")):
+        if key in trial:
+            values[attr] = int_value(trial[key], f"{where}: trial.{key}", minimum=0 if key == "warmup_steps" else 1)
+    for key in ("target_cv", "loss_tolerance"):
+        if key in trial:
+            v = trial[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                raise UserError(f"{where}: trial.{key} must be a positive number, got {v!r}")
+            values[key] = float(v)
+    if "window" in trial:
+        values["window_s"] = parse_duration(trial["window"], f"{where}: trial.window")
+    if "max_seconds" in trial:
+        values["max_seconds"] = parse_duration(trial["max_seconds"], f"{where}: trial.max_seconds")
+    m = Measure(**{**m.__dict__, **values})
+    if m.min_windows > m.max_windows:
+        raise UserError(f"{where}: trial.min_windows ({m.min_windows}) is above max_windows ({m.max_windows})")
+    return m
+
+
+# ---- device and overrides -------------------------------------------------------------------------
+
+def check_device(spec: Spec, device: str) -> None:
+    """Knobs that mean nothing on the chosen device are refused, never silently ignored."""
+    if device.startswith("cuda"):
+        return
+    for knob in CUDA_ONLY_KNOBS:
+        if knob in spec.search or spec.fixed.get(knob):
+            raise UserError(f"{spec.path}: search.{knob} only means something on a CUDA GPU; "
+                            f"remove it or run with --device cuda")
+
+
+def parse_overrides(pairs: tuple[str, ...], spec: Spec) -> dict:
+    """`--set batch_size=64 --set precision=bf16-mixed` -> a validated partial config."""
+    allowed = supported_knobs(spec.workload)
+    out = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UserError(f"--set {pair!r}: write it as KNOB=VALUE, e.g. --set batch_size=64")
+        if key not in allowed:
+            raise UserError(f"--set {key}: unknown knob{did_you_mean(key, allowed)}; knobs: {', '.join(sorted(allowed))}")
+        try:
+            value = yaml.load(text, Loader=SpecLoader)
+        except yaml.YAMLError:
+            value = text
+        check_value(key, value, f"--set {key}")
+        out[key] = value
+    return out
+
+
+def trial_config(spec: Spec, overrides: dict) -> dict:
+    """One config for `bench trial`: overrides, else the first choice of every searched knob."""
+    params = {name: dim.choices[0] if dim.choices else dim.low for name, dim in spec.search.items()}
+    params.update(overrides)
+    config = spec.config(params)
+    if "accumulation" in overrides:
+        config["accumulation"] = overrides["accumulation"]
+    return config
+
+
+def all_configs(spec: Spec):
+    """Every point of a finite search space (used to know when a sweep has measured them all)."""
+    names = list(spec.search)
+    values = [d.choices if d.choices else range(d.low, d.high + 1) for d in spec.search.values()]
+    for combo in itertools.product(*values):
+        yield spec.config(dict(zip(names, combo)))
+
+
+# ---- small validators ---------------------------------------------------------------------------
+
+def check_keys(mapping: dict, allowed, where: str) -> None:
+    for key in mapping:
+        if key not in allowed:
+            raise UserError(f"{where}: unknown key {key!r}{did_you_mean(str(key), allowed)}; "
+                            f"allowed: {', '.join(allowed)}")
+
+
+def did_you_mean(word: str, options) -> str:
+    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def as_mapping(value, where: str) -> dict:
+    if value is None:
+        raise UserError(f"{where}: missing; it must be a mapping")
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: must be a mapping of keys, got {type(value).__name__} {value!r}")
+    return value
+
+
+def int_value(value, where: str, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UserError(f"{where}: must be a whole number, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise UserError(f"{where}: must be at least {minimum}, got {value}")
+    return value
+
+
+def positive_int(value, where: str) -> int:
+    return int_value(value, where, minimum=1)
+
+
+def deep_merge(base: dict, overrides: dict) -> dict:
+    """Scenario overrides: mappings merge key by key, anything else replaces."""
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
