@@ -1,0 +1,637 @@
+"""bench apply: key maps, presets, in-place edits, provenance, backups and refusals, on real files."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from harness import apply
+from harness.errors import UserError
+from harness.apply import (PROVENANCE_MARK, parse_apply_section, plan, read_current, write,
+                           write_hydra_profile)
+
+DATA = Path(__file__).parent / "data" / "apply"
+PROVENANCE = {"study": "emberformer", "trial": 17, "device": "NVIDIA H200", "throughput": 1234.5,
+              "peak_memory": 12 * 1024**3, "date": "2025-06-01", "bench_version": "0.1.0"}
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def copy(name: str, folder: Path) -> Path:
+    target = folder / name
+    shutil.copyfile(DATA / name, target)
+    return target
+
+
+def target_for(file: Path, **section) -> apply.ApplyTarget:
+    return parse_apply_section({"file": file.name, **section}, file.parent, "sweeps/test.yaml")
+
+
+def load(text: str, fmt: str = "yaml"):
+    return json.loads(text) if fmt == "json" else YAML(typ="safe", pure=True).load(text)
+
+
+def without(data, dotted_keys):
+    """Deep copy of data with the dotted keys removed."""
+    data = json.loads(json.dumps(data))
+    for dotted in dotted_keys:
+        *parents, last = dotted.split(".")
+        node = data
+        for part in parents:
+            node = node[part]
+        node.pop(last, None)
+    return data
+
+
+def body(text: str) -> list[str]:
+    """The lines of a file without bench's provenance block."""
+    return [line for line in text.splitlines() if not line.startswith(PROVENANCE_MARK)]
+
+
+def assert_only_keys_changed(old: str, new: str, keys: set[str], fmt: str = "yaml"):
+    """Same parsed data apart from `keys`; every line that does not hold one of them is unchanged;
+    every comment is still there."""
+    assert without(load(old, fmt), keys) == without(load(new, fmt), keys)
+    old_lines, new_lines = body(old), body(new)
+    assert len(old_lines) == len(new_lines)
+    leaves = {k.split(".")[-1] for k in keys}
+    for before, after in zip(old_lines, new_lines):
+        if before != after:
+            assert before.strip().lstrip('"').split(":")[0].strip('"') in leaves, (before, after)
+    for line in old.splitlines():
+        if "#" in line:
+            comment = line[line.index("#"):]
+            assert any(comment in n for n in new.splitlines()), comment
+
+
+def files_in(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir()}
+
+
+# ---------------------------------------------------------------------------------------------
+# presets applied to real-looking configs
+
+
+def test_lightning_preset_changes_only_the_mapped_keys_and_keeps_every_comment(tmp_path):
+    file = copy("lightning.yaml", tmp_path)
+    old = file.read_text()
+    p = plan(target_for(file, preset="lightning"),
+             {"batch_size": 64, "accumulation": 2, "precision": "bf16-mixed", "compile": "default"}, PROVENANCE)
+    write(p)
+    new = file.read_text()
+    keys = {"data.batch_size", "trainer.accumulate_grad_batches", "trainer.precision"}
+    assert_only_keys_changed(old, new, keys)
+    data = load(new)
+    assert data["data"]["batch_size"] == 64
+    assert data["trainer"]["accumulate_grad_batches"] == 2
+    assert data["trainer"]["precision"] == "bf16-mixed"
+    assert p.unmapped == ["compile"]  # Lightning's trainer has no compile key: reported, not guessed
+    assert sorted(k for k, _, _ in p.changes) == sorted(keys)
+    # the end-of-line comment stays in its column, the quotes and flow styles elsewhere stay as they were
+    old_line = next(line for line in old.splitlines() if "precision:" in line)
+    new_line = next(line for line in new.splitlines() if "precision:" in line)
+    assert new_line.startswith("  precision: bf16-mixed ") and new_line.index("#") == old_line.index("#")
+    assert "init_args: {save_dir: \"logs/\", name: 'emberformer'}" in new
+
+
+def test_hf_preset_spreads_precision_over_booleans_and_compile_over_two_keys(tmp_path):
+    file = copy("hf_args.yaml", tmp_path)
+    old = file.read_text()
+    target = target_for(file, preset="hf")
+    p = plan(target, {"batch_size": 32, "accumulation": 1, "precision": "fp16-mixed",
+                      "checkpointing": "full", "compile": "default", "num_workers": 8}, PROVENANCE)
+    write(p)
+    new = file.read_text()
+    keys = {"per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
+            "torch_compile", "dataloader_num_workers"}
+    assert_only_keys_changed(old, new, keys)
+    data = load(new)
+    assert (data["per_device_train_batch_size"], data["gradient_accumulation_steps"]) == (32, 1)
+    assert data["gradient_checkpointing"] is True and data["torch_compile"] is True
+    # no bf16/tf32/torch_compile_mode keys were needed: their absence already means false / "default"
+    assert "bf16" not in data and "tf32" not in data and "torch_compile_mode" not in data
+    assert data["dataloader_num_workers"] == 8
+
+
+def test_hf_preset_bf16_switches_fp16_off_and_needs_the_bf16_key(tmp_path):
+    file = copy("hf_args.yaml", tmp_path)
+    target = target_for(file, preset="hf")
+    with pytest.raises(UserError, match=r"key bf16 .*--create-keys"):
+        plan(target, {"precision": "bf16-mixed"}, PROVENANCE)
+    p = plan(target, {"precision": "bf16-mixed"}, PROVENANCE, create_keys=True)
+    data = load(p.new_text)
+    assert data["bf16"] is True and data["fp16"] is False
+    assert "fp16: False " in p.new_text  # the file's True/False spelling is kept
+
+
+def test_hf_preset_refuses_a_value_it_cannot_express(tmp_path):
+    file = copy("hf_args.yaml", tmp_path)
+    with pytest.raises(UserError, match=r"precision=bf16-true cannot be written.*apply.keys.precision.values"):
+        plan(target_for(file, preset="hf"), {"precision": "bf16-true"}, PROVENANCE)
+
+
+def test_deepspeed_json_keeps_layout_and_keeps_train_batch_size_consistent(tmp_path):
+    file = copy("deepspeed.json", tmp_path)
+    old = file.read_text()
+    target = target_for(file, preset="deepspeed", world_size=2)
+    p = plan(target, {"batch_size": 32, "accumulation": 2, "precision": "bf16-mixed"}, PROVENANCE)
+    write(p)
+    new = file.read_text()
+    keys = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+            "fp16.enabled", "bf16.enabled"}
+    assert_only_keys_changed(old, new, keys, fmt="json")
+    data = json.loads(new)
+    assert data["train_batch_size"] == 32 * 2 * 2
+    assert data["fp16"]["enabled"] is False and data["bf16"]["enabled"] is True
+    assert list(data) == list(json.loads(old))  # key order
+    assert '\n    "fp16": {\n        "enabled": false,\n' in new  # the file's 4-space indentation
+    assert PROVENANCE_MARK not in new  # JSON holds no comments: provenance is in the sidecar
+    sidecar = json.loads((tmp_path / "deepspeed.json.bench.json").read_text())
+    assert sidecar["provenance"] == PROVENANCE
+    assert {c["key"] for c in sidecar["changes"]} == keys
+
+
+def test_plain_preset_uses_knob_names_and_keeps_quoting_and_4_space_indent(tmp_path):
+    file = copy("plain.yaml", tmp_path)
+    old = file.read_text()
+    write(plan(target_for(file), {"batch_size": 128, "precision": "bf16-mixed", "compile": "max-autotune",
+                                  "checkpointing": "none"}, PROVENANCE))
+    new = file.read_text()
+    assert_only_keys_changed(old, new, {"batch_size", "precision", "compile"})
+    assert "compile: 'max-autotune'\n" in new
+    assert "    name: sentence-transformers/all-MiniLM-L6-v2\n" in new
+
+
+def test_explicit_keys_override_the_preset_and_null_leaves_a_knob_out(tmp_path):
+    file = copy("lightning.yaml", tmp_path)
+    target = target_for(file, preset="lightning", keys={
+        "compile": {"key": "model.drop_path", "values": {"off": 0.0, "default": 0.2}},
+        "accumulation": None,
+    })
+    p = plan(target, {"batch_size": 32, "accumulation": 8, "compile": "default"}, PROVENANCE)
+    data = load(p.new_text)
+    assert data["model"]["drop_path"] == 0.2
+    assert data["trainer"]["accumulate_grad_batches"] == 1
+    assert p.unmapped == ["accumulation"]
+
+
+# ---------------------------------------------------------------------------------------------
+# read_current: file values back to bench values
+
+
+@pytest.mark.parametrize("spelling, expected", [
+    ("32", "fp32"), ("32-true", "fp32"), ("16", "fp16-mixed"), ("16-mixed", "fp16-mixed"),
+    ("bf16", "bf16-mixed"), ("bf16-mixed", "bf16-mixed"), ("bf16-true", "bf16-true"),
+])
+def test_read_current_lightning_precision_spellings(tmp_path, spelling, expected):
+    file = copy("lightning.yaml", tmp_path)
+    file.write_text(file.read_text().replace("precision: 32 ", f"precision: {spelling} "))
+    current = read_current(target_for(file, preset="lightning"))
+    assert current == {"batch_size": 16, "accumulation": 1, "precision": expected}
+
+
+@pytest.mark.parametrize("lines, expected", [
+    ("fp16: true", {"precision": "fp16-mixed"}),
+    ("bf16: true\nfp16: false", {"precision": "bf16-mixed"}),
+    ("bf16: false\ntf32: true", {"precision": "tf32"}),
+    ("bf16: false", {"precision": "fp32"}),
+    ("torch_compile: true", {"compile": "default"}),
+    ("torch_compile: true\ntorch_compile_mode: reduce-overhead", {"compile": "reduce-overhead"}),
+    ("gradient_checkpointing: true", {"checkpointing": "full"}),
+    ("per_device_train_batch_size: 4\ngradient_accumulation_steps: 16",
+     {"batch_size": 4, "accumulation": 16}),
+    ("output_dir: out", {}),  # nothing mapped in the file: nothing reported, not HF's defaults
+])
+def test_read_current_hf(tmp_path, lines, expected):
+    file = tmp_path / "args.yaml"
+    file.write_text(lines + "\n")
+    assert read_current(target_for(file, preset="hf")) == expected
+
+
+def test_read_current_deepspeed_and_auto_means_unknown(tmp_path):
+    file = copy("deepspeed.json", tmp_path)
+    target = target_for(file, preset="deepspeed")
+    assert read_current(target) == {"batch_size": 8, "accumulation": 4, "precision": "fp16-mixed"}
+    data = json.loads(file.read_text())
+    data["fp16"]["enabled"], data["bf16"]["enabled"] = False, True
+    data["train_micro_batch_size_per_gpu"] = "auto"
+    file.write_text(json.dumps(data))
+    assert read_current(target) == {"accumulation": 4, "precision": "bf16-mixed"}
+
+
+def test_read_current_plain_and_an_unknown_spelling(tmp_path):
+    file = copy("plain.yaml", tmp_path)
+    assert read_current(target_for(file)) == {"batch_size": 32, "accumulation": 1, "precision": "fp32",
+                                             "checkpointing": "none", "compile": "off"}
+    file.write_text(file.read_text().replace("precision: fp32", "precision: half"))
+    with pytest.raises(UserError, match=r"cannot tell which precision .*apply.keys.precision.values"):
+        read_current(target_for(file))
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "file not found"),
+    ("trainer: [1, 2\n", "not valid YAML"),
+    ("- a\n- b\n", "not a mapping"),
+    ("just some words\n", "not a mapping"),
+])
+def test_read_current_refuses_what_is_not_a_yaml_mapping(tmp_path, content, message):
+    file = tmp_path / "config.yaml"
+    if content is not None:
+        file.write_text(content)
+    with pytest.raises(UserError, match=message):
+        read_current(target_for(file, preset="lightning"))
+
+
+# ---------------------------------------------------------------------------------------------
+# learning-rate rule
+
+
+def test_lr_linear_scaling_is_in_the_diff(tmp_path):
+    file = copy("lightning.yaml", tmp_path)
+    target = target_for(file, preset="lightning", lr={"key": "optimizer.lr", "scale": "linear"})
+    p = plan(target, {"batch_size": 32, "accumulation": 2}, PROVENANCE)  # 16x1 -> 32x2: x4
+    assert "-  lr: 3.0e-4\n" in p.diff and "+  lr: 1.2e-3\n" in p.diff
+    assert ("optimizer.lr", 3e-4, 1.2e-3) in p.changes
+
+
+def test_lr_sqrt_scaling_is_in_the_diff(tmp_path):
+    file = copy("deepspeed.json", tmp_path)
+    target = target_for(file, preset="deepspeed", lr={"key": "optimizer.params.lr", "scale": "sqrt"})
+    p = plan(target, {"batch_size": 32, "accumulation": 4}, PROVENANCE)  # 8x4 -> 32x4: x4, sqrt x2
+    assert '"lr": 1.2e-3' in p.diff
+    assert json.loads(p.new_text)["optimizer"]["params"]["lr"] == pytest.approx(1.2e-3)
+
+
+def test_lr_untouched_when_the_effective_batch_is_the_same(tmp_path):
+    file = copy("lightning.yaml", tmp_path)
+    target = target_for(file, preset="lightning", lr={"key": "optimizer.lr"})
+    p = plan(target, {"batch_size": 8, "accumulation": 2}, PROVENANCE)
+    assert "optimizer.lr" not in [k for k, _, _ in p.changes]
+
+
+def test_lr_scales_against_given_current_values(tmp_path):
+    file = copy("lightning.yaml", tmp_path)
+    target = target_for(file, preset="lightning", lr={"key": "optimizer.lr"})
+    p = plan(target, {"batch_size": 16}, PROVENANCE, current_values={"batch_size": 32, "accumulation": 1})
+    assert load(p.new_text)["optimizer"]["lr"] == pytest.approx(1.5e-4)
+
+
+def test_new_small_floats_stay_floats_for_pyyaml(tmp_path):
+    file = tmp_path / "c.yaml"
+    file.write_text("batch_size: 64\nlr: 0.00004\n")
+    p = plan(target_for(file, lr={"key": "lr"}), {"batch_size": 16}, {})
+    assert "lr: 1.0e-5\n" in p.new_text  # not 1e-05, which YAML 1.1 (PyYAML) reads as a string
+
+
+# ---------------------------------------------------------------------------------------------
+# refusals leave the target byte-identical and write no backup
+
+
+def assert_untouched(file: Path, original: bytes, before: set[str]):
+    assert file.read_bytes() == original
+    assert files_in(file.parent) == before
+
+
+def test_absent_key_is_refused_then_created_with_create_keys(tmp_path):
+    file = copy("lightning.yaml", tmp_path)
+    original, before = file.read_bytes(), files_in(tmp_path)
+    target = target_for(file, preset="lightning", keys={"checkpointing": "model.activation.checkpoint"})
+    with pytest.raises(UserError, match=r"model\.activation\.checkpoint .*--create-keys"):
+        write(plan(target, {"checkpointing": "full"}, PROVENANCE))
+    assert_untouched(file, original, before)
+    p = plan(target, {"checkpointing": "full"}, PROVENANCE, create_keys=True)
+    write(p)
+    data = load(file.read_text())
+    assert data["model"]["activation"]["checkpoint"] == "full"
+    assert data["model"]["drop_path"] == 0.1
+    assert "  drop_path: 0.1\n  activation:\n    checkpoint: full\n\n# data module" in file.read_text()
+    assert ("model.activation.checkpoint", None, "full") in p.changes
+
+
+def test_create_keys_in_json_follows_the_layout(tmp_path):
+    file = tmp_path / "ds.json"
+    file.write_text('{\n  "train_micro_batch_size_per_gpu": 8,\n  "fp16": {"enabled": true}\n}\n')
+    p = plan(target_for(file, preset="deepspeed"), {"precision": "bf16-mixed"}, {}, create_keys=True)
+    assert p.new_text == ('{\n  "train_micro_batch_size_per_gpu": 8,\n  "fp16": {"enabled": false},\n'
+                          '  "bf16": {"enabled": true}\n}\n')
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("config.yaml", "trainer: {precision: 32\n", "not valid YAML"),
+    ("config.yaml", "- 1\n- 2\n", "not a mapping"),
+    ("config.yaml", "a: 1\n---\nb: 2\n", "not valid YAML"),
+    ("config.json", '{"trainer": {"precision": 32},}\n', "not valid JSON"),
+    ("config.json", "[1, 2]\n", "not a mapping"),
+    ("config.yaml", b"\xff\xfe\x00binary", "not a UTF-8 text file"),
+])
+def test_unparsable_targets_are_refused_untouched(tmp_path, name, content, message):
+    file = tmp_path / name
+    file.write_bytes(content if isinstance(content, bytes) else content.encode())
+    original, before = file.read_bytes(), files_in(tmp_path)
+    with pytest.raises(UserError, match=message):
+        plan(target_for(file, preset="lightning"), {"precision": "bf16-mixed"}, PROVENANCE)
+    assert_untouched(file, original, before)
+
+
+def test_a_txt_target_is_refused(tmp_path):
+    (tmp_path / "config.txt").write_text("batch_size: 8\n")
+    with pytest.raises(UserError, match=r"sweeps/test.yaml: apply.file: config.txt is neither YAML .* nor JSON"):
+        target_for(tmp_path / "config.txt")
+
+
+def test_to_must_keep_the_format(tmp_path):
+    file = copy("plain.yaml", tmp_path)
+    with pytest.raises(UserError, match="must be a YAML file"):
+        plan(target_for(file), {"batch_size": 8}, {}, to=tmp_path / "out.json")
+
+
+def test_read_only_file_is_refused_untouched(tmp_path):
+    file = copy("plain.yaml", tmp_path)
+    p = plan(target_for(file), {"batch_size": 64}, PROVENANCE)
+    file.chmod(0o444)
+    original, before = file.read_bytes(), files_in(tmp_path)
+    with pytest.raises(UserError, match="read-only"):
+        write(p)
+    assert_untouched(file, original, before)
+    assert stat.S_IMODE(file.stat().st_mode) == 0o444
+
+
+def test_read_only_folder_is_refused_untouched(tmp_path):
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    file = copy("plain.yaml", folder)
+    p = plan(target_for(file), {"batch_size": 64}, PROVENANCE)
+    original, before = file.read_bytes(), files_in(folder)
+    folder.chmod(0o555)
+    try:
+        with pytest.raises(UserError, match="folder is read-only"):
+            write(p)
+    finally:
+        folder.chmod(0o755)
+    assert_untouched(file, original, before)
+
+
+def test_vanished_target_is_refused(tmp_path):
+    file = copy("plain.yaml", tmp_path)
+    p = plan(target_for(file), {"batch_size": 64}, PROVENANCE)
+    file.unlink()
+    with pytest.raises(UserError, match="vanished"):
+        write(p)
+    assert files_in(tmp_path) == set()
+
+
+def test_target_edited_after_the_plan_is_refused(tmp_path):
+    file = copy("plain.yaml", tmp_path)
+    p = plan(target_for(file), {"batch_size": 64}, PROVENANCE)
+    file.write_text(file.read_text() + "extra: 1\n")
+    original, before = file.read_bytes(), files_in(tmp_path)
+    with pytest.raises(UserError, match="changed after the plan"):
+        write(p)
+    assert_untouched(file, original, before)
+
+
+def test_a_failed_replace_leaves_the_original_and_no_backup_or_temp_file(tmp_path, monkeypatch):
+    file = copy("lightning.yaml", tmp_path)
+    p = plan(target_for(file, preset="lightning"), {"batch_size": 64}, PROVENANCE)
+    original, before = file.read_bytes(), files_in(tmp_path)
+
+    def disk_full(src, dst):
+        if Path(dst) == file:
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst)
+
+    real_replace = os.replace
+    monkeypatch.setattr(apply.os, "replace", disk_full)
+    with pytest.raises(UserError, match="No space left on device.*unchanged"):
+        write(p)
+    assert_untouched(file, original, before)
+
+
+def test_a_mapped_key_holding_a_mapping_is_refused(tmp_path):
+    file = copy("lightning.yaml", tmp_path)
+    target = target_for(file, preset="lightning", keys={"batch_size": "data"})
+    with pytest.raises(UserError, match="data .* holds a dict, not a single value"):
+        plan(target, {"batch_size": 64}, PROVENANCE)
+
+
+# ---------------------------------------------------------------------------------------------
+# writing: backups, modes, --to, provenance
+
+
+def test_backup_holds_the_original_and_each_apply_gets_its_own(tmp_path):
+    file = copy("lightning.yaml", tmp_path)
+    original = file.read_bytes()
+    target = target_for(file, preset="lightning")
+    first = write(plan(target, {"batch_size": 32}, PROVENANCE))
+    assert first.parent == tmp_path and first.name.startswith("lightning.yaml.bench-backup-")
+    assert first.read_bytes() == original
+    once = file.read_bytes()
+    second = write(plan(target, {"batch_size": 64}, PROVENANCE))
+    assert second != first and second.read_bytes() == once
+    assert first.read_bytes() == original
+
+
+def test_file_mode_is_preserved(tmp_path):
+    file = copy("plain.yaml", tmp_path)
+    file.chmod(0o640)
+    backup = write(plan(target_for(file), {"batch_size": 64}, PROVENANCE))
+    assert stat.S_IMODE(file.stat().st_mode) == 0o640
+    assert stat.S_IMODE(backup.stat().st_mode) == 0o640
+
+
+def test_to_writes_elsewhere_and_leaves_the_target_alone(tmp_path):
+    file = copy("lightning.yaml", tmp_path)
+    original = file.read_bytes()
+    out = tmp_path / "tuned" / "h200.yaml"
+    p = plan(target_for(file, preset="lightning"), {"batch_size": 64}, PROVENANCE, to=out)
+    assert p.path == out and p.old_text == original.decode()
+    assert "-  batch_size: 16     # per GPU" in p.diff and "+  batch_size: 64     # per GPU" in p.diff
+    assert write(p) is None
+    assert file.read_bytes() == original
+    assert load(out.read_text())["data"]["batch_size"] == 64
+    assert not list(tmp_path.glob("*bench-backup*"))
+
+
+def test_reapplying_replaces_the_provenance_comment_instead_of_stacking(tmp_path):
+    file = copy("lightning.yaml", tmp_path)
+    target = target_for(file, preset="lightning")
+    write(plan(target, {"batch_size": 32}, PROVENANCE))
+    write(plan(target, {"batch_size": 64}, {**PROVENANCE, "trial": 42}))
+    text = file.read_text()
+    block = [line for line in text.splitlines() if line.startswith(PROVENANCE_MARK)]
+    assert block == text.splitlines()[:len(block)]
+    assert "trial 42" in block[0] and not any("trial 17" in line for line in block)
+    assert len(block) == 2
+    assert "measured on NVIDIA H200, 1234.5 samples/s, peak memory 12.00 GiB" in block[1]
+    assert body(text)[0] == "# Emberformer: wildfire spread forecasting (LightningCLI config)"
+
+
+def test_json_sidecar_is_replaced_on_reapply(tmp_path):
+    file = copy("deepspeed.json", tmp_path)
+    target = target_for(file, preset="deepspeed")
+    write(plan(target, {"batch_size": 16}, PROVENANCE))
+    write(plan(target, {"batch_size": 32}, {**PROVENANCE, "trial": 42}))
+    sidecar = json.loads((tmp_path / "deepspeed.json.bench.json").read_text())
+    assert sidecar["provenance"]["trial"] == 42
+    assert sidecar["changes"][0] == {"key": "train_micro_batch_size_per_gpu", "old": 16, "new": 32}
+
+
+def test_a_symlinked_target_stays_a_symlink(tmp_path):
+    real = copy("plain.yaml", tmp_path)
+    link = tmp_path / "link.yaml"
+    link.symlink_to(real)
+    write(plan(target_for(link), {"batch_size": 64}, PROVENANCE))
+    assert link.is_symlink()
+    assert load(real.read_text())["batch_size"] == 64
+
+
+def test_crlf_line_ends_are_kept(tmp_path):
+    file = tmp_path / "win.yaml"
+    file.write_bytes(b"# trained on Windows\r\nbatch_size: 8\r\nprecision: fp32\r\n")
+    write(plan(target_for(file), {"batch_size": 16, "precision": "bf16-mixed"}, {"study": "s"}))
+    raw = file.read_bytes()
+    assert raw.count(b"\r\n") == raw.count(b"\n") == 4
+    assert raw.endswith(b"# trained on Windows\r\nbatch_size: 16\r\nprecision: bf16-mixed\r\n")
+
+
+def test_yaml_1_1_words_are_quoted_and_tags_kept(tmp_path):
+    file = tmp_path / "c.yaml"
+    file.write_text("batch_size: !!int 8\ncompile: default\n")
+    p = plan(target_for(file), {"batch_size": 32, "compile": "off"}, {})
+    assert 'compile: "off"\n' in p.new_text  # bare off is false to PyYAML
+    assert "batch_size: !!int 32\n" in p.new_text
+
+
+@pytest.mark.parametrize("key", ["defaults", "batch_size"])
+def test_a_value_shared_through_an_anchor_is_refused(tmp_path, key):
+    file = tmp_path / "c.yaml"
+    file.write_text("defaults: &bs 8\nbatch_size: *bs\neval_batch: *bs\n")
+    with pytest.raises(UserError, match="anchor &bs"):
+        plan(target_for(file, keys={"batch_size": key}), {"batch_size": 32}, {})
+
+
+def test_a_key_under_a_shared_mapping_is_refused(tmp_path):
+    file = tmp_path / "c.yaml"
+    file.write_text("train: &common\n  batch_size: 8\neval: *common\n")
+    with pytest.raises(UserError, match="anchor &common"):
+        plan(target_for(file, keys={"batch_size": "train.batch_size"}), {"batch_size": 32}, {})
+    with pytest.raises(UserError, match="anchor &common"):
+        plan(target_for(file, keys={"batch_size": "train.micro"}), {"batch_size": 32}, {}, create_keys=True)
+
+
+def test_a_block_scalar_value_is_replaced_without_eating_the_next_line(tmp_path):
+    file = tmp_path / "c.yaml"
+    file.write_text("precision: |\n  fp32\n  # still the old text\nbatch_size: 8\n")
+    p = plan(target_for(file), {"precision": "bf16-mixed"}, {})
+    assert body(p.new_text) == ["precision: bf16-mixed", "batch_size: 8"]
+
+
+def test_provenance_without_optional_fields(tmp_path):
+    file = copy("plain.yaml", tmp_path)
+    p = plan(target_for(file), {"batch_size": 64}, {"trial": 3, "peak_memory": None, "sampler": "tpe"})
+    assert p.new_text.splitlines()[:2] == [f"{PROVENANCE_MARK} written by bench trial 3",
+                                           f"{PROVENANCE_MARK} sampler=tpe"]
+
+
+def test_empty_value_is_filled_on_its_line(tmp_path):
+    file = tmp_path / "c.yaml"
+    file.write_text("batch_size:\nprecision: fp32\n")
+    p = plan(target_for(file), {"batch_size": 4}, {})
+    assert body(p.new_text) == ["batch_size: 4", "precision: fp32"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Hydra profiles
+
+
+def test_hydra_profile_for_the_device(tmp_path):
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    file = copy("lightning.yaml", conf)
+    target = parse_apply_section({"file": "conf/lightning.yaml", "preset": "lightning",
+                                  "hydra": {"group_dir": "conf/hardware"},
+                                  "lr": {"key": "optimizer.lr"}}, tmp_path, "sweeps/x.yaml")
+    original = file.read_bytes()
+    p = write_hydra_profile(target, {"batch_size": 64, "accumulation": 1, "precision": "bf16-mixed"},
+                            "NVIDIA H200", PROVENANCE)
+    assert p.path == tmp_path / "conf" / "hardware" / "h200.yaml"
+    assert write(p) is None
+    text = p.path.read_text()
+    assert text.splitlines()[0] == "# @package _global_"
+    data = load(text)
+    assert data == {"data": {"batch_size": 64}, "trainer": {"precision": "bf16-mixed", "accumulate_grad_batches": 1},
+                    "optimizer": {"lr": pytest.approx(1.2e-3)}}
+    assert file.read_bytes() == original
+    again = write_hydra_profile(target, {"batch_size": 32}, "NVIDIA H200", PROVENANCE)
+    assert write(again).read_text() == text  # the previous profile is backed up
+
+
+def test_hydra_profile_needs_the_hydra_section(tmp_path):
+    file = copy("lightning.yaml", tmp_path)
+    with pytest.raises(UserError, match="apply.hydra is not set"):
+        write_hydra_profile(target_for(file, preset="lightning"), {"batch_size": 8}, "cpu", PROVENANCE)
+
+
+@pytest.mark.parametrize("name, slug", [("NVIDIA H200", "h200"), ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+                                        ("cpu", "cpu"), ("NVIDIA H100 80GB HBM3", "h100-80gb-hbm3")])
+def test_device_slug(name, slug):
+    assert apply.device_slug(name) == slug
+
+
+# ---------------------------------------------------------------------------------------------
+# parse_apply_section
+
+
+def test_parse_resolves_the_file_against_the_spec_folder_without_needing_it(tmp_path):
+    target = parse_apply_section({"file": "../examples/cfg.yml", "preset": "hf",
+                                  "keys": {"compile": {"key": "model.compile",
+                                                       "values": {False: False, "default": True}}}},
+                                 tmp_path / "sweeps", "sweeps/x.yaml")
+    assert target.file == (tmp_path / "examples" / "cfg.yml").resolve()
+    assert target.format == "yaml" and target.preset == "hf" and target.lr is None
+    assert target.keys["compile"] == (apply.KeyMap("model.compile", values={"off": False, "default": True}),)
+    assert target.keys["batch_size"] == (apply.KeyMap("per_device_train_batch_size", default=8),)
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"file": "c.yaml", "prest": "hf"}, r"sweeps/x.yaml: apply: unknown key 'prest' \(did you mean 'preset'\?\)"),
+    ({"file": "c.yaml", "preset": "lightnin"},
+     r"apply.preset: unknown preset 'lightnin' \(did you mean 'lightning'\?\)"),
+    ({"file": "c.yaml", "keys": {"batchsize": "b"}},
+     r"apply.keys.batchsize: unknown knob 'batchsize' \(did you mean 'batch_size'\?\)"),
+    ({"file": "c.yaml", "keys": {"Num-Workers": "b"}}, r"unknown knob 'Num-Workers' \(did you mean 'num_workers'\?\)"),
+    ({"file": "c.yaml", "keys": {"precision": {"key": "p", "values": {"bf16": "bf16"}}}},
+     r"apply.keys.precision.values: 'bf16' is not a precision value \(did you mean 'bf16-true'\?\)"),
+    ({"file": "c.yaml", "keys": {"precision": {"key": "p", "valuse": {}}}},
+     r"apply.keys.precision: unknown key 'valuse' \(did you mean 'values'\?\)"),
+    ({"file": "c.yaml", "keys": {"batch_size": "data..batch"}},
+     r"apply.keys.batch_size: 'data..batch' is not a dotted key"),
+    ({"file": "c.yaml", "lr": {"key": "lr", "scale": "sqr"}},
+     r"apply.lr.scale: unknown scale 'sqr' \(did you mean 'sqrt'\?\)"),
+    ({"file": "c.yaml", "hydra": {"group": "conf/hw"}},
+     r"apply.hydra: unknown key 'group' \(did you mean 'group_dir'\?\)"),
+    ({"file": "c.yaml", "world_size": 0}, r"apply.world_size: expected a positive whole number"),
+    ({"preset": "hf"}, r"apply: `file` is missing"),
+    ("c.yaml", r"sweeps/x.yaml: apply: expected a mapping"),
+])
+def test_parse_errors_are_one_line_user_errors(section, message, tmp_path):
+    with pytest.raises(UserError, match=message) as error:
+        parse_apply_section(section, tmp_path, "sweeps/x.yaml")
+    assert "\n" not in str(error.value)
+
+
+def test_workload_knobs_are_accepted_and_checked_when_the_workload_is_known(tmp_path):
+    section = {"file": "c.yaml", "keys": {"patch_size": "data.patch"}}  # close to batch_size, yet legitimate
+    target = parse_apply_section(section, tmp_path, "x.yaml")
+    assert target.keys["patch_size"] == (apply.KeyMap("data.patch"),)
+    assert parse_apply_section(section, tmp_path, "x.yaml", known_knobs={"batch_size", "patch_size"}).keys["patch_size"]
+    section = {"file": "c.yaml", "keys": {"seqlen": "data.seq"}}
+    with pytest.raises(UserError, match=r"the workload has no knob 'seqlen' \(did you mean 'seq_len'\?\)"):
+        parse_apply_section(section, tmp_path, "x.yaml", known_knobs={"batch_size", "seq_len"})
