@@ -1,0 +1,86 @@
+"""Shared fixtures: tiny real specs in a temp folder, the test-only fault workload, a GPU marker."""
+import os
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+FAULTY_DIR = ROOT / "tests" / "workloads"
+
+# Fast measurement: real steps, but only as many as the harness needs to produce its figures.
+FAST_TRIAL = {"timeout": "60s", "stall": "20s", "warmup_steps": 1, "window": 0.05, "min_windows": 2,
+              "max_windows": 3, "max_seconds": 1}
+
+
+def has_cuda() -> bool:
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetCount() > 0
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if has_cuda():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (none visible through NVML)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def faulty_path(monkeypatch):
+    """Make the test-only `faulty` workload importable here and in trial children."""
+    monkeypatch.syspath_prepend(str(FAULTY_DIR))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FAULTY_DIR), os.environ.get("PYTHONPATH")])))
+    return FAULTY_DIR
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A user's project: the emberformer example config and a tiny sweep spec that applies to it."""
+    (tmp_path / "examples").mkdir()
+    shutil.copy(ROOT / "examples" / "emberformer" / "config.yaml", tmp_path / "examples" / "config.yaml")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def write_spec(folder: Path, name: str = "tiny", **overrides) -> Path:
+    """A sweep spec for the tiny emberformer preset; keyword args replace top-level sections."""
+    spec = {
+        "study": name,
+        "workload": {"name": "emberformer", "preset": "tiny"},
+        "search": {"batch_size": [4, 8], "precision": ["fp32", "bf16-mixed"], "checkpointing": ["none", "full"]},
+        "trials": 3,
+        "trial": dict(FAST_TRIAL),
+        "apply": {"file": "examples/config.yaml", "preset": "lightning",
+                  "keys": {"batch_size": "data_loader.batch_size",
+                           "checkpointing": {"key": "model.activation_checkpointing",
+                                             "values": {"none": False, "full": True}},
+                           "compile": {"key": "model.compile", "values": {"off": False, "default": True}}}},
+    }
+    spec.update(overrides)
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def faulty_spec(folder: Path, name: str, faults: list, **overrides) -> Path:
+    spec = {
+        "study": name,
+        "workload": {"factory": "faulty:build", "params": {"fault": "none", "at_step": 3}},
+        "search": {"batch_size": [8], "fault": faults},
+        "trials": len(faults),
+        "sampler": "random",
+        "trial": dict(FAST_TRIAL),
+    }
+    spec.update(overrides)
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path

@@ -1,0 +1,142 @@
+"""The end-to-end path through the CLI: sweep -> report -> apply, with real trials on the CPU."""
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import main
+from tests.conftest import write_spec
+
+
+def bench(*args):
+    result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    return result
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """One small real sweep shared by the read-only tests below."""
+    import os
+    import shutil
+    from tests.conftest import ROOT
+    folder = tmp_path_factory.mktemp("swept")
+    (folder / "examples").mkdir()
+    shutil.copy(ROOT / "examples" / "emberformer" / "config.yaml", folder / "examples" / "config.yaml")
+    spec = write_spec(folder, trials=4)
+    old = os.getcwd()
+    os.chdir(folder)
+    try:
+        result = bench("sweep", spec, "--device", "cpu")
+    finally:
+        os.chdir(old)
+    return folder, spec, result
+
+
+def in_folder(folder, *args):
+    import os
+    old = os.getcwd()
+    os.chdir(folder)
+    try:
+        return bench(*args)
+    finally:
+        os.chdir(old)
+
+
+def test_sweep_runs_real_trials_and_measures_the_baseline_first(swept):
+    folder, spec, result = swept
+    assert result.exit_code == 0, result.output
+    assert "(baseline: your current config)" in result.output.split("\n[2/")[0]
+    assert result.output.count("→ ok") >= 3
+    assert (folder / "results" / "tiny" / "journal.log").stat().st_size > 0
+    assert list((folder / "results" / "tiny" / "logs").glob("trial-*.log"))
+
+
+def test_report_json_contract(swept):
+    folder, _, _ = swept
+    result = in_folder(folder, "report", "--format", "json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert len(rows) >= 4
+    for row in rows:
+        for key in ("number", "status", "config", "throughput", "peak_memory", "pareto", "best", "baseline"):
+            assert key in row
+        assert isinstance(row["config"], dict) and "batch_size" in row["config"]
+        for flag in ("pareto", "best", "baseline"):
+            assert isinstance(row[flag], bool)
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert ok and all(r["throughput"] > 0 and r["peak_memory"] > 0 for r in ok)
+    assert sum(r["best"] for r in rows) == 1
+    assert sum(r["baseline"] for r in rows) == 1
+    baseline = next(r for r in rows if r["baseline"])
+    # the example config says batch_size 8, 32-true, no checkpointing, no compile
+    assert baseline["config"]["batch_size"] == 8 and baseline["config"]["precision"] == "fp32"
+    assert baseline["config"]["checkpointing"] == "none"
+    best = next(r for r in rows if r["best"])
+    assert best["pareto"] and best["status"] == "ok"
+    # nothing on the front is dominated by another ok trial
+    for r in (r for r in rows if r["pareto"]):
+        assert not any(o["throughput"] > r["throughput"] and o["peak_memory"] < r["peak_memory"] for o in ok)
+
+
+def test_report_table_and_csv(swept):
+    folder, _, _ = swept
+    table = in_folder(folder, "report")
+    assert table.exit_code == 0
+    assert "★" in table.output and "samples/s" in table.output and "best: trial" in table.output
+    assert "vs baseline" in table.output
+    csv_out = in_folder(folder, "report", "tiny", "--format", "csv")
+    header = csv_out.output.splitlines()[0].split(",")
+    assert {"number", "status", "throughput", "peak_memory", "config.batch_size"} <= set(header)
+
+
+def test_apply_best_keeps_comments_and_backs_up(swept):
+    folder, _, _ = swept
+    target = folder / "examples" / "config.yaml"
+    before = target.read_text()
+    dry = in_folder(folder, "apply", "best", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert target.read_text() == before
+    result = in_folder(folder, "apply", "best")
+    assert result.exit_code == 0, result.output
+    after = target.read_text()
+    comments = [line.strip() for line in before.splitlines() if line.strip().startswith("#")]
+    for comment in comments:
+        assert comment in after
+    backups = list(target.parent.glob("config.yaml.bench-backup-*"))
+    assert len(backups) == 1 and backups[0].read_text() == before
+    best = next(r for r in json.loads(in_folder(folder, "report", "--format", "json").output) if r["best"])
+    import yaml
+    data = yaml.safe_load(after)
+    assert data["data_loader"]["batch_size"] == best["config"]["batch_size"]
+    assert data["model"]["activation_checkpointing"] == (best["config"]["checkpointing"] == "full")
+    assert data["seed_everything"] == 42 and data["optimizer"]["weight_decay"] == 0.01
+
+
+def test_trial_prints_its_json_record(project):
+    spec = write_spec(project)
+    result = bench("trial", spec, "--set", "batch_size=4", "--set", "precision=bf16-mixed", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.output)
+    assert record["status"] == "ok"
+    assert record["config"]["batch_size"] == 4 and record["config"]["precision"] == "bf16-mixed"
+    assert record["throughput"] > 0 and record["peak_memory"] > 0
+    assert record["timing"]["step_s"]["median"] > 0 and record["timing"]["measured_steps"] >= 2
+    assert record["env"]["torch"] and record["env"]["bench"]
+
+
+def test_trial_under_a_small_memory_budget_is_a_real_oom(project):
+    spec = write_spec(project)
+    result = bench("trial", spec, "--set", "batch_size=8", "--memory-budget", "8MiB", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.output)
+    assert record["status"] == "oom", record
+    assert re.search(r"can't allocate memory|out of memory|MemoryError", record["error"]["message"] + record["error"]["type"])
+
+
+def test_rerunning_a_finished_sweep_runs_nothing_new(swept):
+    folder, spec, _ = swept
+    result = in_folder(folder, "sweep", spec, "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert "resuming: 4 of 4" in result.output
+    assert "    → " not in result.output and "[5/" not in result.output

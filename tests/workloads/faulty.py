@@ -1,0 +1,98 @@
+"""Test-only workload that misbehaves on request (never shipped): fault injection for the harness.
+
+`fault` is a workload param the search can vary, so a sweep hits chosen faults on chosen configs.
+Faults fire on the `at_step`-th training forward (reference and FLOP-counting passes don't count).
+"""
+import ctypes
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from harness.workloads import Workload
+
+FAULTS = ("none", "segfault", "abort", "raise", "hang", "hang_start", "oom", "exit0", "spam", "grandchild",
+          "inf", "build_error")
+
+
+class Block(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+
+    def forward(self, x):
+        return x + torch.relu(self.fc(x))
+
+
+class Net(nn.Module):
+    def __init__(self, width, depth):
+        super().__init__()
+        self.blocks = nn.Sequential(*(Block(width) for _ in range(depth)))
+        self.out = nn.Linear(width, width)
+
+    def forward(self, x):
+        return self.out(self.blocks(x))
+
+
+class Pairs(torch.utils.data.Dataset):
+    def __init__(self, width, n=1024):
+        self.width, self.n = width, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        x = torch.randn(self.width, generator=g)
+        return x, torch.tanh(x.flip(0))
+
+
+def trigger(fault: str) -> None:
+    if fault == "segfault":
+        ctypes.string_at(0)
+    elif fault == "abort":
+        os.abort()
+    elif fault == "raise":
+        raise RuntimeError("injected failure in the user's loss")
+    elif fault == "hang":
+        time.sleep(3600)
+    elif fault == "oom":
+        hoard = []
+        while True:  # grows until the memory wall (RLIMIT_DATA or CUDA fraction) says no
+            hoard.append(torch.ones(64 * 1024 * 1024 // 4))
+    elif fault == "exit0":
+        os._exit(0)
+
+
+def build(params: dict) -> Workload:
+    fault, at = params.get("fault", "none"), int(params.get("at_step", 3))
+    width, depth = int(params.get("width", 32)), int(params.get("depth", 2))
+    if fault == "build_error":
+        raise ValueError("injected: this factory rejects its params")
+    if fault == "hang_start":
+        time.sleep(3600)
+    if fault == "grandchild" and not torch.empty(0).is_meta:
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        with open(params["pid_file"], "w") as f:
+            f.write(str(proc.pid))
+    if fault == "spam":
+        sys.stdout.write(("spam " * 200 + "\n") * 8000)  # ~8 MB of output
+        sys.stdout.flush()
+    calls = [0]
+
+    def loss(model, batch):
+        x, y = batch
+        if torch.is_grad_enabled() and x.device.type != "meta":
+            calls[0] += 1
+            if calls[0] == at:
+                trigger(fault)
+        out = F.mse_loss(model(x), y)
+        if fault == "inf" and calls[0] >= at:
+            out = out * float("inf")
+        return out
+
+    return Workload(model=Net(width, depth), dataset=Pairs(width), loss=loss, blocks=(Block,), lr=1e-3)
