@@ -1,0 +1,119 @@
+"""Measurement you can trust: real trials in child processes, checked against what must hold."""
+import math
+from pathlib import Path
+
+import pytest
+
+from harness import launch
+from harness.spec import Measure
+from tests.conftest import has_cuda
+
+FAST = Measure(warmup_steps=1, window_s=0.05, min_windows=2, max_windows=3, max_seconds=1).__dict__
+TINY_EMBER = {"name": "emberformer", "params": {"frames": 2, "image": 32, "channels": 4, "patch": 8, "d_model": 32,
+                                                "layers": 1, "heads": 2, "ff": 64, "stage_dims": [16, 32],
+                                                "decoder_dim": 32, "samples": 256}}
+
+
+def run(tmp_path, workload, config, device="cpu", budget=None, timeout=60):
+    config = {"accumulation": 1, "precision": "fp32", "checkpointing": "none", "compile": "off", **config}
+    job = {"workload": workload, "config": config, "device": device, "memory_budget": budget,
+           "measure": FAST, "seed": 0, "device_total": 24 * 1024**3}
+    return launch.run(job, launch.Limits(timeout, 30), Path(tmp_path) / "trial.log")
+
+
+def test_breakdown_parts_are_positive_and_fit_in_the_peak(tmp_path):
+    rec = run(tmp_path, TINY_EMBER, {"batch_size": 8})
+    assert rec["status"] == "ok", rec.get("error")
+    parts = rec["memory"]["breakdown"]
+    assert set(parts) == {"weights", "gradients", "optimizer", "activations"}
+    assert all(v > 0 for v in parts.values()), parts
+    assert sum(parts.values()) <= rec["peak_memory"]
+    # AdamW keeps two moments per parameter: its state is about twice the fp32 weights
+    assert 1.8 * parts["weights"] <= parts["optimizer"] <= 2.2 * parts["weights"] + 4096
+
+
+def test_checkpointing_saves_measured_activation_memory(tmp_path):
+    plain = run(tmp_path, TINY_EMBER, {"batch_size": 8})
+    ckpt = run(tmp_path, TINY_EMBER, {"batch_size": 8, "checkpointing": "full"})
+    assert ckpt["memory"]["breakdown"]["activations"] < 0.7 * plain["memory"]["breakdown"]["activations"]
+
+
+def test_flops_of_a_plain_mlp_match_the_analytic_count(tmp_path, faulty_path):
+    """faulty's Net: depth residual Linear(w, w) blocks + one Linear(w, w) head.
+
+    Forward: 2*B*w*w per layer. Backward: weight grads for every layer, input grads for all but
+    the first (the data needs no grad): per step B*w*w*(6*depth + 4), times accumulation.
+    """
+    width, depth, batch, accum = 32, 2, 8, 3
+    wl = {"factory": "faulty:build", "params": {"width": width, "depth": depth}}
+    rec = run(tmp_path, wl, {"batch_size": batch, "accumulation": accum})
+    assert rec["status"] == "ok", rec.get("error")
+    assert rec["flops"]["per_step"] == batch * width * width * (6 * depth + 4) * accum
+    assert rec["flops"]["tflops"] > 0
+    assert rec["flops"]["mfu"] is None  # a CPU has no peak in the table: no invented MFU
+
+
+def test_a_budget_that_fits_is_ok_and_one_that_does_not_is_a_real_oom(tmp_path):
+    fits = run(tmp_path, TINY_EMBER, {"batch_size": 4}, budget=2 * 1024**3)
+    assert fits["status"] == "ok", fits.get("error")
+    assert fits["peak_memory"] < 2 * 1024**3
+    tight = run(tmp_path, TINY_EMBER, {"batch_size": 8}, budget=4 * 1024**2)
+    assert tight["status"] == "oom"
+    assert "allocate" in tight["error"]["message"] or tight["error"]["type"] == "MemoryError"
+
+
+def test_non_finite_loss_is_diverged_never_ok(tmp_path, faulty_path):
+    rec = run(tmp_path, {"factory": "faulty:build", "params": {"fault": "inf", "at_step": 3}}, {"batch_size": 8})
+    assert rec["status"] == "diverged"
+    assert "inf" in rec["error"]["message"]
+
+
+def test_mixed_precision_starts_from_the_fp32_reference_loss(tmp_path):
+    rec = run(tmp_path, TINY_EMBER, {"batch_size": 4, "precision": "bf16-mixed"})
+    assert rec["status"] == "ok"
+    loss = rec["loss"]
+    assert math.isclose(loss["first"], loss["reference"], rel_tol=0.05)
+
+
+def test_warmup_and_compile_are_timed_apart_from_measured_steps(tmp_path):
+    rec = run(tmp_path, TINY_EMBER, {"batch_size": 4})
+    t = rec["timing"]
+    assert t["first_step_s"] > 0 and t["warmup_s"] > 0 and t["compile_s"] == 0.0
+    assert t["measured_steps"] >= t["windows"] >= 2
+    step = t["step_s"]
+    assert step["p10"] <= step["median"] <= step["p90"] and step["cv"] >= 0
+    assert rec["samples_per_s"]["p10"] <= rec["throughput"] <= rec["samples_per_s"]["p90"]
+
+
+def test_records_carry_an_environment_stamp(tmp_path):
+    rec = run(tmp_path, TINY_EMBER, {"batch_size": 4})
+    env = rec["env"]
+    for key in ("device", "device_count", "device_total", "driver", "cuda", "torch", "python", "os", "hostname", "bench"):
+        assert key in env
+    assert env["device_total"] > 0 and env["torch"].startswith("2.")
+
+
+@pytest.mark.gpu
+def test_gpu_trial_reads_allocator_context_and_nvml(tmp_path):
+    rec = run(tmp_path, TINY_EMBER, {"batch_size": 8, "precision": "bf16-mixed"}, device="cuda:0")
+    assert rec["status"] == "ok", rec.get("error")
+    mem = rec["memory"]
+    assert mem["peak_reserved"] >= mem["peak_allocated"] > 0
+    assert mem["context_bytes"] and mem["context_bytes"] > 0
+    assert rec["peak_memory"] == mem["peak_reserved"] + mem["context_bytes"]
+    assert mem["nvml_used"] and mem["device_total"] > 0
+
+
+@pytest.mark.gpu
+def test_gpu_budget_gives_a_real_cuda_oom(tmp_path):
+    rec = run(tmp_path, TINY_EMBER, {"batch_size": 256}, device="cuda:0", budget=600 * 1024**2)
+    assert rec["status"] == "oom"
+    assert "out of memory" in rec["error"]["message"].lower()
+
+
+@pytest.mark.gpu
+def test_gpu_mfu_is_reported_against_a_named_peak(tmp_path):
+    rec = run(tmp_path, TINY_EMBER, {"batch_size": 32, "precision": "bf16-mixed"}, device="cuda:0")
+    if rec["flops"]["peak_tflops"] is None:
+        pytest.skip(f"no datasheet peak for {rec['env']['device']}")
+    assert 0 < rec["flops"]["mfu"] < 1

@@ -1,0 +1,50 @@
+"""Choosing best: the front, budget and headroom, noise-aware ties, tiers."""
+from harness import pareto
+
+GiB = 1024**3
+
+
+def row(n, tput, peak_gib, cv=0.005, status="ok", **extra):
+    return {"number": n, "status": status, "throughput": tput, "peak_memory": int(peak_gib * GiB),
+            "timing": {"step_s": {"cv": cv}}, "config": {"batch_size": n}, **extra}
+
+
+def test_front_drops_dominated_and_failed_configs():
+    rows = [row(0, 100, 4), row(1, 200, 6), row(2, 150, 8), row(3, 0, 0, status="oom"), row(4, 300, 2, status="diverged")]
+    front = pareto.pareto_front(pareto.measured(rows))
+    assert [r["number"] for r in front] == [0, 1]
+
+
+def test_best_leaves_the_requested_headroom_of_the_budget():
+    rows = [row(0, 100, 4), row(1, 200, 8), row(2, 300, 9.5)]
+    choice = pareto.choose(rows, budget=10 * GiB, headroom=0.1)
+    assert choice.best["number"] == 1  # 9.5 GiB would leave only 5%
+    assert choice.best["peak_memory"] <= 10 * GiB * 0.9
+    assert [r["best"] for r in rows] == [False, True, False]
+
+
+def test_a_difference_within_measured_noise_is_a_tie_won_by_less_memory():
+    rows = [row(0, 1000, 4, cv=0.03), row(1, 1040, 7, cv=0.03)]
+    assert pareto.choose(rows, None, 0.1).best["number"] == 0
+    rows = [row(0, 1000, 4, cv=0.001), row(1, 1100, 7, cv=0.001)]
+    assert pareto.choose(rows, None, 0.1).best["number"] == 1
+
+
+def test_tiers_pick_under_stricter_headroom():
+    rows = [row(0, 100, 5), row(1, 200, 8), row(2, 300, 9), row(3, 400, 9.8)]
+    tiers = pareto.choose(rows, budget=10 * GiB, headroom=0.1).tiers
+    assert tiers["safe"]["number"] == 0        # <= 75%
+    assert tiers["balanced"]["number"] == 1    # <= 85%
+    assert tiers["aggressive"]["number"] == 2  # <= 95%
+
+
+def test_smaller_card_budget_from_the_same_measurements():
+    rows = [row(0, 100, 4), row(1, 200, 8), row(2, 300, 20)]
+    assert pareto.feasible_under(rows, 10 * GiB, 0.1)["number"] == 1
+    assert pareto.feasible_under(rows, 4 * GiB, 0.1) is None
+
+
+def test_without_a_budget_capacity_is_the_measured_device_total():
+    rows = [row(0, 100, 4, memory={"device_total": 10 * GiB}), row(1, 200, 9.6, memory={"device_total": 10 * GiB})]
+    choice = pareto.choose(rows, None, 0.1)
+    assert choice.capacity == 10 * GiB and choice.best["number"] == 0
