@@ -1,2 +1,27 @@
-"""bench: find the fastest PyTorch training configuration that fits a GPU, by measuring."""
+"""bench: find the fastest PyTorch training configuration that fits a GPU, by measuring.
+
+The command line (`bench`) is the main interface; from Python, `load_study` gives a study's trials
+as a pandas DataFrame for notebooks and pipelines.
+"""
+from pathlib import Path
+
 __version__ = "0.1.0"
+
+
+def load_study(study: str | None = None, results: str | Path = "results", storage: str | None = None):
+    """A study's trials as a pandas DataFrame: one row per trial, `config.<knob>` columns, the
+    headline figures, and the `pareto` / `best` / `baseline` / `tier` marks `bench report` shows.
+
+    study: name (default: the most recent under `results`); storage: an Optuna storage URL.
+    """
+    import pandas as pd
+
+    from harness import report
+    from harness import study as studies
+
+    results = Path(results)
+    name = study or studies.latest_study(results, storage)
+    loaded = studies.load(studies.existing_storage(storage, results, name), name)
+    rows = studies.rows_of(loaded)
+    report.annotate(rows, studies.study_info(loaded))
+    return pd.DataFrame(report.flat(rows))

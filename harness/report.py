@@ -120,10 +120,45 @@ def summary(rows: list[dict], choice: pareto.Choice, info: dict) -> Text:
             lines.append(f"baseline (trial {base['number']}) ended {base['status']}: nothing to compare against")
         if choice.capacity:
             lines.append(f"headroom left: {1 - best['peak_memory'] / choice.capacity:.0%} of {gib(choice.capacity)}")
+    if best and (best.get("memory") or {}).get("breakdown"):
+        parts = best["memory"]["breakdown"]
+        lines.append("best's memory: " + ", ".join(f"{k} {gib(v)}" for k, v in parts.items()))
+    lines.extend(compile_lines(rows))
+    lines.append("tiers (headroom of capacity: safe 25%, balanced 15%, aggressive 5%):")
     for name, tier in choice.tiers.items():
         lines.append(f"  {name:<10} " + (f"trial {tier['number']}: {tier['throughput']:.1f} samples/s, "
                                          f"peak {gib(tier['peak_memory'])}" if tier else "nothing fits"))
     return Text("\n".join(lines))
+
+
+def compile_payback(rows: list[dict]) -> list[dict]:
+    """For each compiled ok trial with an eager twin (same knobs, compile off): cost and break-even."""
+    eager = {tuple(sorted((k, repr(v)) for k, v in r["config"].items() if k != "compile")): r
+             for r in rows if r["status"] == "ok" and r["config"].get("compile", "off") == "off"}
+    out = []
+    for r in rows:
+        if r["status"] != "ok" or r["config"].get("compile", "off") == "off":
+            continue
+        twin = eager.get(tuple(sorted((k, repr(v)) for k, v in r["config"].items() if k != "compile")))
+        if twin is None:
+            continue
+        saved = twin["timing"]["step_s"]["median"] - r["timing"]["step_s"]["median"]
+        cost = r["timing"]["compile_s"] - twin["timing"]["first_step_s"]
+        out.append({"trial": r["number"], "eager": twin["number"], "compile_s": r["timing"]["compile_s"],
+                    "saved_s_per_step": saved, "break_even_steps": cost / saved if saved > 0 else None})
+    return out
+
+
+def compile_lines(rows: list[dict]) -> list[str]:
+    lines = []
+    for p in compile_payback(rows):
+        if p["break_even_steps"] is None:
+            verdict = "never pays for itself (not faster than eager)"
+        else:
+            verdict = f"pays for itself after {p['break_even_steps']:,.0f} steps"
+        lines.append(f"compile: trial {p['trial']} spent {p['compile_s']:.1f}s compiling, "
+                     f"{1000 * p['saved_s_per_step']:+.1f} ms/step saved vs trial {p['eager']}: {verdict}")
+    return lines
 
 
 def describe(config: dict) -> str:
