@@ -1,0 +1,194 @@
+"""bench doctor: real facts on this machine, torch only in a child, warnings, and the NVML path."""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from harness import doctor
+
+GiB = 1024**3
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def facts(tmp_path_factory) -> dict:
+    # One real collection for the module: it starts a torch child, which takes a couple of seconds.
+    return doctor.collect(tmp_path_factory.mktemp("doctor") / "results-not-created-yet")
+
+
+def _nvml_works() -> bool:
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        return True
+    except Exception:
+        return False
+
+
+# ---- real facts on this machine -----------------------------------------------------------------
+
+def test_collects_cpu_memory_disk_and_torch(facts):
+    cpu = facts["cpu"]
+    assert cpu["model"] and cpu["cores_logical"] >= 1 and cpu["cores_usable"] >= 1
+    assert 0 < cpu["memory_available"] <= cpu["memory_total"]
+    assert 0 < facts["disk"]["free"] <= facts["disk"]["total"]
+    assert facts["torch"]["version"] == importlib.metadata.version("torch")
+    assert facts["host"]["python"] == ".".join(map(str, sys.version_info[:3]))
+
+
+@pytest.mark.skipif(_nvml_works(), reason="this machine has an NVIDIA driver")
+def test_without_a_gpu_says_so_instead_of_failing(facts):
+    assert facts["nvml"]["available"] is False
+    assert "no NVIDIA driver" in facts["nvml"]["reason"]
+    assert facts["torch"]["cuda_available"] is False and facts["torch"]["devices"] == []
+
+
+def test_facts_are_json(facts):
+    assert json.loads(json.dumps(facts)) == facts
+
+
+def test_the_cli_process_never_imports_torch():
+    code = ("import sys; from pathlib import Path; from harness import doctor; "
+            "facts = doctor.collect(Path('.')); "
+            "print(facts['torch']['version'], 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    version, imported = out.stdout.split()
+    assert version == importlib.metadata.version("torch")
+    assert imported == "False"
+
+
+def test_probe_child_prints_one_json_object():
+    out = subprocess.run([sys.executable, "-m", "harness.doctor", "--probe"], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0
+    probed = json.loads(out.stdout)
+    assert {"version", "cuda", "cuda_available", "cpu_capability", "devices"} <= probed.keys()
+
+
+def test_a_broken_probe_is_a_fact_not_a_crash(monkeypatch):
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    assert doctor._probe_torch() == {"error": "the torch probe failed: exit code 1"}
+
+
+def test_render_shows_the_facts(facts):
+    console = Console(record=True, width=140)
+    console.print(doctor.render(facts))
+    text = console.export_text()
+    assert facts["cpu"]["model"] in text and facts["torch"]["version"] in text
+    assert "free of" in text
+
+
+# ---- warnings -----------------------------------------------------------------------------------
+
+def test_low_disk_and_memory_warn_at_the_given_thresholds(facts):
+    found = doctor.warnings(facts, min_free_disk=facts["disk"]["free"] + 1,
+                            min_free_memory=facts["cpu"]["memory_available"] + 1)
+    assert any("free on the disk" in w for w in found)
+    assert any("host memory available" in w for w in found)
+    relaxed = doctor.warnings(facts, min_free_disk=0, min_free_memory=0)
+    assert not any("disk" in w or "host memory" in w for w in relaxed)
+
+
+def test_torch_failure_is_a_warning(facts):
+    broken = facts | {"torch": {"error": "the torch probe failed: ImportError: libcudart.so.12"}}
+    assert doctor.warnings(broken, 0, 0)[0].startswith("torch is not usable here")
+
+
+# ---- the NVML path, against a stand-in driver -----------------------------------------------------
+
+class _FakeNVMLError(Exception):
+    pass
+
+
+def _fake_pynvml(clock_mask: int, processes: list[tuple[int, int | None]], used: int = 1 * GiB):
+    """A pynvml module with one 80 GiB Hopper GPU, as nvidia-ml-py presents it."""
+    total = 80 * GiB
+    proc = [types.SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in processes]
+    return types.SimpleNamespace(
+        NVMLError=_FakeNVMLError,
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlSystemGetDriverVersion=lambda: "560.35.03",
+        nvmlSystemGetCudaDriverVersion=lambda: 12060,
+        nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetHandleByIndex=lambda i: f"handle{i}",
+        nvmlDeviceGetName=lambda h: "NVIDIA H100 80GB HBM3",
+        nvmlMemory_v2=2,
+        nvmlDeviceGetMemoryInfo=lambda h, version=None: types.SimpleNamespace(total=total, used=used,
+                                                                              free=total - used),
+        nvmlDeviceGetCudaComputeCapability=lambda h: (9, 0),
+        nvmlDeviceGetComputeRunningProcesses=lambda h: proc,
+        nvmlDeviceGetGraphicsRunningProcesses=lambda h: proc[:1],  # the same pid may show in both lists
+        nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: clock_mask,
+    )
+
+
+def test_nvml_lists_devices_processes_and_clock_events(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(0x4 | 0x40, [(4242, 10 * GiB), (77, None)]))
+    nvml = doctor._nvml()
+    assert nvml["driver"] == "560.35.03" and nvml["cuda_driver"] == "12.6"
+    (device,) = nvml["devices"]
+    assert device["capability"] == "9.0" and device["bf16"] and device["tf32"] and device["fp8"]
+    assert [p["pid"] for p in device["processes"]] == [77, 4242]
+    assert device["processes"][1]["used_memory"] == 10 * GiB
+    assert device["clock_events"] == ["SwPowerCap", "HwThermalSlowdown"]
+    assert json.loads(json.dumps(nvml)) == nvml
+
+
+def test_gpu_warnings_name_the_other_process_and_the_throttle(monkeypatch, facts):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(0x4, [(4242, 10 * GiB)], used=11 * GiB))
+    found = doctor.warnings(facts | {"nvml": doctor._nvml()}, 0, 0)
+    assert any("is shared: pid 4242" in w and "10.00 GiB" in w for w in found)
+    assert any("clocks are held back now (software power cap)" in w for w in found)
+    assert any("already has 11.00 GiB in use, 69.00 GiB free of 80.00 GiB" in w for w in found)
+
+
+def test_idle_clocks_and_an_empty_gpu_do_not_warn(monkeypatch, facts):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(0x1, [], used=300 * 1024**2))
+    torch = facts["torch"] | {"cuda_available": True, "cuda": "12.6"}
+    assert doctor.warnings(facts | {"torch": torch, "nvml": doctor._nvml()}, 0, 0) == []
+
+
+def test_torch_that_cannot_use_the_gpu_warns(monkeypatch, facts):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(0x1, []))
+    nvml = doctor._nvml()
+    cpu_build = facts["torch"] | {"cuda_available": False, "cuda": None}
+    assert any("torch does not" in w for w in doctor.warnings(facts | {"torch": cpu_build, "nvml": nvml}, 0, 0))
+    too_new = facts["torch"] | {"cuda_available": True, "cuda": "12.8"}
+    assert any("driver supports up to 12.6" in w
+               for w in doctor.warnings(facts | {"torch": too_new, "nvml": nvml}, 0, 0))
+
+
+def test_render_with_a_gpu_escapes_markup(monkeypatch, facts):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(0x4, [(4242, 2 * GiB)]))
+    monkeypatch.setattr(doctor, "_process_name", lambda pid: "[bold]trainer[/bold]")
+    console = Console(record=True, width=160)
+    console.print(doctor.render(facts | {"nvml": doctor._nvml()}))
+    text = console.export_text()
+    assert "NVIDIA H100 80GB HBM3" in text and "software power cap" in text
+    assert "[bold]trainer[/bold]" in text  # shown as written, not swallowed as markup
+
+
+def test_show_json_is_parseable(tmp_path):
+    console = Console(record=True, width=200)
+    doctor.show(tmp_path, as_json=True, console=console)
+    printed = json.loads(console.export_text())
+    assert {"host", "cpu", "disk", "torch", "nvml", "warnings"} <= printed.keys()
+
+
+# ---- on a real GPU ------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _nvml_works(), reason="needs an NVIDIA driver")
+def test_real_gpu_is_described(facts):
+    devices = facts["nvml"]["devices"]
+    assert devices and all(d["memory_total"] > 0 and d["capability"] for d in devices)
+    assert facts["torch"]["cuda_available"] and facts["torch"]["devices"]
+    assert facts["torch"]["devices"][0]["capability"] in {d["capability"] for d in devices}

@@ -1,0 +1,280 @@
+"""The HTML report: escaping, self-containment, the plots' parts, and a real headless browser."""
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+
+from harness.report_html import render_html
+
+GiB = 1024**3
+
+
+def _trial(number, status, batch, precision, compile_="off", checkpointing="none", throughput=None,
+           peak=None, **extra) -> dict:
+    row = {
+        "number": number, "status": status,
+        "config": {"batch_size": batch, "accumulation": 1, "precision": precision,
+                   "checkpointing": checkpointing, "compile": compile_},
+        "throughput": throughput, "peak_memory": peak,
+        "pareto": False, "best": False, "baseline": False, "tier": None,
+        "timing": {"compile_s": 0.0 if compile_ == "off" else 41.5, "warmup_s": 3.2, "measure_s": 10.0,
+                   "wall_s": 24.0, "step_s": {"median": 16 / throughput, "p10": 15 / throughput,
+                                                 "p90": 17 / throughput, "cv": 0.03} if throughput else {}},
+        "memory": {}, "flops": {"tflops": 88.0, "mfu": 0.28} if throughput else None,
+        "tokens_per_s": {"median": throughput * 512, "p10": throughput * 500, "p90": throughput * 520}
+        if throughput else None,
+        "env": {"device": "NVIDIA H100 80GB HBM3"}, "error": None,
+    }
+    row.update(extra)
+    return row
+
+
+def synthetic_rows() -> list[dict]:
+    """Twelve trials of a made-up sweep: every status, a front, a baseline and a best."""
+    rows = [
+        _trial(0, "ok", 16, "fp32", throughput=410.0, peak=int(9.1 * GiB), baseline=True),
+        _trial(1, "ok", 32, "bf16-mixed", throughput=905.0, peak=int(8.2 * GiB), pareto=True),
+        _trial(2, "ok", 64, "bf16-mixed", "default", throughput=1290.0, peak=int(13.9 * GiB), pareto=True,
+               tier="balanced"),
+        _trial(3, "ok", 128, "bf16-mixed", "default", "selective", throughput=1335.0, peak=int(17.6 * GiB),
+               pareto=True, best=True, tier="aggressive",
+               memory={"breakdown": {"weights": int(1.9 * GiB), "gradients": int(1.9 * GiB),
+                                     "optimizer": int(3.8 * GiB), "activations": int(8.6 * GiB)},
+                       "device_total": 80 * GiB, "budget": 24 * GiB}),
+        _trial(4, "ok", 16, "bf16-true", throughput=760.0, peak=int(4.4 * GiB), pareto=True, tier="safe"),
+        _trial(5, "ok", 64, "fp16-mixed", "max-autotune", "full", throughput=880.0, peak=int(9.5 * GiB)),
+        _trial(6, "ok", 32, "tf32", throughput=700.0, peak=int(12.0 * GiB)),
+        _trial(7, "oom", 256, "bf16-mixed", "default", peak=int(26.3 * GiB),
+               error={"type": "OutOfMemoryError", "message": "CUDA out of memory. Tried to allocate 2.1 GiB"}),
+        _trial(8, "oom", 128, "fp32", error={"type": "OutOfMemoryError", "message": "CUDA out of memory"}),
+        _trial(9, "crash", 64, "fp16-mixed", "reduce-overhead",
+               error={"type": "SIGSEGV", "message": "child died with signal 11"}),
+        _trial(10, "diverged", 128, "fp16-mixed", throughput=1010.0, peak=int(15.0 * GiB),
+               error={"type": "NonFiniteLoss", "message": "loss became nan at step 37"}),
+        _trial(11, "timeout", 256, "fp32", "max-autotune",
+               error={"type": "Timeout", "message": "no record after 600 s"}),
+    ]
+    return rows
+
+
+def synthetic_study() -> dict:
+    return {
+        "name": "emberformer", "budget": 24 * GiB, "headroom": 0.1, "device_total": 80 * GiB,
+        "created": "2026-11-03T14:07:00", "counts": {"ok": 7, "oom": 2, "crash": 1, "diverged": 1, "timeout": 1},
+        "env": {"device": "NVIDIA H100 80GB HBM3", "driver": "560.35.03", "cuda": "12.6", "torch": "2.13.0",
+                "python": "3.11.7", "host": "gpu-node-7", "bench": "0.1.0"},
+    }
+
+
+@pytest.fixture
+def page() -> str:
+    return render_html(synthetic_rows(), synthetic_study())
+
+
+def _svg(page: str, cls: str) -> str:
+    match = re.search(rf'<svg class="plot {cls}".*?</svg>', page, re.S)
+    assert match, f"no {cls} plot"
+    return match.group(0)
+
+
+# ---- unit tests ---------------------------------------------------------------------------------
+
+def test_user_strings_are_escaped():
+    rows = synthetic_rows()
+    rows[3]["config"]["precision"] = "<script>alert(1)</script>"
+    rows[9]["error"]["message"] = 'boom <img src=x onerror="alert(2)">'
+    study = synthetic_study() | {"name": "<script>alert('name')</script>"}
+    study["env"]["host"] = "<b>host</b>"
+    page = render_html(rows, study)
+    assert "<script>alert" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&lt;script&gt;alert(&#x27;name&#x27;)&lt;/script&gt;" in page
+    assert "<img src=x" not in page and "<b>host</b>" not in page
+    assert page.count("<script>") == 1  # only the page's own table sorter
+
+
+def test_page_is_self_contained(page):
+    assert "http://" not in page and "https://" not in page
+    assert not re.search(r'(src|href)\s*=\s*["\']?(https?:)?//', page)
+    assert "<link" not in page and "@import" not in page
+    assert "<style>" in page and "<script>" in page
+
+
+def test_pareto_front_is_a_staircase_through_the_front(page):
+    frontier = _svg(page, "frontier")
+    path = re.search(r'<path class="pareto-front" d="([^"]+)"', frontier).group(1)
+    assert path.startswith("M") and "H" in path and "V" in path
+    # Four front points: a start, then one horizontal + vertical step per further point, then the tail.
+    assert path.count("V") == 3 and path.count("H") == 4
+    assert frontier.count('class="pt pareto') == 4
+
+
+def test_every_oom_is_drawn_once_as_a_cross(page):
+    frontier = _svg(page, "frontier")
+    assert len(re.findall(r'<g class="oom"', frontier)) == 2
+    assert 'data-trial="7"' in frontier and 'data-trial="8"' in frontier
+
+
+def test_oom_without_a_size_sits_at_the_budget():
+    rows = [_trial(0, "ok", 8, "fp32", throughput=100.0, peak=2 * GiB),
+            _trial(1, "oom", 64, "fp32")]
+    study = synthetic_study() | {"budget": 6 * GiB}
+    frontier = _svg(render_html(rows, study), "frontier")
+    budget_x = re.search(r'<g class="limit budget"><line x1="([\d.]+)"', frontier).group(1)
+    cross = re.search(r'<g class="oom".*?<path d="M([\d.]+) ', frontier, re.S).group(1)
+    assert abs(float(cross) + 6 - float(budget_x)) < 0.2
+
+
+def test_a_budget_far_above_every_measurement_is_named_off_the_scale():
+    """A 24 GiB plan measured on a small CPU model: the points keep the axis, the budget a note."""
+    rows = [_trial(0, "ok", 8, "fp32", throughput=11.0, peak=150 * 1024**2, baseline=True, best=True,
+                   pareto=True, memory={"breakdown": {"weights": 2 * 1024**2, "activations": 14 * 1024**2}}),
+            _trial(1, "oom", 64, "fp32")]
+    page = render_html(rows, synthetic_study())
+    frontier = _svg(page, "frontier")
+    assert 'class="limit' not in frontier
+    assert "10% headroom: 21.60 GiB · budget 24.00 GiB: off the scale →" in frontier
+    assert ">0.16<" in frontier and ">1<" not in frontier  # sized to the 150 MiB point
+    assert "budget 24.00 GiB: off the scale ↑" in _svg(page, "breakdown")
+
+
+def test_points_budget_lines_and_labels(page):
+    frontier = _svg(page, "frontier")
+    assert frontier.count('<g class="pt') == 8  # 7 ok + 1 diverged; failures have no throughput
+    assert 'class="limit budget"' in frontier and 'class="limit usable"' in frontier
+    assert "10% headroom: 21.60 GiB" in frontier
+    assert ">best #3<" in frontier and ">baseline #0<" in frontier
+    assert "3.26×" in frontier  # 1335 / 410
+
+
+def test_batch_plot_has_one_series_per_precision(page):
+    batch = _svg(page, "batch")
+    precisions = re.findall(r'<g class="series" data-precision="([^"]+)"', batch)
+    assert precisions == ["fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true"]
+    assert ">16<" in batch and ">128<" in batch  # power-of-two ticks
+
+
+def test_breakdown_of_the_best_config(page):
+    breakdown = _svg(page, "breakdown")
+    parts = re.findall(r'data-part="([^"]+)"', breakdown)
+    assert parts == ["weights", "gradients", "optimizer", "activations", "other"]
+    assert "8.60 GiB" in breakdown and "budget 24.00 GiB" in breakdown
+
+
+def test_summary_and_table(page):
+    assert "3.26×" in page and "6.40 GiB" in page  # headroom left: 24 - 17.6
+    assert page.count('<tr class=') == 12
+    assert "loss became nan at step 37" in page
+    assert "NVIDIA H100 80GB HBM3" in page and "560.35.03" in page
+
+
+def test_renders_an_empty_study():
+    page = render_html([], {"name": "fresh", "budget": None, "headroom": 0.0, "env": {}})
+    assert "No trial measured" in page and "<svg" not in page
+
+
+def test_small_cpu_sized_memory_gets_fractional_ticks():
+    rows = [_trial(0, "ok", 8, "fp32", throughput=55.0, peak=90 * 1024**2, baseline=True, best=True,
+                   pareto=True)]
+    frontier = _svg(render_html(rows, {"name": "cpu", "budget": None, "headroom": 0.1}), "frontier")
+    assert ">0.02<" in frontier and ">0.1<" in frontier
+    assert ">best #0<" in frontier and ">baseline #0<" in frontier
+
+
+def test_renders_what_the_study_stores():
+    """cli passes study user attrs (no env; workload as a dict) and rows straight from the records."""
+    rows = synthetic_rows()[:3]
+    rows[0]["tokens_per_s"] = 1234.0  # a bare number is read as the median
+    rows[1]["env"] = {"device": "cpu", "host_memory": 16 * GiB, "device_total": 16 * GiB, "driver": None}
+    rows[0]["env"] = rows[2]["env"] = None
+    rows.append({"number": 3, "status": "running", "throughput": None, "peak_memory": None, "error": None,
+                 "config": {"batch_size": 8}, "baseline": False})
+    study = {"name": "s", "workload": {"name": "tiny-lm", "size": "s"}, "memory_budget": None,
+             "headroom": 0.1, "created": "2026-11-03T14:07:00", "budget": None, "device_total": 16 * GiB}
+    page = render_html(rows, study)
+    assert "tiny-lm · cpu · 2026-11-03T14:07:00" in page
+    assert "<dt>host_memory</dt><dd>16.00 GiB</dd>" in page and "<dt>driver</dt>" not in page
+    assert ">1,234<" in page and ">463,360<" in page
+    assert 'class="badge st-running"' in page
+
+
+def test_renders_without_successful_trials():
+    rows = [_trial(0, "oom", 64, "fp32"), _trial(1, "crash", 32, "fp32", error=None)]
+    page = render_html(rows, {"name": "s", "budget": None, "headroom": 0.1, "env": {}})
+    assert "No configuration finished" in page
+    assert len(re.findall(r'<g class="oom"', page)) == 1
+
+
+# ---- in a real browser --------------------------------------------------------------------------
+
+CHROMIUM = shutil.which("chromium")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--hide-scrollbars"]
+
+
+def _chromium(tmp_path: Path, *args: str) -> str:
+    result = subprocess.run(
+        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *args],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def _png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
+    """Width, height and the raw scanlines of an 8-bit RGB/RGBA PNG, with only the stdlib."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, header = 8, b"", None
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        chunk = data[pos + 8:pos + 8 + length]
+        header = chunk if kind == b"IHDR" else header
+        idat += chunk if kind == b"IDAT" else b""
+        pos += 12 + length
+    width, height, depth, colour_type = struct.unpack(">IIBB", header[:10])
+    assert depth == 8 and colour_type in (2, 6)
+    stride = width * (3 if colour_type == 2 else 4) + 1
+    raw = zlib.decompress(idat)
+    return width, height, [raw[i * stride:(i + 1) * stride] for i in range(height)]
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="headless browser test needs `chromium` on PATH")
+def test_report_renders_in_chromium(tmp_path):
+    report = tmp_path / "report.html"
+    report.write_text(render_html(synthetic_rows(), synthetic_study()))
+    dom = _chromium(tmp_path, "--dump-dom", report.as_uri())
+    assert len(re.findall(r'<svg class="plot ', dom)) == 3
+    assert len(re.findall(r'<g class="pt', dom)) == 8
+    assert len(re.findall(r'<g class="oom"', dom)) == 2
+    assert 'class="pareto-front"' in dom
+    assert len(re.findall(r"<tr class=", dom)) == 12
+
+    shot = tmp_path / "report.png"
+    _chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,2400", report.as_uri())
+    width, height, lines = _png_pixels(shot)
+    assert (width, height) == (1280, 2400)
+    # Not blank: scanlines (PNG filter byte included) differ, and many distinct ones exist.
+    assert len(set(lines)) > height // 4
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="headless browser test needs `chromium` on PATH")
+def test_clicking_a_header_sorts_numerically(tmp_path):
+    page = render_html(synthetic_rows(), synthetic_study())
+    # Click "#" twice (ascending, then descending) the way a person would, then read the DOM back.
+    click = ("<script>const th=[...document.querySelectorAll('th')].find(h=>h.textContent==='#');"
+             "th.click();th.click();</script></body>")
+    report = tmp_path / "sorted.html"
+    report.write_text(page.replace("</body>", click))
+    dom = _chromium(tmp_path, "--dump-dom", report.as_uri())
+    order = [int(n) for n in re.findall(r'<tr class="[^"]*" data-trial="(\d+)"', dom)]
+    assert order == sorted(order, reverse=True) and len(order) == 12
