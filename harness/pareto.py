@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 TIERS = {"safe": 0.25, "balanced": 0.15, "aggressive": 0.05}
 MIN_NOISE = 0.01  # below 1% nobody should care which config is faster
+MAX_NOISE = 0.10  # a very noisy trial (a loaded machine) must not tie with one 2x faster
 
 
 @dataclass
@@ -49,9 +50,9 @@ def pareto_front(rows: list[dict]) -> list[dict]:
 
 
 def noise(row: dict) -> float:
-    """Relative noise of a row's throughput: twice its step-time CV, at least MIN_NOISE."""
+    """Relative noise of a row's throughput: twice its step-time CV, within [MIN_NOISE, MAX_NOISE]."""
     cv = (row.get("timing") or {}).get("step_s", {}).get("cv") or 0.0
-    return max(2 * cv, MIN_NOISE)
+    return min(max(2 * cv, MIN_NOISE), MAX_NOISE)
 
 
 def pick(candidates: list[dict]) -> dict | None:

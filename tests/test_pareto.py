@@ -48,3 +48,8 @@ def test_without_a_budget_capacity_is_the_measured_device_total():
     rows = [row(0, 100, 4, memory={"device_total": 10 * GiB}), row(1, 200, 9.6, memory={"device_total": 10 * GiB})]
     choice = pareto.choose(rows, None, 0.1)
     assert choice.capacity == 10 * GiB and choice.best["number"] == 0
+
+
+def test_even_a_very_noisy_trial_never_ties_with_one_twice_as_fast():
+    rows = [row(0, 100, 2, cv=1.1), row(1, 200, 6, cv=0.8)]
+    assert pareto.choose(rows, None, 0.1).best["number"] == 1

@@ -1,0 +1,92 @@
+"""`bench apply` through the CLI on a study with known trials: best, tiers, --budget, refusals."""
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from harness import spec as specs
+from harness import study as studies
+from harness.cli import main
+from tests.conftest import write_spec
+
+GiB = 1024**3
+
+# (batch_size, precision, samples/s, peak GiB, status) against a 10 GiB budget with 10% headroom.
+KNOWN = [
+    (8, "fp32", 100.0, 2.0, "ok"),          # baseline
+    (16, "bf16-mixed", 300.0, 5.0, "ok"),   # safe (<= 7.5)
+    (32, "bf16-mixed", 400.0, 8.0, "ok"),   # balanced (<= 8.5) and best (<= 9.0)
+    (64, "bf16-mixed", 450.0, 9.3, "ok"),   # aggressive only (<= 9.5)
+    (64, "fp32", 0.0, 10.0, "oom"),
+    (32, "fp32", 500.0, 3.0, "diverged"),   # fastest, but broken: never chosen
+]
+
+
+@pytest.fixture
+def known_study(project):
+    spec_path = write_spec(project, "known", memory={"budget": "10GiB", "headroom": 0.1},
+                           search={"batch_size": [8, 16, 32, 64], "precision": ["fp32", "bf16-mixed"]})
+    spec = specs.load(spec_path)
+    study = studies.create(spec, studies.open_storage(None, project / "results", "known"), "cpu")
+    sweep = studies.Sweep(spec, study, "cpu", project / "results", len(KNOWN), None)
+    for i, (batch, precision, tput, peak, status) in enumerate(KNOWN):
+        trial = study.ask({})
+        config = spec.config({"batch_size": batch, "precision": precision})
+        trial.set_user_attr("config", config)
+        if i == 0:
+            trial.set_user_attr("baseline", True)
+        rec = {"status": status, "config": config, "throughput": tput or None, "peak_memory": int(peak * GiB),
+               "timing": {"step_s": {"cv": 0.001, "median": batch / tput if tput else None}},
+               "env": {"device": "Test GPU"}, "error": None, "number": trial.number}
+        sweep.tell(trial, rec)
+    return project
+
+
+def apply(*args):
+    return CliRunner().invoke(main, ["apply", *args], catch_exceptions=False)
+
+
+def batch_in(project):
+    return yaml.safe_load((project / "examples" / "config.yaml").read_text())["data_loader"]["batch_size"]
+
+
+@pytest.mark.parametrize("which, batch", [("best", 32), ("safe", 16), ("balanced", 32), ("aggressive", 64), ("1", 16)])
+def test_each_choice_writes_its_trial(known_study, which, batch):
+    result = apply(which)
+    assert result.exit_code == 0, result.output
+    assert batch_in(known_study) == batch
+
+
+def test_budget_picks_the_best_that_fits_a_smaller_card(known_study):
+    result = apply("--budget", "6GiB")
+    assert result.exit_code == 0, result.output
+    assert batch_in(known_study) == 16  # 5 GiB fits 6 GiB with 10% headroom; 8 GiB does not
+
+
+def test_refusals_change_nothing(known_study):
+    target = known_study / "examples" / "config.yaml"
+    before = target.read_bytes()
+    for args in (["4"], ["5"], ["99"], ["--budget", "1GiB"], ["fastest"]):
+        result = CliRunner().invoke(main, ["apply", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert len(result.output.strip().splitlines()) == 1, result.output
+        assert target.read_bytes() == before
+    assert not list(target.parent.glob("*.bench-backup-*"))
+
+
+def test_provenance_names_study_trial_and_measurement(known_study):
+    assert apply("best").exit_code == 0
+    text = (known_study / "examples" / "config.yaml").read_text()
+    head = text.splitlines()[0]
+    assert head.startswith("# bench apply:")
+    assert "known" in text.split("\n\n")[0] and "Test GPU" in text
+
+
+def test_report_marks_the_known_choice(known_study):
+    result = CliRunner().invoke(main, ["report", "--format", "json"])
+    rows = {r["number"]: r for r in json.loads(result.output)}
+    assert rows[2]["best"] and rows[2]["tier"] == "balanced"
+    assert rows[1]["tier"] == "safe" and rows[3]["tier"] == "aggressive"
+    assert not rows[5]["pareto"] and not rows[5]["best"]
+    assert rows[0]["baseline"]
