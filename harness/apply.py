@@ -621,9 +621,14 @@ def _with_provenance_comment(text: str, provenance: dict) -> str:
     """The text with the provenance block at the top, replacing the block a previous apply left."""
     newline = "\r\n" if "\r\n" in text else "\n"
     lines = text.splitlines(keepends=True)
-    while lines and lines[0].startswith(PROVENANCE_MARK):
-        lines.pop(0)
-    return "".join(line + newline for line in _provenance_lines(provenance)) + "".join(lines)
+    header = 0  # Hydra reads `# @package ...` only from the leading `# @` lines: keep them first
+    while header < len(lines) and lines[header].startswith("# @"):
+        header += 1
+    body = lines[header:]
+    while body and body[0].startswith(PROVENANCE_MARK):
+        body.pop(0)
+    block = "".join(line + newline for line in _provenance_lines(provenance))
+    return "".join(lines[:header]) + block + "".join(body)
 
 
 def _sidecar_json(destination: Path, provenance: dict, changes: list) -> str:

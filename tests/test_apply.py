@@ -635,3 +635,19 @@ def test_workload_knobs_are_accepted_and_checked_when_the_workload_is_known(tmp_
     section = {"file": "c.yaml", "keys": {"seqlen": "data.seq"}}
     with pytest.raises(UserError, match=r"the workload has no knob 'seqlen' \(did you mean 'seq_len'\?\)"):
         parse_apply_section(section, tmp_path, "x.yaml", known_knobs={"batch_size", "seq_len"})
+
+
+def test_provenance_goes_below_a_hydra_package_header(tmp_path):
+    target = tmp_path / "gpu.yaml"
+    target.write_text("# @package _global_\n# our 24 GB card\ndata:\n  batch_size: 8\n")
+    spec = apply.parse_apply_section({"file": "gpu.yaml", "keys": {"batch_size": "data.batch_size"}}, tmp_path, "s.yaml")
+    provenance = {"study": "s", "trial": 1, "device": "cpu", "throughput": 1.0, "peak_memory": 1, "date": "d"}
+    for _ in range(2):  # re-applying replaces the block, still below the header
+        apply.write(apply.plan(spec, {"batch_size": 16}, provenance))
+    lines = target.read_text().splitlines()
+    assert lines[0] == "# @package _global_"
+    assert lines[1].startswith(apply.PROVENANCE_MARK)
+    block = [line for line in lines if line.startswith(apply.PROVENANCE_MARK)]
+    assert block == lines[1:1 + len(block)]  # one contiguous block, not stacked
+    assert len(block) == len(apply._provenance_lines(provenance))
+    assert "# our 24 GB card" in lines and "  batch_size: 16" in lines
