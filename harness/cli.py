@@ -1,6 +1,7 @@
 """`bench`: parse, call, print. Every UserError becomes one line on stderr and exit code 2."""
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import json
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from harness import __version__, apply, launch, pareto, report, spec as specs, study as studies
 from harness.errors import UserError
@@ -36,12 +38,40 @@ def user_errors(fn):
         except UserError as exc:
             if click.get_current_context().find_root().params.get("debug"):
                 raise
-            err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-            sys.exit(2)
+            say_error(str(exc))
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def say_error(message: str) -> None:
+    """One line on stderr, exit 2. Escaped: the message quotes user input, which is not markup."""
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    sys.exit(2)
+
+
+@contextlib.contextmanager
+def one_line_usage_errors():
+    try:
+        yield
+    except click.exceptions.NoArgsIsHelpError:
+        raise
+    except click.UsageError as exc:
+        where = f"; see `{exc.ctx.command_path} --help`" if exc.ctx else ""
+        say_error(exc.format_message().rstrip(".") + where)
+
+
+class Bench(click.Group):
+    """Usage errors (a bad option value, an unknown option) are one line and exit 2 too, not click's block."""
+
+    def make_context(self, *args, **kwargs):
+        with one_line_usage_errors():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx):
+        with one_line_usage_errors():
+            return super().invoke(ctx)
+
+
+@click.group(cls=Bench, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks for user errors too.")
 @click.version_option(__version__, prog_name="bench")
 def main(debug: bool) -> None:
@@ -138,12 +168,16 @@ def run_sweep(spec, device, total, deadline, storage_url, results) -> None:
               f"on {device}, {spec.space_size()} configs in the space, up to {total} trials → {where}")
     if spec.memory_budget:
         out.print(f"memory budget {gib(spec.memory_budget)}, headroom {spec.headroom:.0%}")
-    sweep = studies.Sweep(spec, study, device, results, total, deadline, LiveProgress(spec))
+    progress = LiveProgress(spec)
+    sweep = studies.Sweep(spec, study, device, results, total, deadline, progress)
     try:
         sweep.run()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, UserError) as exc:
+        progress.stop()  # a running spinner keeps the terminal's cursor hidden: stop it before any message
+        if isinstance(exc, UserError):
+            raise
         err.print("interrupted: the running trial was stopped and recorded as interrupted; "
-                  "re-run the same command to resume")
+                  "re-run the same command to resume", soft_wrap=True)  # one line, however narrow the terminal
         sys.exit(130)
 
 
@@ -163,9 +197,12 @@ class LiveProgress(studies.Progress):
         self.status.start()
         self.text = f"[{done + 1}/{total}] #{number}{label} {report.describe(config)}"
 
-    def trial_finished(self, number, rec, best, duplicate_of):
+    def stop(self):
         if self.status:
             self.status.stop()
+
+    def trial_finished(self, number, rec, best, duplicate_of):
+        self.stop()
         out.print(f"{self.text}\n    → {outcome(rec)}", highlight=False)
         if best:
             out.print(f"    best so far: #{best['number']} {best['throughput']:.1f} samples/s, "
@@ -197,10 +234,13 @@ def outcome(rec: dict) -> str:
 @click.option("--scenario", help="Take the workload and budget from this scenario.")
 @click.option("--memory-budget", metavar="SIZE", help="Run under this memory, e.g. 24GiB.")
 @click.option("--timeout", metavar="DURATION", help="Trial time limit (default: the spec's).")
+@click.option("--preset", help="Built-in workload preset to use instead of the spec's, e.g. tiny.")
 @user_errors
-def trial(spec_path, overrides, device, scenario, memory_budget, timeout):
+def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset):
     """Run one config of SPEC and print its JSON record on stdout."""
     spec = specs.load(spec_path, scenario)
+    if preset:
+        spec = specs.with_preset(spec, preset)
     if memory_budget:
         spec = replace(spec, memory_budget=parse_size(memory_budget, "--memory-budget"))
     device = resolve_device(device)
@@ -347,8 +387,4 @@ def workloads():
 def doctor(as_json, results):
     """What hardware this is, what it supports, and what would spoil a measurement."""
     from harness import doctor as doc
-    facts = doc.collect(results)
-    if as_json:
-        click.echo(json.dumps(facts, indent=1, default=str))
-    else:
-        out.print(doc.render(facts))
+    doc.show(results, as_json=as_json, console=out)

@@ -52,9 +52,11 @@ class TailBuffer:
         return b"".join(self.chunks)[-LOG_TAIL_BYTES:].decode("utf-8", "replace")
 
 
-def child_env(config: dict, device: str, workdir: Path) -> dict:
+def child_env(config: dict, device: str, workdir: Path, import_paths: list[str]) -> dict:
     """The child's environment: allocator settings must be there before CUDA starts."""
-    env = dict(os.environ, PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1",
+    env = dict(os.environ,
+               PYTHONPATH=os.pathsep.join([*import_paths, *filter(None, [os.environ.get("PYTHONPATH")])]),
+               PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1",
                TORCHINDUCTOR_CACHE_DIR=str(workdir / "inductor"),  # cold cache per trial: honest compile_s
                TORCHINDUCTOR_COMPILE_THREADS="1")
     if config.get("expandable_segments"):
@@ -73,7 +75,7 @@ def run(job: dict, limits: Limits, log_path: Path) -> dict:
     """
     with tempfile.TemporaryDirectory(prefix="bench-trial-") as tmp:
         workdir = Path(tmp)
-        env = child_env(job["config"], job["device"], workdir)
+        env = child_env(job["config"], job["device"], workdir, job["workload"].get("path", []))
         job = dict(job, heartbeat=str(workdir / "heartbeat.json"),
                    device="cuda:0" if job["device"].startswith("cuda") else job["device"])
         (workdir / "job.json").write_text(json.dumps(job))

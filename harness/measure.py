@@ -9,7 +9,6 @@ import platform
 import resource
 import socket
 import statistics
-import sys
 import time
 
 import torch

@@ -1,6 +1,8 @@
 """Choosing "best": feasibility under a memory budget, the Pareto front, noise-aware ties, tiers.
 
-Best is the highest-throughput feasible config on the front whose peak memory leaves the requested
+Throughput is samples/s, or tokens/s for a study whose `objective` is tokens (the fair measure when
+a searched knob such as seq_len changes what one sample is). Best is the highest-throughput
+feasible config on the front whose peak memory leaves the requested
 headroom of the capacity (the budget, else the device's memory). Throughput differences smaller
 than the measured noise of the two configs are ties, and a tie goes to the config with more
 headroom. Tiers pick the same way under stricter headroom: the guides' "safe / medium /
@@ -33,16 +35,23 @@ def capacity(rows: list[dict], budget: int | None) -> float | None:
     return float(min(totals)) if totals else None
 
 
-def measured(rows: list[dict]) -> list[dict]:
-    return [r for r in rows if r.get("status") == "ok" and r.get("throughput") and r.get("peak_memory") is not None]
+def speed(row: dict, objective: str = "samples") -> float | None:
+    """The throughput a study optimizes: samples/s, or tokens/s."""
+    if objective == "tokens":
+        return (row.get("tokens_per_s") or {}).get("median")
+    return row.get("throughput")
 
 
-def pareto_front(rows: list[dict]) -> list[dict]:
+def measured(rows: list[dict], objective: str = "samples") -> list[dict]:
+    return [r for r in rows if r.get("status") == "ok" and speed(r, objective) and r.get("peak_memory") is not None]
+
+
+def pareto_front(rows: list[dict], objective: str = "samples") -> list[dict]:
     """Rows no other row beats on both throughput (higher) and peak memory (lower)."""
     front = []
     for r in rows:
-        dominated = any(o["throughput"] >= r["throughput"] and o["peak_memory"] <= r["peak_memory"]
-                        and (o["throughput"] > r["throughput"] or o["peak_memory"] < r["peak_memory"])
+        dominated = any(speed(o, objective) >= speed(r, objective) and o["peak_memory"] <= r["peak_memory"]
+                        and (speed(o, objective) > speed(r, objective) or o["peak_memory"] < r["peak_memory"])
                         for o in rows)
         if not dominated:
             front.append(r)
@@ -55,24 +64,23 @@ def noise(row: dict) -> float:
     return min(max(2 * cv, MIN_NOISE), MAX_NOISE)
 
 
-def pick(candidates: list[dict]) -> dict | None:
+def pick(candidates: list[dict], objective: str = "samples") -> dict | None:
     """Fastest candidate; among those tied with it within noise, the one using least memory."""
     if not candidates:
         return None
-    top = max(candidates, key=lambda r: r["throughput"])
-    tied = [r for r in candidates
-            if top["throughput"] - r["throughput"] <= max(noise(top), noise(r)) * top["throughput"]]
-    return min(tied, key=lambda r: (r["peak_memory"], -r["throughput"]))
+    top = max(candidates, key=lambda r: speed(r, objective))
+    fastest = speed(top, objective)
+    tied = [r for r in candidates if fastest - speed(r, objective) <= max(noise(top), noise(r)) * fastest]
+    return min(tied, key=lambda r: (r["peak_memory"], -speed(r, objective)))
 
 
-def choose(rows: list[dict], budget: int | None, headroom: float) -> Choice:
+def choose(rows: list[dict], budget: int | None, headroom: float, objective: str = "samples") -> Choice:
     """Mark rows with `pareto`, `best` and `tier`; return the choice."""
     cap = capacity(rows, budget)
-    ok = measured(rows)
-    front = pareto_front(ok)
+    front = pareto_front(measured(rows, objective), objective)
     fits = (lambda r, h: r["peak_memory"] <= cap * (1 - h)) if cap else (lambda r, h: True)
-    best = pick([r for r in front if fits(r, headroom)])
-    tiers = {name: pick([r for r in front if fits(r, h)]) for name, h in TIERS.items()}
+    best = pick([r for r in front if fits(r, headroom)], objective)
+    tiers = {name: pick([r for r in front if fits(r, h)], objective) for name, h in TIERS.items()}
     front_ids = {id(r) for r in front}
     for r in rows:
         r["pareto"] = id(r) in front_ids
@@ -83,6 +91,7 @@ def choose(rows: list[dict], budget: int | None, headroom: float) -> Choice:
     return Choice(best=best, baseline=baseline, front=front, tiers=tiers, capacity=cap)
 
 
-def feasible_under(rows: list[dict], budget: int, headroom: float) -> dict | None:
+def feasible_under(rows: list[dict], budget: int, headroom: float, objective: str = "samples") -> dict | None:
     """Best config that fits a smaller card (`bench apply --budget`), from the same measurements."""
-    return pick([r for r in pareto_front(measured(rows)) if r["peak_memory"] <= budget * (1 - headroom)])
+    front = pareto_front(measured(rows, objective), objective)
+    return pick([r for r in front if r["peak_memory"] <= budget * (1 - headroom)], objective)

@@ -22,7 +22,7 @@ MAIN_KNOBS = ("batch_size", "accumulation", "precision", "checkpointing", "compi
 
 
 def annotate(rows: list[dict], info: dict) -> pareto.Choice:
-    return pareto.choose(rows, info.get("memory_budget"), info.get("headroom", 0.1))
+    return pareto.choose(rows, info.get("memory_budget"), info.get("headroom", 0.1), info.get("objective", "samples"))
 
 
 def to_json(rows: list[dict]) -> str:

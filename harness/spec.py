@@ -7,10 +7,12 @@ one UserError line naming the file and the field, with a "did you mean" for miss
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import importlib.util
 import itertools
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,7 +40,7 @@ _POSITIVE_INTS = ("batch_size", "accumulation")
 
 TOP_KEYS = ("study", "workload", "search", "trials", "timeout", "trial", "memory", "sampler", "seed",
             "apply", "scenarios")
-WORKLOAD_KEYS = ("name", "factory", "preset", "params")
+WORKLOAD_KEYS = ("name", "factory", "path", "preset", "params")
 TRIAL_KEYS = ("timeout", "stall", "warmup_steps", "window", "min_windows", "max_windows", "target_cv",
               "max_seconds", "loss_tolerance")
 MEMORY_KEYS = ("budget", "headroom")
@@ -131,7 +133,7 @@ class Spec:
             params.update(info.presets[preset])
         params.update(self.workload.get("params") or {})
         params.update({k: v for k, v in config.items() if k not in UNIVERSAL_KNOBS})
-        section = {k: v for k, v in self.workload.items() if k in ("name", "factory")}
+        section = {k: v for k, v in self.workload.items() if k in ("name", "factory", "path")}
         if "name" in self.workload:
             section["preset"] = preset
         return {**section, "params": params}
@@ -162,7 +164,8 @@ def read_yaml(path: Path, what: str) -> dict:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"{path}{where}: invalid YAML ({getattr(exc, 'problem', None) or exc}); fix the syntax") from None
+        problem = str(getattr(exc, "problem", None) or exc).splitlines()[0]  # the rest repeats the position
+        raise UserError(f"{path}{where}: invalid YAML ({problem}); fix the syntax") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: cannot read {what} ({exc})") from None
     if data is None:
@@ -196,7 +199,7 @@ def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec
     study = raw.get("study", path.stem)
     if not isinstance(study, str) or not study.strip() or "/" in study:
         raise UserError(f"{where}: study must be a name without '/', got {study!r}")
-    workload = parse_workload(raw.get("workload"), where)
+    workload = parse_workload(raw.get("workload"), where, path.parent)
     search, fixed, effective = parse_search(raw.get("search"), workload, where)
     trial = as_mapping(raw.get("trial", {}), f"{where}: trial")
     check_keys(trial, TRIAL_KEYS, f"{where}: trial")
@@ -225,7 +228,7 @@ def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec
     )
 
 
-def parse_workload(raw, where: str) -> dict:
+def parse_workload(raw, where: str, base_dir: Path) -> dict:
     wl = as_mapping(raw, f"{where}: workload")
     check_keys(wl, WORKLOAD_KEYS, f"{where}: workload")
     if ("name" in wl) == ("factory" in wl):
@@ -233,29 +236,48 @@ def parse_workload(raw, where: str) -> dict:
                         "or `factory` (\"package.module:function\")")
     params = as_mapping(wl.get("params") or {}, f"{where}: workload.params")
     if "factory" in wl:
-        check_factory(wl["factory"], where)
-        return {"factory": wl["factory"], "params": params}
+        paths = import_paths(wl.get("path", []), base_dir, where)
+        check_factory(wl["factory"], paths, where)
+        return {"factory": wl["factory"], "path": paths, "params": params}
     name = wl["name"]
-    if name not in WORKLOADS:
+    if not isinstance(name, str) or name not in WORKLOADS:  # a list or mapping here cannot even be looked up
         raise UserError(f"{where}: workload.name: unknown workload {name!r}{did_you_mean(name, WORKLOADS)}; "
                         f"built-in: {', '.join(WORKLOADS)} (or use `factory:` for your own model)")
     preset = wl.get("preset", "auto")
     info = WORKLOADS[name]
-    if preset != "auto" and preset not in info.presets:
+    if preset != "auto" and (not isinstance(preset, str) or preset not in info.presets):
         raise UserError(f"{where}: workload.preset: {name} has no preset {preset!r}"
                         f"{did_you_mean(preset, info.presets)}; presets: auto, {', '.join(info.presets)}")
     return {"name": name, "preset": preset, "params": params}
 
 
-def check_factory(factory, where: str) -> None:
+def import_paths(raw, base_dir: Path, where: str) -> list[str]:
+    """workload.path: folders (relative to the spec file) put on the import path for the factory."""
+    folders = raw if isinstance(raw, list) else [raw]
+    out = []
+    for folder in folders:
+        if not isinstance(folder, str):
+            raise UserError(f"{where}: workload.path must be a folder or a list of folders, got {folder!r}")
+        path = (base_dir / folder).resolve()
+        if not path.is_dir():
+            raise UserError(f"{where}: workload.path: {path} is not a folder; give it relative to the spec file")
+        out.append(str(path))
+    return out
+
+
+def check_factory(factory, paths: list[str], where: str) -> None:
     """The factory's module must exist; it is imported (user code runs) only in the trial child."""
     if not isinstance(factory, str) or factory.count(":") != 1 or not all(factory.split(":")):
         raise UserError(f"{where}: workload.factory must look like \"package.module:function\", got {factory!r}")
-    module = factory.split(":")[0]
+    module = factory.split(":")[0].partition(".")[0]  # finding a submodule imports its package: user code
+    saved = list(sys.path)
+    sys.path[:0] = paths
     try:
         found = importlib.util.find_spec(module)
     except (ImportError, ValueError):
         found = None
+    finally:
+        sys.path[:] = saved
     if found is None:
         raise UserError(f"{where}: workload.factory: cannot find module {module!r}; "
                         "install your package or add its folder to PYTHONPATH")
@@ -380,6 +402,17 @@ def check_device(spec: Spec, device: str) -> None:
         if knob in spec.search or spec.fixed.get(knob):
             raise UserError(f"{spec.path}: search.{knob} only means something on a CUDA GPU; "
                             f"remove it or run with --device cuda")
+
+
+def with_preset(spec: Spec, preset: str) -> Spec:
+    """The spec with another preset of its built-in workload (`bench trial --preset tiny`)."""
+    if "name" not in spec.workload:
+        raise UserError(f"--preset {preset}: presets belong to built-in workloads; {spec.path} uses a factory")
+    info = WORKLOADS[spec.workload["name"]]
+    if preset != "auto" and preset not in info.presets:
+        raise UserError(f"--preset {preset}: {spec.workload['name']} has no such preset{did_you_mean(preset, info.presets)}; "
+                        f"presets: auto, {', '.join(info.presets)}")
+    return dataclasses.replace(spec, workload={**spec.workload, "preset": preset})
 
 
 def parse_overrides(pairs: tuple[str, ...], spec: Spec) -> dict:

@@ -8,7 +8,9 @@ user attributes, so the study alone is enough to report and apply.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import os
 import re
 import socket
@@ -28,6 +30,7 @@ from harness.spec import Dimension, Spec, all_configs
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 JOURNAL = "journal.log"
+CLAIM_LOCK = "claim.lock"
 MAX_DUPLICATES_IN_A_ROW = 30
 FEASIBLE_STATUSES = (record.OK,)
 
@@ -35,8 +38,12 @@ FEASIBLE_STATUSES = (record.OK,)
 # ---- storage -------------------------------------------------------------------------------------
 
 def redact(url: str) -> str:
-    """A storage URL fit to print: the password replaced by ***."""
-    return re.sub(r"(://[^:/@]+:)[^@/]*@", r"\1***@", url)
+    """A storage URL fit to print: the password replaced by ***.
+
+    Up to the last '@': a password may hold '/' or '@' (unescaped), and hiding a bit of the host
+    with it is the safe side.
+    """
+    return re.sub(r"(://[^:/@]*:).*@", r"\1***@", url)
 
 
 def study_dir(results: Path, study: str) -> Path:
@@ -159,11 +166,12 @@ class Sweep:
     def run_one(self) -> bool:
         """Ask, run (or reuse a measurement) and tell one trial. False when it was a duplicate."""
         done = self.counted()
-        trial = self.study.ask()
-        config = trial.user_attrs.get("config") or self.spec.config(suggest(trial, self.spec))
-        trial.set_user_attr("config", config)
-        trial.set_user_attr("worker", worker_id())
-        previous = self.measured_configs().get(config_key(config))
+        with self.claiming():
+            trial = self.study.ask()
+            config = trial.user_attrs.get("config") or self.spec.config(suggest(trial, self.spec))
+            trial.set_user_attr("config", config)
+            trial.set_user_attr("worker", worker_id())
+            previous = self.measured_configs().get(config_key(config))
         if previous is not None and previous.number != trial.number:
             self.tell_duplicate(trial, previous)
             return False
@@ -175,12 +183,24 @@ class Sweep:
         except KeyboardInterrupt:
             self.tell_interrupted(trial, config, "interrupted by the user (Ctrl-C)")
             raise
+        if (rec.get("error") or {}).get("type") == "FactoryImportError":  # every config would fail alike: stop
+            self.tell_interrupted(trial, config, rec["error"]["message"])
+            raise UserError(f"{self.spec.path}: workload.factory: {rec['error']['message']}; fix it and re-run "
+                            f"(traceback in {self.log_path(trial.number)})")
         rec.update(number=trial.number, config=config)
         rec.setdefault("error", None)
-        rec["log"] = str(self.log_path(trial.number))
+        rec["log"] = str(self.log_path(trial.number).resolve())  # readable from wherever `bench report` runs
         self.tell(trial, rec)
         self.progress.trial_finished(trial.number, rec, self.best_so_far(), None)
         return True
+
+    def claiming(self):
+        """This host's workers take turns from ask to claiming a config, and in recovering stale trials.
+
+        Without it two workers can both claim one sampled config (each checks before the other
+        has written its own), or both recover one stale trial (the second tell raises).
+        """
+        return host_lock(study_dir(self.results, self.spec.study) / CLAIM_LOCK)
 
     def job(self, config: dict) -> dict:
         return {"workload": self.spec.workload_for(self.device, config), "config": config, "device": self.device,
@@ -230,17 +250,18 @@ class Sweep:
 
     def fail_stale_trials(self) -> None:
         """RUNNING trials whose sweep process died on this host (kill -9, reboot): interrupted, re-queued."""
-        for ft in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if is_stale(ft.user_attrs.get("worker")):
-                config = ft.user_attrs.get("config") or self.spec.config(ft.params)
-                rec = {"status": record.INTERRUPTED, "config": config, "throughput": None, "peak_memory": None,
-                       "number": ft.number, "error": {"type": "Interrupted", "message": "its bench process died"}}
-                handle = optuna.trial.Trial(self.study, ft._trial_id)
-                handle.set_user_attr("status", record.INTERRUPTED)
-                handle.set_user_attr("record", rec)
-                self.study.tell(ft.number, state=TrialState.FAIL)
-                requeue(self.study, ft.params, ft.user_attrs)
-                self.progress.note(f"trial {ft.number} was left running by a process that died; it runs again")
+        with self.claiming():
+            for ft in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                if is_stale(ft.user_attrs.get("worker")):
+                    config = ft.user_attrs.get("config") or self.spec.config(ft.params)
+                    rec = {"status": record.INTERRUPTED, "config": config, "throughput": None, "peak_memory": None,
+                           "number": ft.number, "error": {"type": "Interrupted", "message": "its bench process died"}}
+                    handle = optuna.trial.Trial(self.study, ft._trial_id)
+                    handle.set_user_attr("status", record.INTERRUPTED)
+                    handle.set_user_attr("record", rec)
+                    self.study.tell(ft.number, state=TrialState.FAIL)
+                    requeue(self.study, ft.params, ft.user_attrs)
+                    self.progress.note(f"trial {ft.number} was left running by a process that died; it runs again")
 
     # -- counting ----------------------------------------------------------------------------------
     def finished(self):
@@ -288,6 +309,15 @@ def requeue(study: optuna.Study, params: dict, attrs: dict) -> None:
 
 def config_key(config: dict) -> tuple:
     return tuple(sorted((k, repr(v)) for k, v in config.items()))
+
+
+@contextlib.contextmanager
+def host_lock(path: Path):
+    """An exclusive lock among this host's processes; the kernel drops it when its holder dies."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 def worker_id() -> dict:

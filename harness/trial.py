@@ -41,10 +41,21 @@ class Heartbeat:
 
 
 def die_with_parent() -> None:
-    """No orphan may keep a GPU busy: when the parent goes, take the whole process group down."""
-    parent = os.getppid()
+    """No orphan may keep a GPU busy: when the parent goes, take the whole process group down.
+
+    The parent-death signal is SIGTERM with a handler, not SIGKILL: SIGKILL would end this process
+    alone and leave its grandchildren (DataLoader workers, compile pools) running.
+    """
+    me, parent = os.getpid(), os.getppid()
+
+    def on_sigterm(signum, frame):
+        if os.getpid() != me:  # a forked DataLoader worker inherits this handler: it just ends, as by default
+            os._exit(128 + signum)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:  # Linux: the kernel signals us the moment the parent dies
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
 
@@ -92,6 +103,8 @@ class Trial:
             measure.limit_cpu_memory(budget)
         torch.manual_seed(self.job.get("seed", 0))
         knobs.set_numerics(self.precision, self.config.get("cudnn_benchmark", False))
+        if self.job["workload"].get("factory"):
+            import_factory(self.job["workload"]["factory"])
         t0 = time.perf_counter()
         self.wl = workloads.build(self.job["workload"])
         self.timing["build_s"] = time.perf_counter() - t0
@@ -298,9 +311,26 @@ class UserFacingError(Exception):
     """A config the workload cannot honour: the parent shows it as one line."""
 
 
+class FactoryImportError(UserFacingError):
+    """The workload factory cannot be imported: no config can run, so the parent stops the sweep."""
+
+
+def import_factory(factory: str) -> None:
+    """Import the user's factory before calling it: a failure here is the same for every config."""
+    try:
+        workloads.load_factory(factory)
+    except Exception as exc:
+        traceback.print_exc()  # the whole traceback goes to the trial's log; the message keeps its tail
+        last = traceback.extract_tb(exc.__traceback__)[-1]
+        machinery = last.filename.startswith("<") or last.filename.startswith(str(Path(__file__).parent))
+        at = "" if machinery else f" ({last.filename}:{last.lineno})"
+        first_line = (str(exc).splitlines() or [""])[0]
+        raise FactoryImportError(f"cannot import {factory}: {type(exc).__name__}: {first_line}{at}") from exc
+
+
 def failure_record(job: dict, status: str, exc: BaseException) -> dict:
     return {"status": status, "config": job.get("config"), "throughput": None, "peak_memory": None,
-            "error": {"type": type(exc).__name__, "message": str(exc)[:2000],
+            "error": {"type": type(exc).__name__, "message": str(exc)[:2000] or type(exc).__name__,  # MemoryError()
                       "traceback": traceback.format_exc()[-4000:]}}
 
 

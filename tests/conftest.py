@@ -1,8 +1,6 @@
 """Shared fixtures: tiny real specs in a temp folder, the test-only fault workload, a GPU marker."""
 import os
 import shutil
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest

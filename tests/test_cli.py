@@ -140,3 +140,23 @@ def test_rerunning_a_finished_sweep_runs_nothing_new(swept):
     assert result.exit_code == 0, result.output
     assert "resuming: 4 of 4" in result.output
     assert "    → " not in result.output and "[5/" not in result.output
+
+
+def test_load_study_gives_a_dataframe_for_notebooks(swept):
+    import harness
+    folder, _, _ = swept
+    frame = harness.load_study("tiny", results=folder / "results")
+    assert len(frame) >= 4
+    assert {"number", "status", "throughput", "peak_memory", "config.batch_size", "best", "pareto"} <= set(frame.columns)
+    assert frame["best"].sum() == 1
+
+
+def test_custom_model_example_runs_through_the_cli(monkeypatch):
+    from tests.conftest import ROOT
+    monkeypatch.chdir(ROOT / "examples" / "custom")
+    result = bench("trial", "sweep.yaml", "--set", "batch_size=8", "--set", "depth=4", "--device", "cpu",
+                   "--timeout", "60s")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.output)
+    assert record["status"] == "ok" and record["workload"]["factory"] == "tinyvision:build"
+    assert record["config"]["depth"] == 4 and record["throughput"] > 0

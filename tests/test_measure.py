@@ -6,7 +6,7 @@ import pytest
 
 from harness import launch
 from harness.spec import Measure
-from tests.conftest import has_cuda
+
 
 FAST = Measure(warmup_steps=1, window_s=0.05, min_windows=2, max_windows=3, max_seconds=1).__dict__
 TINY_EMBER = {"name": "emberformer", "params": {"frames": 2, "image": 32, "channels": 4, "patch": 8, "d_model": 32,

@@ -53,3 +53,10 @@ def test_without_a_budget_capacity_is_the_measured_device_total():
 def test_even_a_very_noisy_trial_never_ties_with_one_twice_as_fast():
     rows = [row(0, 100, 2, cv=1.1), row(1, 200, 6, cv=0.8)]
     assert pareto.choose(rows, None, 0.1).best["number"] == 1
+
+
+def test_a_tokens_objective_compares_contexts_fairly():
+    short = row(0, 200, 4, tokens_per_s={"median": 200 * 512})
+    long = row(1, 120, 5, tokens_per_s={"median": 120 * 1024})
+    assert pareto.choose([short, long], None, 0.1).best["number"] == 0
+    assert pareto.choose([short, long], None, 0.1, objective="tokens").best["number"] == 1

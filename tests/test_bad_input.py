@@ -1,0 +1,414 @@
+"""Every kind of bad user input: exit code 2, one line on stderr, no traceback, nothing written.
+
+Spec files, `--set`, command-line options, storage URLs, trial numbers, apply targets and the
+results folder. A factory that cannot even be imported stops the sweep the same way (after the one
+trial that found out: user code runs only in trial children); a factory that raises in `build`
+is a per-config `error` and the sweep goes on (tests/test_faults.py). A property-based test throws
+random specs at `harness.spec.load`: it must only ever return a Spec or raise UserError. Specs are
+loaded as safe YAML: a `!!python/...` tag constructs nothing.
+"""
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from harness import spec as specs
+from harness.cli import main
+from harness.errors import UserError
+from tests.conftest import FAST_TRIAL, FAULTY_DIR
+
+GOOD = {"study": "s", "workload": {"name": "emberformer", "preset": "tiny"}, "search": {"batch_size": [4, 8]},
+        "trials": 2, "trial": dict(FAST_TRIAL)}
+SECRET = "s3cr/et@pw"  # with the characters that broke naive redaction
+PG_URL = f"postgresql://user:{SECRET}@127.0.0.1:1/x"
+
+
+def bench(*args, input=None):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False, input=input)
+
+
+def assert_user_error(result, *phrases):
+    """Exit 2 and exactly one line on stderr, naming what is wrong; no traceback."""
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output
+    for phrase in phrases:
+        assert phrase in lines[0], (phrase, lines[0])
+    return lines[0]
+
+
+@pytest.fixture
+def cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def write(folder: Path, name: str, data=None, text: str | None = None) -> Path:
+    path = folder / name
+    path.write_text(text if text is not None else yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def nothing_written(folder: Path) -> bool:
+    return not (folder / "results").exists()
+
+
+# ---- spec files -----------------------------------------------------------------------------------
+
+BAD_SPECS = {
+    "empty": ("", "is empty"),
+    "invalid_yaml": ("study: s\nsearch: {batch_size: [4,\n", "invalid YAML"),
+    "not_a_mapping": ("- 1\n- 2\n", "must be a mapping"),
+    "unknown_key": (yaml.safe_dump({**GOOD, "serach": {}}), "unknown key 'serach' (did you mean 'search'?)"),
+    "unknown_nested_key": (yaml.safe_dump({**GOOD, "trial": {"timeuot": "1m"}}), "did you mean 'timeout'?"),
+    "trials_not_a_number": (yaml.safe_dump({**GOOD, "trials": "many"}), "trials: must be a whole number"),
+    "trials_zero": (yaml.safe_dump({**GOOD, "trials": 0}), "trials: must be at least 1"),
+    "search_a_list": (yaml.safe_dump({**GOOD, "search": [4, 8]}), "search: must be a mapping"),
+    "batch_size_text": (yaml.safe_dump({**GOOD, "search": {"batch_size": "big"}}), "search.batch_size"),
+    "bool_knob_text": (yaml.safe_dump({**GOOD, "search": {"batch_size": [4], "channels_last": "yes"}}),
+                       "channels_last takes true or false"),
+    "headroom_too_big": (yaml.safe_dump({**GOOD, "memory": {"headroom": 2}}), "memory.headroom"),
+    "budget_garbage": (yaml.safe_dump({**GOOD, "memory": {"budget": "lots"}}), "cannot read size 'lots'"),
+    "timeout_garbage": (yaml.safe_dump({**GOOD, "trial": {"timeout": "soon"}}), "cannot read duration 'soon'"),
+    "sampler_typo": (yaml.safe_dump({**GOOD, "sampler": "tpee"}), "did you mean 'tpe'?"),
+    "empty_search": (yaml.safe_dump({**GOOD, "search": {}}), "search is empty"),
+    "no_values": (yaml.safe_dump({**GOOD, "search": {"batch_size": []}}), "no values to try"),
+    "empty_range": (yaml.safe_dump({**GOOD, "search": {"batch_size": {"low": 8, "high": 4}}}), "the range is empty"),
+    "no_divisor": (yaml.safe_dump({**GOOD, "search": {"batch_size": [3, 5], "accumulation": {"effective_batch": 16}}}),
+                   "divides effective_batch 16"),
+    "no_batch_size": (yaml.safe_dump({**GOOD, "search": {"precision": ["fp32"]}}), "search.batch_size is required"),
+    "unknown_workload": (yaml.safe_dump({**GOOD, "workload": {"name": "emberfomer"}}), "did you mean 'emberformer'?"),
+    "unknown_knob": (yaml.safe_dump({**GOOD, "search": {"batch_size": [4], "precison": ["fp32"]}}),
+                     "did you mean 'precision'?"),
+    "unknown_value": (yaml.safe_dump({**GOOD, "search": {"batch_size": [4], "precision": ["fp64"]}}),
+                      "'fp64' is not a precision"),
+    "missing_factory_module": (yaml.safe_dump({**GOOD, "workload": {"factory": "no_such_module_xyz:build"}}),
+                               "cannot find module 'no_such_module_xyz'"),
+    "factory_shape": (yaml.safe_dump({**GOOD, "workload": {"factory": "just_a_module"}}), "package.module:function"),
+    "cuda_knob_on_cpu": (yaml.safe_dump({**GOOD, "search": {"batch_size": [4], "pin_memory": [True, False]}}),
+                         "only means something on a CUDA GPU"),
+    "markup_in_a_key": (yaml.safe_dump({**GOOD, "[/x]": 1}), "unknown key '[/x]'"),  # printed as text, not markup
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SPECS))
+def test_bad_spec(cwd, case):
+    text, phrase = BAD_SPECS[case]
+    path = write(cwd, f"{case}.yaml", text=text)
+    line = assert_user_error(bench("sweep", path, "--device", "cpu"), phrase)
+    assert line.startswith(f"error: {path.name}") or str(path) in line  # where
+    assert nothing_written(cwd)
+
+
+def test_missing_spec_file(cwd):
+    assert_user_error(bench("sweep", "nope.yaml"), "nope.yaml", "not found")
+    assert nothing_written(cwd)
+
+
+def test_spec_is_a_directory(cwd):
+    (cwd / "dir.yaml").mkdir()
+    assert_user_error(bench("sweep", "dir.yaml"), "is a directory")
+    assert nothing_written(cwd)
+
+
+def test_unreadable_spec_bytes(cwd):
+    (cwd / "bin.yaml").write_bytes(b"\xff\xfe\x00garbage")
+    assert_user_error(bench("sweep", "bin.yaml"), "bin.yaml")
+    assert nothing_written(cwd)
+
+
+def test_debug_shows_the_traceback(cwd):
+    write(cwd, "bad.yaml", {**GOOD, "serach": {}})
+    with pytest.raises(UserError, match="did you mean 'search'"):
+        bench("--debug", "sweep", "bad.yaml")
+
+
+# ---- YAML is loaded safely --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tag", [
+    "!!python/object/apply:os.system ['touch {marker}']",
+    "!!python/object/new:os.system ['touch {marker}']",
+    "!!python/name:os.system",
+    "!!python/object:harness.spec.Measure {{warmup_steps: 9}}",
+])
+def test_python_tags_construct_nothing(cwd, tag):
+    marker = cwd / "constructed"
+    path = write(cwd, "evil.yaml", text=f"study: {tag.format(marker=marker)}\n" + yaml.safe_dump(
+        {k: v for k, v in GOOD.items() if k != "study"}))
+    with pytest.raises(UserError, match="invalid YAML"):
+        specs.load(path)
+    assert_user_error(bench("sweep", path), "evil.yaml", "invalid YAML")
+    assert not marker.exists() and nothing_written(cwd)
+
+
+# ---- a factory that cannot be imported ----------------------------------------------------------------
+
+@pytest.mark.parametrize("module, code, phrase", [
+    ("broken_import", "import torch\nraise RuntimeError('this module is broken')\n",
+     "RuntimeError: this module is broken (", ),
+    ("missing_dep", "import no_such_dependency_xyz\n",
+     "ModuleNotFoundError: No module named 'no_such_dependency_xyz' ("),
+    ("no_function", "x = 1\n", "AttributeError: module 'no_function' has no attribute 'build'"),
+    ("broken_pkg.model", None, "RuntimeError: package init fails ("),
+])
+def test_factory_that_cannot_be_imported_stops_the_sweep(cwd, monkeypatch, module, code, phrase):
+    """Found out by the first trial (the parent never imports user code); the sweep stops with exit 2,
+    the tail of the user's traceback on the one line, and the config is queued to run once it is fixed."""
+    if code is None:
+        (cwd / "broken_pkg").mkdir()
+        (cwd / "broken_pkg" / "__init__.py").write_text("raise RuntimeError('package init fails')\n")
+        (cwd / "broken_pkg" / "model.py").write_text("def build(params):\n    pass\n")
+    else:
+        (cwd / f"{module}.py").write_text(code)
+    monkeypatch.syspath_prepend(str(cwd))
+    monkeypatch.setenv("PYTHONPATH", str(cwd))
+    path = write(cwd, "user.yaml", {**GOOD, "workload": {"factory": f"{module}:build"}})
+    line = assert_user_error(bench("sweep", path, "--device", "cpu"), "workload.factory", phrase, "fix it")
+    if "(" in phrase:  # the user's own file and line, not bench's
+        assert str(cwd) in line
+    log = next((cwd / "results" / "s" / "logs").glob("trial-*.log")).read_text()
+    assert "Traceback" in log  # the whole traceback is kept in the trial's log
+    rows = json.loads(bench("report", "--format", "json").stdout)
+    assert [r["status"] for r in rows] == ["interrupted"]  # never a measurement; runs again on resume
+
+
+# ---- --set and options ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, phrase", [
+    (["--set", "batch_size"], "write it as KNOB=VALUE"),
+    (["--set", "=4"], "write it as KNOB=VALUE"),
+    (["--set", "batchsize=4"], "did you mean 'batch_size'?"),
+    (["--set", "batch_size=-1"], "must be at least 1"),
+    (["--set", "batch_size=abc"], "must be a whole number"),
+    (["--set", "precision=fp64"], "'fp64' is not a precision"),
+    (["--set", "checkpointing=[full]"], "checkpointing"),
+    (["--timeout", "garbage"], "--timeout"),
+    (["--memory-budget", "garbage"], "--memory-budget"),
+    (["--device", "nonsense"], "--device 'nonsense'"),
+    (["--scenario", "nope"], "no scenario 'nope'"),
+])
+def test_bad_trial_options(cwd, args, phrase):
+    path = write(cwd, "good.yaml", GOOD)
+    assert_user_error(bench("trial", path, "--device", "cpu", *args), phrase)
+    assert nothing_written(cwd)
+
+
+@pytest.mark.parametrize("args, phrase", [
+    (["--device", "nonsense"], "--device 'nonsense': use auto, cpu, cuda or cuda:N"),
+    (["--device", "cuda:7"], "--device cuda:7"),
+    (["--trials", "0"], "'--trials': 0 is not in the range"),
+    (["--trials", "many"], "'--trials'"),
+    (["--timeout", "garbage"], "--timeout: cannot read duration 'garbage'"),
+    (["--timeout", "0s"], "--timeout: duration must be positive"),
+    (["--memory-budget", "garbage"], "--memory-budget: cannot read size 'garbage'"),
+    (["--memory-budget", "0GiB"], "--memory-budget: size must be positive"),
+    (["--bogus"], "No such option '--bogus'"),
+    (["--scenario", "nope"], "no scenario 'nope'"),
+])
+def test_bad_sweep_options(cwd, args, phrase):
+    path = write(cwd, "good.yaml", GOOD)
+    assert_user_error(bench("sweep", path, *args), phrase)
+    assert nothing_written(cwd)
+
+
+def test_missing_argument_and_unknown_command(cwd):
+    assert_user_error(bench("sweep"), "Missing argument 'SPEC'", "--help")
+    assert_user_error(bench("swep"), "No such command 'swep'")
+
+
+# ---- storage URLs: the password never shows -----------------------------------------------------------
+
+@pytest.mark.parametrize("command", [["sweep", "good.yaml"], ["report"], ["apply", "best"]])
+@pytest.mark.parametrize("url", [PG_URL, f"postgresql://:{SECRET}@127.0.0.1:1/x"])
+def test_unreachable_storage_hides_the_password(cwd, command, url):
+    write(cwd, "good.yaml", GOOD)
+    result = bench(*command, "--storage", url)
+    assert_user_error(result, "--storage postgresql://", ":***@")
+    for fragment in (SECRET, "s3cr", "et@pw"):
+        assert fragment not in result.output
+    assert nothing_written(cwd)
+
+
+# ---- results folder -------------------------------------------------------------------------------------
+
+def test_results_under_a_file_cannot_be_written(cwd):
+    write(cwd, "good.yaml", GOOD)
+    (cwd / "taken").write_text("a file, not a folder")
+    assert_user_error(bench("sweep", "good.yaml", "--device", "cpu", "--results", "taken/results"),
+                      "--results taken/results: cannot write there", "--results")
+    assert (cwd / "taken").read_text() == "a file, not a folder"
+
+
+def test_report_and_apply_without_a_study(cwd):
+    assert_user_error(bench("report"), "no study under results/", "bench sweep")
+    assert_user_error(bench("report", "nope"), "no study 'nope'")
+    assert_user_error(bench("apply", "best"), "no study under results/")
+    assert nothing_written(cwd)
+
+
+# ---- trial numbers and apply targets (one real study: an ok trial and an error trial) -----------------
+
+TARGET = "# the user's training config\ntrain:\n  batch_size: 16   # tuned by hand\n  lr: 0.001\n"
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("applied")
+    (folder / "train.yaml").write_text("train:\n  lr: 0.001\n")  # no batch size yet: the baseline is the grid's
+    spec = {"study": "applied", "workload": {"factory": "faulty:build", "params": {"fault": "none", "at_step": 3}},
+            "search": {"batch_size": [8], "fault": ["none", "raise"]}, "trials": 2, "sampler": "grid",
+            "trial": dict(FAST_TRIAL),
+            "apply": {"file": "train.yaml", "preset": "lightning", "keys": {"batch_size": "train.batch_size"}}}
+    write(folder, "applied.yaml", spec)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(folder)
+        mp.syspath_prepend(str(FAULTY_DIR))
+        mp.setenv("PYTHONPATH", str(FAULTY_DIR))
+        result = bench("sweep", "applied.yaml", "--device", "cpu")
+        assert result.exit_code == 0, result.output
+        rows = {r["config"]["fault"]: r for r in json.loads(bench("report", "--format", "json").stdout)}
+        assert rows["none"]["status"] == "ok" and rows["raise"]["status"] == "error"
+        yield folder, rows
+
+
+@pytest.fixture
+def applied(swept, monkeypatch):
+    folder, rows = swept
+    monkeypatch.chdir(folder)
+    target = folder / "train.yaml"
+    target.unlink(missing_ok=True)  # fresh, writable, whatever the test before did to it
+    target.write_text(TARGET)
+    yield folder, rows, target
+    for backup in folder.glob("train.yaml.bench-backup-*"):
+        backup.unlink()
+
+
+def untouched(folder: Path, target: Path, text: str = TARGET) -> bool:
+    """Byte for byte as it was, and no backup made (nothing was about to be written)."""
+    return target.read_bytes() == text.encode() and not list(folder.glob("train.yaml.bench-backup-*"))
+
+
+def test_apply_trial_not_in_study(applied):
+    folder, _, target = applied
+    assert_user_error(bench("apply", "99"), "trial 99: not in study applied", "bench report")
+    assert untouched(folder, target)
+
+
+def test_apply_trial_that_is_not_ok(applied):
+    folder, rows, target = applied
+    number = rows["raise"]["number"]
+    assert_user_error(bench("apply", str(number)), f"trial {number} ended error", "pick an ok trial")
+    assert untouched(folder, target)
+
+
+def test_apply_what_is_neither_a_tier_nor_a_number(applied):
+    folder, _, target = applied
+    assert_user_error(bench("apply", "fastest"), "'fastest'", "best, safe, balanced, aggressive or a trial number")
+    assert untouched(folder, target)
+
+
+def test_apply_target_lacks_the_key(applied):
+    folder, _, target = applied
+    text = "# no train section any more\nmodel:\n  width: 32\n"
+    target.write_text(text)
+    assert_user_error(bench("apply", "best"), "train.batch_size", "not in the file")
+    assert untouched(folder, target, text)
+
+
+def test_apply_read_only_target(applied):
+    folder, _, target = applied
+    target.chmod(stat.S_IRUSR)
+    assert_user_error(bench("apply", "best"), "read-only")
+    assert untouched(folder, target)
+
+
+def test_apply_vanished_target(applied):
+    folder, _, target = applied
+    target.unlink()
+    assert_user_error(bench("apply", "best"), "train.yaml", "not found")
+    assert not target.exists() and not list(folder.glob("train.yaml*"))
+
+
+def test_apply_best_works_on_the_same_study(applied):
+    """The study itself is fine: the refusals above are about the input, not the setup."""
+    folder, rows, target = applied
+    result = bench("apply", "best")
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(target.read_text())["train"]["batch_size"] == rows["none"]["config"]["batch_size"]
+    assert "# tuned by hand" in target.read_text()
+
+
+# ---- property: spec.load only ever raises UserError ---------------------------------------------------
+
+KEYS = sorted({*specs.TOP_KEYS, *specs.WORKLOAD_KEYS, *specs.TRIAL_KEYS, *specs.MEMORY_KEYS, *specs.KNOB_DEFAULTS,
+               "batch_size", "channels_last", "low", "high", "effective_batch", "file", "keys", "lr", "hydra",
+               "world_size", "key", "values", "scale", "group_dir"})
+WORDS = ["emberformer", "gpt", "tiny", "auto", "faulty:build", "os:path", "fp32", "bf16-mixed", "full", "none",
+         "off", "default", "grid", "tpe", "5m", "90s", "24GiB", "0.1", "plain", "lightning", "train.yaml",
+         "config.json", "a.b", "../x", "", " ", "\x00", "[/x]"]
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 70), st.floats(allow_nan=True, allow_infinity=True),
+                    st.sampled_from(WORDS), st.text(max_size=8))
+keys = st.one_of(st.sampled_from(KEYS), st.text(max_size=6), st.integers(-2, 2), st.none(), st.booleans())
+values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                       st.dictionaries(keys, inner, max_size=4)), max_leaves=12)
+
+
+def near_valid():
+    """A valid spec with some sections replaced by random values: reaches the deep validators."""
+    return st.fixed_dictionaries({}, optional={
+        "study": st.one_of(st.just("s"), values),
+        "workload": st.one_of(st.just({"name": "emberformer", "preset": "tiny"}),
+                              st.just({"factory": "faulty:build", "params": {"fault": "none"}}),
+                              st.dictionaries(st.sampled_from(specs.WORKLOAD_KEYS), values, max_size=3)),
+        "search": st.one_of(st.dictionaries(st.sampled_from(KEYS), values, max_size=4),
+                            st.just({"batch_size": [4, 8]}).map(dict)),
+        "trial": st.dictionaries(st.sampled_from(specs.TRIAL_KEYS), values, max_size=3),
+        "memory": st.dictionaries(st.sampled_from(specs.MEMORY_KEYS), values, max_size=2),
+        "apply": st.one_of(values, st.dictionaries(st.sampled_from(["file", "preset", "keys", "lr", "hydra",
+                                                                     "world_size"]), values, max_size=3)),
+        "scenarios": st.dictionaries(st.text(max_size=4), values, max_size=2),
+        "trials": values, "timeout": values, "sampler": values, "seed": values,
+    })
+
+
+@pytest.fixture(scope="module")
+def fuzz_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fuzz")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(FAULTY_DIR))
+        yield folder
+
+
+def load_or_user_error(path: Path, scenario=None) -> None:
+    try:
+        assert isinstance(specs.load(path, scenario), specs.Spec)
+    except UserError as exc:
+        assert str(exc) and "\n" not in str(exc).strip(), repr(exc)  # one line
+
+
+@settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(doc=st.one_of(values, near_valid(), st.dictionaries(keys, values, max_size=6)))
+def test_random_specs_only_raise_user_errors(fuzz_folder, doc):
+    path = fuzz_folder / "random.yaml"
+    path.write_text(yaml.safe_dump(doc, allow_unicode=True))
+    load_or_user_error(path)
+    if isinstance(doc, dict) and isinstance(doc.get("scenarios"), dict):
+        for name in list(doc["scenarios"])[:2]:
+            load_or_user_error(path, name)
+
+
+@settings(max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(max_size=60))
+def test_random_spec_text_only_raises_user_errors(fuzz_folder, text):
+    path = fuzz_folder / "text.yaml"
+    path.write_text(text, errors="surrogatepass")
+    load_or_user_error(path)

@@ -1,0 +1,93 @@
+"""Several `bench sweep` processes on one study (same spec, same results folder, embedded journal).
+
+No trial is lost, none runs twice (each config is measured once; only an interrupted one runs
+again), and one `bench report` shows them all. Also when the workers start together on a study
+whose last sweep was killed: the stale trial is recovered once, not once per worker.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from harness.cli import main
+from tests.conftest import FAST_TRIAL
+from tests.test_interrupt import env_for, gated, hanging_trial, start_sweep, wait_until_gone  # noqa: F401 (fixture)
+
+WORKERS = 3
+SPACE = {"batch_size": [4, 8, 16], "width": [16, 32]}
+
+
+def sweep_together(folder: Path, spec: str) -> list[subprocess.CompletedProcess]:
+    """WORKERS `bench sweep` processes started at once; their results once all have ended."""
+    procs = [subprocess.Popen([sys.executable, "-c", "from harness.cli import main; main()", "sweep", spec,
+                               "--device", "cpu"], cwd=folder, env=env_for(folder),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(WORKERS)]
+    try:
+        return [finished(proc) for proc in procs]
+    finally:
+        for proc in procs:  # only when one hangs: leave no sweep behind (its trials die with it)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def finished(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def report(folder: Path, study: str) -> list[dict]:
+    old = os.getcwd()
+    os.chdir(folder)
+    try:
+        result = CliRunner().invoke(main, ["report", study, "--format", "json"], catch_exceptions=False)
+    finally:
+        os.chdir(old)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def config_of(row: dict) -> tuple:
+    return tuple(row["config"][k] for k in SPACE)
+
+
+def test_three_workers_share_one_study_without_losing_or_repeating_a_trial(tmp_path):
+    spec = {"study": "shared", "workload": {"factory": "faulty:build", "params": {"fault": "none", "width": 16}},
+            "search": SPACE, "trials": 6, "sampler": "grid", "trial": dict(FAST_TRIAL)}
+    (tmp_path / "shared.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    workers = sweep_together(tmp_path, "shared.yaml")
+    for w in workers:
+        assert w.returncode == 0, w.stderr
+        assert "Traceback" not in w.stderr
+    runs = sum(w.stdout.count("    → ") for w in workers)  # one line per trial a worker really ran
+    rows = report(tmp_path, "shared")
+    assert sorted(config_of(r) for r in rows) == sorted((b, w) for b in SPACE["batch_size"] for w in SPACE["width"])
+    assert all(r["status"] == "ok" and r["throughput"] > 0 for r in rows)
+    assert runs == len(rows) == 6
+    assert len(list((tmp_path / "results" / "shared" / "logs").glob("trial-*.log"))) == 6
+    assert sum(r["baseline"] for r in rows) == 1
+
+
+def test_workers_resuming_a_killed_sweep_recover_its_stale_trial_once(gated):  # noqa: F811 (fixture)
+    killed = start_sweep(gated)
+    pgid = os.getpgid(hanging_trial(killed).pid)
+    killed.kill()
+    killed.communicate(timeout=30)
+    assert wait_until_gone(pgid) == []
+    (gated / "gate").unlink()  # the re-run of the stopped config trains normally
+    workers = sweep_together(gated, "stop.yaml")
+    for w in workers:
+        assert w.returncode == 0, w.stderr
+        assert "Traceback" not in w.stderr
+    assert sum("was left running by a process that died" in w.stdout for w in workers) == 1
+    rows = report(gated, "stop")
+    assert Counter((r["config"]["fault"], r["status"]) for r in rows) == {
+        ("none", "ok"): 1, ("hang", "interrupted"): 1, ("hang", "ok"): 1}

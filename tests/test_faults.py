@@ -1,0 +1,207 @@
+"""The fault matrix: every way a trial can go wrong, in a real child process, and how it is recorded.
+
+Each fault of the test-only `faulty` workload runs once through `harness.launch.run` with the job a
+sweep builds (`Sweep.job`). They run three at a time (most of a trial is importing torch or waiting
+for a limit), then each test below checks one row of the matrix. One CLI sweep over several faults
+shows that a sweep goes on after each and records each status, with the log tail kept.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import psutil
+import pytest
+from click.testing import CliRunner
+
+from harness import launch, record, spec as specs, study as studies
+from harness.cli import main
+from tests.conftest import FAULTY_DIR, faulty_spec
+
+TIMEOUT_S = 30.0  # the overall limit; the stall detector must fire well before it
+STALL_S = 3.0
+HANG_START_TIMEOUT_S = 8.0  # a trial hanging before its first step only meets the overall limit
+MATRIX_FAULTS = ("none", "segfault", "abort", "raise", "hang", "hang_start", "exit0", "spam", "grandchild", "inf",
+                 "build_error")
+
+
+@pytest.fixture(scope="module")
+def faulty_env(tmp_path_factory):
+    """`faulty` importable here (spec check) and in the trial children (PYTHONPATH)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(FAULTY_DIR))
+        mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FAULTY_DIR), os.environ.get("PYTHONPATH")])))
+        yield tmp_path_factory.mktemp("faults")
+
+
+def run_fault(folder: Path, fault: str, budget: int | None = None) -> dict:
+    """One real trial of `fault`, as a sweep would launch it; the record plus what the test needs."""
+    timeout = HANG_START_TIMEOUT_S if fault == "hang_start" else TIMEOUT_S
+    pid_file = folder / f"{fault}.pid"
+    path = faulty_spec(folder, f"fault-{fault}", [fault],
+                       workload={"factory": "faulty:build", "params": {"fault": "none", "at_step": 3,
+                                                                       "pid_file": str(pid_file)}},
+                       trial={"timeout": f"{timeout}s", "stall": f"{STALL_S}s", "warmup_steps": 1, "window": 0.05,
+                              "min_windows": 2, "max_windows": 3, "max_seconds": 1})
+    spec = replace(specs.load(path), memory_budget=budget)
+    config = specs.trial_config(spec, {"fault": fault})
+    log = folder / f"{fault}.log"
+    started = time.monotonic()
+    rec = launch.run(studies.Sweep(spec, None, "cpu", folder, 1, None).job(config),
+                     launch.Limits(spec.trial_timeout_s, spec.stall_s), log)
+    return {"rec": rec, "elapsed": time.monotonic() - started, "log": log, "pid_file": pid_file}
+
+
+@pytest.fixture(scope="module")
+def matrix(faulty_env):
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = {fault: pool.submit(run_fault, faulty_env, fault) for fault in MATRIX_FAULTS}
+        return {fault: future.result() for fault, future in futures.items()}
+
+
+def error_of(outcome: dict) -> dict:
+    return outcome["rec"].get("error") or {}
+
+
+def test_no_fault_is_ok(matrix):
+    rec = matrix["none"]["rec"]
+    assert rec["status"] == record.OK, rec.get("error")
+    assert rec["throughput"] > 0 and rec["peak_memory"] > 0
+
+
+def test_segfault_is_a_crash_by_sigsegv(matrix):
+    out = matrix["segfault"]
+    assert out["rec"]["status"] == record.CRASH
+    assert error_of(out)["type"] == "SIGSEGV" and "SIGSEGV" in error_of(out)["message"]
+    assert out["rec"]["throughput"] is None and out["rec"]["peak_memory"] is None
+    assert "Segmentation fault" in out["log"].read_text()  # faulthandler's stack is kept
+
+
+def test_abort_is_a_crash_not_an_oom(matrix):
+    out = matrix["abort"]
+    assert out["rec"]["status"] == record.CRASH
+    assert error_of(out)["type"] == "SIGABRT"
+    assert "faulty.py" in error_of(out)["log_tail"]  # where it aborted
+
+
+def test_abort_counts_as_oom_only_with_bad_alloc():
+    said = "terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc\n"
+    assert launch.classify(-signal.SIGABRT, None, None, said)["status"] == record.OOM
+    assert launch.classify(-signal.SIGABRT, None, None, "Fatal Python error: Aborted\n")["status"] == record.CRASH
+
+
+def test_raise_is_an_error_with_the_traceback_tail(matrix):
+    out = matrix["raise"]
+    err = error_of(out)
+    assert out["rec"]["status"] == record.ERROR
+    assert err["type"] == "RuntimeError" and err["message"] == "injected failure in the user's loss"
+    assert "faulty.py" in err["traceback"] and err["traceback"].rstrip().endswith("injected failure in the user's loss")
+    assert "injected failure in the user's loss" in out["log"].read_text()
+
+
+def test_hang_is_a_timeout_by_the_stall_detector_before_the_time_limit(matrix):
+    out = matrix["hang"]
+    assert out["rec"]["status"] == record.TIMEOUT
+    assert "no progress for 3s" in error_of(out)["message"]
+    assert out["elapsed"] < TIMEOUT_S
+
+
+def test_hang_before_the_first_step_is_a_timeout_by_the_time_limit(matrix):
+    out = matrix["hang_start"]
+    assert out["rec"]["status"] == record.TIMEOUT
+    assert "exceeded the trial time limit of 8s" in error_of(out)["message"]
+    assert HANG_START_TIMEOUT_S <= out["elapsed"] < HANG_START_TIMEOUT_S + 10
+
+
+def test_exit_without_a_result_is_a_crash(matrix):
+    out = matrix["exit0"]
+    assert out["rec"]["status"] == record.CRASH
+    assert "without writing a result" in error_of(out)["message"]
+
+
+def test_spam_is_ok_and_its_log_is_bounded(matrix):
+    out = matrix["spam"]
+    assert out["rec"]["status"] == record.OK, out["rec"].get("error")
+    size = out["log"].stat().st_size
+    assert 0 < size <= launch.LOG_TAIL_BYTES == 256 * 1024  # of ~8 MB printed
+    assert out["log"].read_text().rstrip().endswith("spam")
+
+
+def test_grandchild_does_not_outlive_its_trial(matrix):
+    out = matrix["grandchild"]
+    assert out["rec"]["status"] == record.OK, out["rec"].get("error")
+    pid = int(out["pid_file"].read_text())
+    assert gone(pid), f"grandchild {pid} still runs after its trial"
+
+
+def test_non_finite_loss_is_diverged(matrix):
+    out = matrix["inf"]
+    assert out["rec"]["status"] == record.DIVERGED
+    assert "loss became inf" in error_of(out)["message"]
+
+
+def test_build_error_is_an_error_with_the_users_message(matrix):
+    out = matrix["build_error"]
+    err = error_of(out)
+    assert out["rec"]["status"] == record.ERROR
+    assert err["type"] == "ValueError" and err["message"] == "injected: this factory rejects its params"
+    assert "faulty.py" in err["traceback"]
+
+
+def test_oom_under_a_memory_budget(faulty_env, monkeypatch):
+    """Through the CLI: `bench trial --memory-budget` makes the injected hoarding a real, recorded OOM."""
+    path = faulty_spec(faulty_env, "oom", ["oom"])
+    monkeypatch.chdir(faulty_env)
+    result = CliRunner().invoke(main, ["trial", str(path), "--set", "fault=oom", "--memory-budget", "512MiB",
+                                       "--device", "cpu"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    rec = json.loads(result.stdout)
+    assert rec["status"] == record.OOM, rec["error"]
+    assert "can't allocate memory" in rec["error"]["message"] and "faulty.py" in rec["error"]["traceback"]
+    assert rec["peak_memory"] == 512 * 1024**2 and rec["throughput"] is None
+
+
+def test_oom_while_setting_up_says_what_failed(faulty_env):
+    """A budget too small for the model itself: an OOM before the first step, with a message (MemoryError has none)."""
+    folder = faulty_env / "setup-oom"
+    folder.mkdir()
+    out = run_fault(folder, "none", budget=16 * 1024**2)
+    assert out["rec"]["status"] == record.OOM
+    assert error_of(out)["message"].strip(), error_of(out)
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # killed; only its exit status is left
+    except psutil.NoSuchProcess:
+        return True
+
+
+# ---- a sweep goes on after every fault -------------------------------------------------------------
+
+SWEEP_FAULTS = {"segfault": record.CRASH, "raise": record.ERROR, "exit0": record.CRASH, "inf": record.DIVERGED,
+                "build_error": record.ERROR}
+
+
+def test_a_sweep_goes_on_after_each_fault_and_records_it(faulty_env, monkeypatch):
+    monkeypatch.chdir(faulty_env)
+    path = faulty_spec(faulty_env, "sweep-faults", list(SWEEP_FAULTS), sampler="grid")
+    runner = CliRunner()
+    result = runner.invoke(main, ["sweep", str(path), "--device", "cpu"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    for status in set(SWEEP_FAULTS.values()):
+        assert f"→ {status}" in result.stdout
+    rows = json.loads(runner.invoke(main, ["report", "sweep-faults", "--format", "json"]).stdout)
+    assert {r["config"]["fault"]: r["status"] for r in rows} == SWEEP_FAULTS
+    assert len(rows) == len(SWEEP_FAULTS)  # each config measured once (the baseline is one of them)
+    logs = faulty_env / "results" / "sweep-faults" / "logs"
+    for row in rows:
+        assert Path(row["log"]).parent == logs and Path(row["log"]).exists()
+    by_fault = {r["config"]["fault"]: Path(r["log"]).read_text() for r in rows}
+    assert "injected failure in the user's loss" in by_fault["raise"]
+    assert "Segmentation fault" in by_fault["segfault"]

@@ -1,0 +1,229 @@
+"""Stopping a sweep: Ctrl-C and kill -9 of a real `bench sweep` process, then resuming it.
+
+The spec's factory (written below into the test folder) hangs on the `hang` config while a gate
+file exists, and starts a grandchild there too; with the gate removed the same config trains
+normally, so the re-run can finish the study.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pty
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from harness.cli import main
+from tests.conftest import FAST_TRIAL, FAULTY_DIR, ROOT
+
+GATED = '''
+import os, subprocess, sys
+import torch
+import faulty
+
+def build(params):
+    params = dict(params)
+    gate = params.pop("gate")
+    if params["fault"] == "hang" and not os.path.exists(gate):
+        params["fault"] = "none"
+    if params["fault"] == "hang" and not torch.empty(0).is_meta:
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        with open(gate + ".grandchild", "w") as f:
+            f.write(str(proc.pid))
+    return faulty.build(params)
+'''
+
+
+@pytest.fixture
+def gated(tmp_path):
+    """A study folder: the gated factory, its spec (grid over none and hang) and the gate, closed."""
+    (tmp_path / "gated.py").write_text(GATED)
+    gate = tmp_path / "gate"
+    gate.touch()
+    spec = {"study": "stop", "workload": {"factory": "gated:build",
+                                          "params": {"fault": "none", "at_step": 3, "gate": str(gate)}},
+            "search": {"batch_size": [8], "fault": ["none", "hang"]}, "trials": 2, "sampler": "grid",
+            "trial": {**FAST_TRIAL, "stall": "120s", "timeout": "120s"}}  # only a signal ends the hang
+    (tmp_path / "stop.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    yield tmp_path
+    for sweep in STARTED:  # a failed test must not leave a hanging sweep (its trial dies with it)
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
+    STARTED.clear()
+    grandchild = tmp_path / "gate.grandchild"
+    if grandchild.exists() and not pid_gone(int(grandchild.read_text())):
+        os.kill(int(grandchild.read_text()), signal.SIGKILL)
+
+
+def env_for(folder: Path) -> dict:
+    path = os.pathsep.join(filter(None, [str(folder), str(FAULTY_DIR), str(ROOT), os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, PYTHONPATH=path)
+
+
+STARTED: list[subprocess.Popen] = []
+
+
+def start_sweep(folder: Path, **streams) -> subprocess.Popen:
+    streams = streams or {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    STARTED.append(subprocess.Popen([sys.executable, "-c", "from harness.cli import main; main()", "sweep",
+                                     "stop.yaml", "--device", "cpu"], cwd=folder, env=env_for(folder), **streams))
+    return STARTED[-1]
+
+
+def run_sweep(folder: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", "sweep", "stop.yaml",
+                           "--device", "cpu"], cwd=folder, env=env_for(folder), capture_output=True, text=True,
+                          timeout=120)
+
+
+def hanging_trial(sweep: subprocess.Popen, limit_s: float = 90) -> psutil.Process:
+    """The sweep's trial child for the `hang` config, once it is past its first step (hanging)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        assert sweep.poll() is None, sweep.communicate()
+        for child in psutil.Process(sweep.pid).children():
+            try:
+                cmd = child.cmdline()
+                if "harness.trial" in cmd:
+                    job = json.loads(Path(cmd[-2]).read_text())
+                    beat = json.loads(Path(job["heartbeat"]).read_text())
+                    if job["config"]["fault"] == "hang" and beat["phase"] in ("warmup", "measure"):
+                        return child
+            except (psutil.NoSuchProcess, OSError, ValueError, IndexError):
+                pass
+        time.sleep(0.2)
+    raise AssertionError("the hanging trial never started")
+
+
+def live_members(pgid: int) -> list[int]:
+    """Processes of a process group that still run (a killed one may linger as a zombie: not counted)."""
+    live = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                live.append(proc.pid)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            pass
+    return live
+
+
+def wait_until_gone(pgid: int, limit_s: float = 10) -> list[int]:
+    deadline = time.monotonic() + limit_s
+    while live_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return live_members(pgid)
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def report_rows(folder: Path) -> list[dict]:
+    old = os.getcwd()
+    os.chdir(folder)
+    try:
+        result = CliRunner().invoke(main, ["report", "stop", "--format", "json"], catch_exceptions=False)
+    finally:
+        os.chdir(old)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def by_fault(rows: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for row in sorted(rows, key=lambda r: r["number"]):
+        out.setdefault(row["config"]["fault"], []).append(row)
+    return out
+
+
+def measured(rows: list[dict]) -> list[tuple]:
+    return [(r["number"], r["status"], r["throughput"], r["peak_memory"]) for r in rows]
+
+
+def assert_resumes(folder: Path, before: dict, stale_note: bool) -> None:
+    """Re-running the same command finishes the study: the stopped config runs again, nothing is lost."""
+    (folder / "gate").unlink()
+    rerun = run_sweep(folder)
+    assert rerun.returncode == 0, rerun.stderr
+    assert ("was left running by a process that died" in rerun.stdout) == stale_note
+    after = by_fault(report_rows(folder))
+    assert measured(after["none"]) == measured(before["none"])  # the completed trial survives, untouched
+    stopped, again = after["hang"]
+    assert stopped["number"] == before["hang"][0]["number"] and stopped["status"] == "interrupted"
+    assert stopped["throughput"] is None and stopped["peak_memory"] is None  # never a measured result
+    assert again["status"] == "ok" and again["number"] > stopped["number"] and again["throughput"] > 0
+
+
+def test_ctrl_c_stops_the_trial_records_it_interrupted_and_resume_finishes(gated):
+    sweep = start_sweep(gated)
+    child = hanging_trial(sweep)
+    pgid = os.getpgid(child.pid)
+    grandchild = int((gated / "gate.grandchild").read_text())
+    sweep.send_signal(signal.SIGINT)
+    _, stderr = sweep.communicate(timeout=30)
+    assert sweep.returncode == 130
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "interrupted" in lines[0] and "re-run" in lines[0], stderr
+    assert "Traceback" not in stderr
+    assert wait_until_gone(pgid, limit_s=2) == [] and pid_gone(grandchild)
+    before = by_fault(report_rows(gated))
+    assert [r["status"] for r in before["none"]] == ["ok"]
+    assert [r["status"] for r in before["hang"]] == ["interrupted"]
+    assert before["hang"][0]["throughput"] is None
+    assert_resumes(gated, before, stale_note=False)
+
+
+def test_kill_9_takes_the_trial_down_and_resume_recovers_the_stale_trial(gated):
+    sweep = start_sweep(gated)
+    child = hanging_trial(sweep)
+    pgid = os.getpgid(child.pid)
+    grandchild = int((gated / "gate.grandchild").read_text())
+    sweep.kill()
+    sweep.communicate(timeout=30)
+    assert sweep.returncode == -signal.SIGKILL
+    # the child notices its parent is gone (parent-death signal, watchdog) and takes its group down
+    assert wait_until_gone(pgid) == [], "the trial (or its grandchild) outlived its killed sweep"
+    assert pid_gone(grandchild)
+    before = by_fault(report_rows(gated))
+    assert [r["status"] for r in before["hang"]] == ["running"]  # as the killed sweep left it
+    assert_resumes(gated, before, stale_note=True)
+
+
+def test_ctrl_c_in_a_terminal_gives_the_cursor_back(gated, monkeypatch):
+    """The live spinner hides the cursor; after Ctrl-C it must be shown again before the message."""
+    monkeypatch.setenv("TERM", "xterm-256color")
+    screen, (master, terminal) = bytearray(), pty.openpty()
+    sweep = start_sweep(gated, stdin=terminal, stdout=terminal, stderr=terminal)
+    os.close(terminal)
+    reader = threading.Thread(target=drain, args=(master, screen), daemon=True)
+    reader.start()
+    hanging_trial(sweep)
+    sweep.send_signal(signal.SIGINT)
+    assert sweep.wait(timeout=30) == 130
+    reader.join(timeout=10)
+    hidden, shown = screen.rfind(b"\x1b[?25l"), screen.rfind(b"\x1b[?25h")
+    assert 0 <= hidden < shown, "the terminal is left without a cursor"
+    assert b"interrupted: " in screen[shown:]
+
+
+def drain(fd: int, into: bytearray) -> None:
+    """Read a pty until its other end is closed (EIO), so the child never blocks on a full terminal."""
+    try:
+        while chunk := os.read(fd, 65536):
+            into.extend(chunk)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
