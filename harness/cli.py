@@ -21,11 +21,12 @@ from harness.errors import UserError
 from harness.units import gib, parse_duration, parse_size
 from harness.workloads import UNIVERSAL_KNOBS, WORKLOADS
 
-out = Console()
+out = Console(soft_wrap=True)  # progress lines stay whole in logs and pipes
 err = Console(stderr=True)
 
 results_option = click.option("--results", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
                               help="Folder that holds the studies (embedded storage and logs).")
+scenario_option = click.option("--scenario", help="The study of this scenario of the same spec.")
 storage_option = click.option("--storage", metavar="URL", help="Any Optuna storage URL instead of the embedded one.")
 
 
@@ -261,12 +262,13 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
 @click.argument("study_name", metavar="[STUDY]", required=False)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "html"]), default="table", show_default=True)
 @click.option("--out", "out_path", type=click.Path(path_type=Path), help="Write to this file instead of stdout.")
+@scenario_option
 @storage_option
 @results_option
 @user_errors
-def report_cmd(study_name, fmt, out_path, storage, results):
+def report_cmd(study_name, fmt, out_path, scenario, storage, results):
     """Show what a study measured (default: the most recent one)."""
-    name = study_name or studies.latest_study(results, storage)
+    name = pick_study(study_name, scenario, results, storage)
     study = studies.load(studies.existing_storage(storage, results, name), name)
     rows, info = studies.rows_of(study), studies.study_info(study)
     choice = report.annotate(rows, info)
@@ -289,6 +291,15 @@ def report_cmd(study_name, fmt, out_path, storage, results):
         click.echo(text)
 
 
+def pick_study(name: str | None, scenario: str | None, results: Path, storage: str | None) -> str:
+    """STUDY, else the most recent; with --scenario, that scenario's study of the same spec."""
+    name = name or studies.latest_study(results, storage)
+    if not scenario:
+        return name
+    info = studies.study_info(studies.load(studies.existing_storage(storage, results, name), name))
+    return specs.load(info["spec_path"], scenario).study
+
+
 def write_text(path: Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -308,12 +319,13 @@ def write_text(path: Path, text: str) -> None:
 @click.option("--dry-run", is_flag=True, help="Print the diff; change nothing.")
 @click.option("--to", "to", type=click.Path(path_type=Path), help="Write the result to this file instead.")
 @click.option("--create-keys", is_flag=True, help="Create mapped keys that the target lacks.")
+@scenario_option
 @storage_option
 @results_option
 @user_errors
-def apply_cmd(which, study_name, budget, dry_run, to, create_keys, storage, results):
+def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, storage, results):
     """Write the chosen config into the spec's apply target (with a backup and a diff)."""
-    name = study_name or studies.latest_study(results, storage)
+    name = pick_study(study_name, scenario, results, storage)
     study = studies.load(studies.existing_storage(storage, results, name), name)
     rows, info = studies.rows_of(study), studies.study_info(study)
     choice = report.annotate(rows, info)
@@ -348,7 +360,8 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, storage, resu
 
 def chosen_row(which: str, rows: list, choice: pareto.Choice, info: dict, budget: str | None) -> dict:
     if budget:
-        row = pareto.feasible_under(rows, parse_size(budget, "--budget"), info.get("headroom", 0.1))
+        row = pareto.feasible_under(rows, parse_size(budget, "--budget"), info.get("headroom", 0.1),
+                                    info.get("objective", "samples"))
         if row is None:
             raise UserError(f"--budget {budget}: no measured config fits with {info.get('headroom', 0.1):.0%} headroom; "
                             "sweep with a smaller search space or a larger budget")

@@ -1,7 +1,7 @@
 """Training knobs, applied to a freshly built workload in one documented order.
 
 Order (each step sees the model the previous one produced):
-  1. numerics   matmul/conv precision flags and cuDNN autotuning, process-wide, set once
+  1. numerics   matmul/conv precision flags and cuDNN autotuning, process-wide, through one API
   2. placement  model to the device; `bf16-true` casts the weights themselves
   3. checkpointing  wrap the workload's repeated blocks (full: all, selective: every other one)
   4. compile    torch.compile over the checkpointed model, so recompute is compiled too

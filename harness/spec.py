@@ -38,8 +38,9 @@ _ENUMS = {"precision": PRECISIONS, "checkpointing": CHECKPOINTING, "compile": CO
 _BOOLS = ("pin_memory", "cudnn_benchmark", "expandable_segments", "channels_last", "freeze_encoder")
 _POSITIVE_INTS = ("batch_size", "accumulation")
 
-TOP_KEYS = ("study", "workload", "search", "trials", "timeout", "trial", "memory", "sampler", "seed",
+TOP_KEYS = ("study", "workload", "search", "objective", "trials", "timeout", "trial", "memory", "sampler", "seed",
             "apply", "scenarios")
+OBJECTIVES = ("samples", "tokens")
 WORKLOAD_KEYS = ("name", "factory", "path", "preset", "params")
 TRIAL_KEYS = ("timeout", "stall", "warmup_steps", "window", "min_windows", "max_windows", "target_cv",
               "max_seconds", "loss_tolerance")
@@ -104,6 +105,8 @@ class Spec:
     seed: int
     apply: apply.ApplyTarget | None
     scenarios: tuple = field(default=())
+    objective: str = "samples"
+    """Throughput to maximize: samples/s, or tokens/s (fair when a knob like seq_len changes a sample)."""
 
     def space_size(self) -> int:
         n = 1
@@ -211,6 +214,10 @@ def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec
     sampler = raw.get("sampler", "tpe")
     if sampler not in SAMPLERS:
         raise UserError(f"{where}: sampler {sampler!r} unknown{did_you_mean(sampler, SAMPLERS)}; use one of {', '.join(SAMPLERS)}")
+    objective = raw.get("objective", "samples")
+    if objective not in OBJECTIVES:
+        raise UserError(f"{where}: objective {objective!r} unknown{did_you_mean(str(objective), OBJECTIVES)}; "
+                        "use samples (samples/s) or tokens (tokens/s)")
     return Spec(
         path=path.resolve(), study=f"{study}-{scenario}" if scenario else study, scenario=scenario,
         workload=workload, search=search, fixed=fixed, effective_batch=effective,
@@ -224,7 +231,7 @@ def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec
         seed=int_value(raw.get("seed", 0), f"{where}: seed"),
         apply=apply.parse_apply_section(raw["apply"], path.parent, where, known_knobs=supported_knobs(workload))
         if raw.get("apply") else None,
-        scenarios=scenarios,
+        scenarios=scenarios, objective=objective,
     )
 
 

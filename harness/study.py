@@ -12,6 +12,7 @@ import contextlib
 import datetime
 import fcntl
 import os
+import random
 import re
 import socket
 import time
@@ -119,6 +120,7 @@ def create(spec: Spec, storage, device: str) -> optuna.Study:
     if "spec_path" not in study.user_attrs:
         attrs = {"spec_path": str(spec.path), "scenario": spec.scenario, "workload": spec.workload,
                  "memory_budget": spec.memory_budget, "headroom": spec.headroom, "device": device,
+                 "objective": spec.objective,
                  "created": datetime.datetime.now().isoformat(timespec="seconds"), "bench": __version__}
         for key, value in attrs.items():
             study.set_user_attr(key, value)
@@ -174,6 +176,7 @@ class Sweep:
             previous = self.measured_configs().get(config_key(config))
         if previous is not None and previous.number != trial.number:
             self.tell_duplicate(trial, previous)
+            self.enqueue_unmeasured(trial.number)
             return False
         baseline = bool(trial.user_attrs.get("baseline"))
         self.progress.trial_started(trial.number, done, self.total, config, baseline)
@@ -212,6 +215,10 @@ class Sweep:
 
     # -- telling -----------------------------------------------------------------------------------
     def tell(self, trial: optuna.Trial, rec: dict) -> None:
+        speed = pareto.speed(rec, self.spec.objective)
+        if rec["status"] in (record.OK, record.DIVERGED) and speed is None:
+            rec.update(status=record.ERROR, error={"type": "NoTokens", "message": (
+                "objective: tokens, but the workload reports no tokens_per_sample; use objective: samples")})
         status = rec["status"]
         trial.set_user_attr("status", status)
         trial.set_user_attr("record", rec)
@@ -220,7 +227,7 @@ class Sweep:
             peak = float(rec["peak_memory"])
             trial.set_constraint("memory", peak / limit - 1.0 if limit else -1.0)
             trial.set_constraint("numerics", 1.0 if status == record.DIVERGED else -1.0)
-            self.study.tell(trial, [float(rec["throughput"]), peak])
+            self.study.tell(trial, [float(speed), peak])
         elif status == record.OOM:
             trial.set_constraint("memory", 1.0)
             trial.set_constraint("numerics", -1.0)
@@ -238,6 +245,19 @@ class Sweep:
             self.study.tell(trial, previous.values)
         else:
             self.study.tell(trial, state=TrialState.FAIL)
+
+    def enqueue_unmeasured(self, number: int) -> None:
+        """Samplers re-propose measured configs (TPE on a small space does, often): queue one not yet measured."""
+        if self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return
+        rng, measured = random.Random(self.spec.seed * 100_003 + number), self.measured_configs()
+        for _ in range(1000):
+            params = {name: rng.choice(dim.choices) if dim.choices else rng.randint(dim.low, dim.high)
+                      for name, dim in self.spec.search.items()}
+            config = self.spec.config(params)
+            if config_key(config) not in measured:
+                self.study.enqueue_trial(params, user_attrs={"config": config})
+                return
 
     def tell_interrupted(self, trial, config: dict, why: str) -> None:
         """Never a measured result: FAIL, marked interrupted, and queued to run again on resume."""
@@ -285,7 +305,7 @@ class Sweep:
         return out
 
     def best_so_far(self) -> dict | None:
-        return pareto.choose(rows_of(self.study), self.spec.memory_budget, self.spec.headroom).best
+        return pareto.choose(rows_of(self.study), self.spec.memory_budget, self.spec.headroom, self.spec.objective).best
 
 
 def usable_memory(spec: Spec) -> float | None:

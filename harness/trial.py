@@ -93,6 +93,7 @@ class Trial:
     # -- setup --------------------------------------------------------------------------------
     def prepare(self) -> None:
         """Device, memory wall and workload: everything before the first step."""
+        torch.ones(512, 512) @ torch.ones(512, 512)  # start the OpenMP pool now: its thread stacks are baseline
         self.memory["baseline_rss"] = measure.rss_bytes()
         budget = self.job.get("memory_budget")
         if self.device.type == "cuda":
@@ -102,7 +103,6 @@ class Trial:
         elif budget:
             measure.limit_cpu_memory(budget)
         torch.manual_seed(self.job.get("seed", 0))
-        knobs.set_numerics(self.precision, self.config.get("cudnn_benchmark", False))
         if self.job["workload"].get("factory"):
             import_factory(self.job["workload"]["factory"])
         t0 = time.perf_counter()
@@ -135,6 +135,9 @@ class Trial:
     def build_training(self) -> None:
         """Knobs in the documented order (harness.knobs), optimizer, scaler, data."""
         wl = self.wl
+        knobs.set_numerics("fp32", False)  # the reference is IEEE fp32 (cuDNN convs default to TF32)
+        self.reference = self.reference_loss(wl.model.to(self.device))  # before any knob touches the model
+        knobs.set_numerics(self.precision, self.config.get("cudnn_benchmark", False))
         model = knobs.place(wl.model, self.device, self.precision)
         self.memory["weights"] = measure.tensor_bytes(list(model.parameters()) + list(model.buffers()))
         self.eager = knobs.apply_checkpointing(model, wl.blocks, self.config.get("checkpointing", "none"))
@@ -165,11 +168,10 @@ class Trial:
         self.scaler.update()
         self.opt.zero_grad(set_to_none=True)
 
-    def reference_loss(self) -> float:
+    def reference_loss(self, model) -> float:
         """fp32 eager loss of the untouched model on the first batch: what every precision must match."""
-        model = self.wl.model
         buffers = {k: v.clone() for k, v in model.named_buffers()}  # keep BatchNorm stats as they were
-        batch = self.sample_batch(self.wl.dataset, self.wl.collate)
+        batch = knobs.to_device(self.sample_batch(self.wl.dataset, self.wl.collate), self.device, False)
         with torch.no_grad():
             loss = float(self.wl.loss(model, batch))
         model.load_state_dict(buffers, strict=False)
@@ -258,13 +260,12 @@ class Trial:
         t_start = time.perf_counter()
         self.prepare()
         self.build_training()
-        reference = self.reference_loss()
         self.warm_up()
         per_step = self.measure_windows()
         peak = self.read_memory()
         losses = [float(x) for x in self.losses]
         self.memory["breakdown"] = self.breakdown()
-        return self.record(per_step, peak, losses, reference, time.perf_counter() - t_start)
+        return self.record(per_step, peak, losses, self.reference, time.perf_counter() - t_start)
 
     def record(self, per_step, peak, losses, reference, wall) -> dict:
         eff_batch = int(self.config["batch_size"]) * self.accum

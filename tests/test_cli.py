@@ -160,3 +160,20 @@ def test_custom_model_example_runs_through_the_cli(monkeypatch):
     record = json.loads(result.output)
     assert record["status"] == "ok" and record["workload"]["factory"] == "tinyvision:build"
     assert record["config"]["depth"] == 4 and record["throughput"] > 0
+
+
+def test_scenarios_run_as_separate_studies_and_report_and_apply_take_them(project):
+    spec = write_spec(project, "scen", trials=1,
+                      scenarios={"small-card": {"memory": {"budget": "8GiB"}},
+                                 "wide": {"workload": {"params": {"d_model": 48}}}})
+    result = bench("sweep", spec, "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert "scen-small-card" in result.output and "scen-wide" in result.output
+    assert {p.name for p in (project / "results").iterdir()} == {"scen-small-card", "scen-wide"}
+    small = json.loads(bench("report", "--scenario", "small-card", "--format", "json").output)
+    wide = json.loads(bench("report", "scen-wide", "--format", "json").output)
+    assert len(small) == 1 and len(wide) == 1
+    assert small[0]["workload"]["params"]["d_model"] == 32 and wide[0]["workload"]["params"]["d_model"] == 48
+    dry = bench("apply", "--scenario", "wide", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "dry run: nothing written" in dry.output
