@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness import pareto
-from harness.units import gib
+from harness.units import gib, size
 
 JSON_KEYS = ("number", "status", "config", "throughput", "peak_memory", "pareto", "best", "baseline", "tier",
              "samples_per_s", "tokens_per_s", "memory", "timing", "flops", "loss", "env", "error", "workload", "log")
@@ -122,7 +122,9 @@ def summary(rows: list[dict], choice: pareto.Choice, info: dict) -> Text:
             lines.append(f"headroom left: {1 - best['peak_memory'] / choice.capacity:.0%} of {gib(choice.capacity)}")
     if best and (best.get("memory") or {}).get("breakdown"):
         parts = best["memory"]["breakdown"]
-        lines.append("best's memory: " + ", ".join(f"{k} {gib(v)}" for k, v in parts.items()))
+        lines.append("best's memory: " + ", ".join(f"{k} {size(v)}" for k, v in parts.items())
+                     + f" (measured tensors; the rest of the {size(best['peak_memory'])} peak is allocator, "
+                     "runtime and data)")
     lines.extend(compile_lines(rows))
     lines.append("tiers (headroom of capacity: safe 25%, balanced 15%, aggressive 5%):")
     for name, tier in choice.tiers.items():

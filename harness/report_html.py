@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.units import gib
+from harness.units import size
 
 GiB = 1024**3
 
@@ -48,13 +48,6 @@ TIER_ORDER = {"safe": 0, "balanced": 1, "aggressive": 2}
 OFF_SCALE = 4
 # Config keys shown first in the table, in the order people think about them.
 KNOB_ORDER = ("batch_size", "accumulation", "precision", "checkpointing", "compile")
-
-
-def _size(n_bytes: float | None) -> str:
-    """Bytes for people: GiB, or MiB below one GiB (CPU trials are often that small)."""
-    if n_bytes is not None and abs(n_bytes) < GiB:
-        return f"{n_bytes / 1024**2:.0f} MiB"
-    return gib(n_bytes)
 
 
 def _e(value: object) -> str:
@@ -113,7 +106,7 @@ def _summary(best: dict | None, baseline: dict | None, budget: int | None) -> st
         _stat("speedup", *_speedup(best, baseline)),
         _stat("best throughput", f"{_rate(best.get('throughput'))}/s",
               f"baseline {_rate((baseline or {}).get('throughput'))}/s"),
-        _stat("peak memory", _size(best.get("peak_memory")), _memory_change(best, baseline)),
+        _stat("peak memory", size(best.get("peak_memory")), _memory_change(best, baseline)),
         _stat("headroom left", *_headroom(best, budget)),
     ]
     return (
@@ -141,14 +134,14 @@ def _memory_change(best: dict, baseline: dict | None) -> str:
         return "no baseline memory"
     delta = best["peak_memory"] - baseline["peak_memory"]
     sign = "+" if delta >= 0 else "−"
-    return f"{sign}{_size(abs(delta))} vs baseline ({_size(baseline['peak_memory'])})"
+    return f"{sign}{size(abs(delta))} vs baseline ({size(baseline['peak_memory'])})"
 
 
 def _headroom(best: dict, budget: int | None) -> tuple[str, str]:
     if not budget or best.get("peak_memory") is None:
         return "-", "no memory budget"
     left = budget - best["peak_memory"]
-    return _size(left), f"{left / budget:.0%} of the {_size(budget)} budget"
+    return size(left), f"{left / budget:.0%} of the {size(budget)} budget"
 
 
 def _config_chips(config: dict) -> str:
@@ -169,7 +162,7 @@ def _tiers(rows: list[dict]) -> str:
         return ""
     cards = "".join(
         f'<div class="tier"><div class="label">{_e(r["tier"])} · #{_e(r.get("number"))}</div>'
-        f'<div class="value">{_e(_rate(r.get("throughput")))}/s · {_e(_size(r.get("peak_memory")))}</div>'
+        f'<div class="value">{_e(_rate(r.get("throughput")))}/s · {_e(size(r.get("peak_memory")))}</div>'
         f'<div>{_config_chips(r.get("config") or {})}</div></div>'
         for r in tiered
     )
@@ -313,7 +306,7 @@ def _cross(cx: float, cy: float, size: float = 6) -> str:
 
 def _tooltip(row: dict) -> str:
     config = ", ".join(f"{k}={v}" for k, v in _ordered(row.get("config") or {}))
-    what = f"{_rate(row.get('throughput'))}/s, {_size(row.get('peak_memory'))}"
+    what = f"{_rate(row.get('throughput'))}/s, {size(row.get('peak_memory'))}"
     return f"<title>#{_e(row.get('number'))} {_e(row.get('status'))}: {_e(what)}\n{_e(config)}</title>"
 
 
@@ -372,10 +365,10 @@ def _budget_lines(frame: _Frame, x: _Scale, budget: int | None, headroom: float)
     a line beyond the axis is named above the plot instead."""
     if not budget:
         return ""
-    lines = [(budget, "budget", f"budget {_size(budget)}")]
+    lines = [(budget, "budget", f"budget {size(budget)}")]
     if headroom > 0:
         usable = budget * (1 - headroom)
-        lines.append((usable, "usable", f"{headroom:.0%} headroom: {_size(usable)}"))
+        lines.append((usable, "usable", f"{headroom:.0%} headroom: {size(usable)}"))
     top, bottom = frame.top, frame.height - frame.bottom
     svg = [
         f'<g class="limit {cls}"><line x1="{x(value / GiB)}" x2="{x(value / GiB)}" y1="{top}" y2="{bottom}"/>'
@@ -594,9 +587,9 @@ def _breakdown(best: dict | None, budget: int | None) -> str:
     body = [_breakdown_axis(frame, y, [(t * unit, f"{_tick_label(t)} {unit_name}") for t in ticks]),
             _stack(frame, y, parts)]
     if on_scale:
-        body.append(_hline(frame, y(budget), "budget", f"budget {_size(budget)}"))
+        body.append(_hline(frame, y(budget), "budget", f"budget {size(budget)}"))
     elif budget:
-        body.append(_offscale_note(frame, f"budget {_size(budget)}: off the scale ↑"))
+        body.append(_offscale_note(frame, f"budget {size(budget)}: off the scale ↑"))
     return _svg(frame, "breakdown", "".join(body), "memory breakdown of the best trial")
 
 
@@ -623,7 +616,7 @@ def _stack(frame: _Frame, y: _Scale, parts: list[tuple[str, float]]) -> str:
         colour = BREAKDOWN_COLOURS.get(name, OTHER_COLOUR)
         svg.append(f'<rect class="segment" data-part="{_e(name)}" x="{bar_x}" y="{hi}" width="{bar_w}" '
                    f'height="{max(lo - hi, 0.5):.1f}" fill="{colour}">'
-                   f'<title>{_e(name)}: {_e(_size(value))}</title></rect>')
+                   f'<title>{_e(name)}: {_e(size(value))}</title></rect>')
         wanted.append(((lo + hi) / 2, name, value, colour))
         base += value
     placed = _spread([w[0] for w in wanted], gap=30, low=frame.height - frame.bottom - 8)
@@ -631,7 +624,7 @@ def _stack(frame: _Frame, y: _Scale, parts: list[tuple[str, float]]) -> str:
         svg.append(f'<path class="leader" d="M{bar_x + bar_w + 3} {seg_y:.1f}L{label_x - 6} {label_y:.1f}" '
                    f'stroke="{colour}"/>'
                    f'<text class="seg-label" x="{label_x}" y="{label_y - 2:.1f}">{_e(name)}</text>'
-                   f'<text class="seg-value" x="{label_x}" y="{label_y + 13:.1f}">{_e(_size(value))}</text>')
+                   f'<text class="seg-value" x="{label_x}" y="{label_y + 13:.1f}">{_e(size(value))}</text>')
     return "".join(svg)
 
 
@@ -665,7 +658,7 @@ def _columns(rows: list[dict]) -> list[_Column]:
         _Column("#", True, lambda r: _num(r.get("number"), str)),
         _Column("status", False, _status_cell),
         _Column("samples/s", True, lambda r: _num(r.get("throughput"), _rate)),
-        _Column("peak memory", True, lambda r: _num(r.get("peak_memory"), _size)),
+        _Column("peak memory", True, lambda r: _num(r.get("peak_memory"), size)),
         *(_Column(k, _numeric_knob(rows, k), _knob_cell(k)) for k in knobs),
         _Column("tokens/s", True, lambda r: _num(_median(r.get("tokens_per_s")), _rate)),
         _Column("TFLOP/s · MFU", True, _flops_cell),
@@ -784,7 +777,7 @@ def _environment(study: dict, rows: list[dict]) -> str:
 def _env_value(key: str, value: object) -> object:
     # The stamp keeps memory sizes in bytes (device_total, host_memory); people read GiB.
     is_size = isinstance(value, int) and (key.endswith("_total") or key.endswith("memory"))
-    return _size(value) if is_size else value
+    return size(value) if is_size else value
 
 
 # ---- page template ------------------------------------------------------------------------------

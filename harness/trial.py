@@ -88,7 +88,8 @@ class Trial:
         self.precision = self.config.get("precision", "fp32")
         self.memory: dict = {"kind": self.device.type, "budget": job.get("memory_budget")}
         self.timing: dict = {}
-        self.losses: list = []
+        self.losses: list[float] = []
+        self.pending: list = []  # this window's loss tensors, not yet read back
 
     # -- setup --------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -163,7 +164,7 @@ class Trial:
             with self.autocast:
                 loss = self.wl.loss(self.model, batch)
             self.scaler.scale(loss / self.accum).backward()
-            self.losses.append(loss.detach())
+            self.pending.append(loss.detach())
         self.scaler.step(self.opt)
         self.scaler.update()
         self.opt.zero_grad(set_to_none=True)
@@ -183,6 +184,7 @@ class Trial:
         t0 = measure.now(self.device)
         self.step()
         first = measure.now(self.device) - t0
+        self.flush_losses()
         compiled = self.config.get("compile", "off") != "off"
         self.timing["compile_s"] = first if compiled else 0.0
         self.timing["first_step_s"] = first
@@ -195,6 +197,7 @@ class Trial:
             self.hb.beat("warmup", i + 1)
         self.timing["warmup_steps"] = steps
         self.timing["warmup_s"] = measure.now(self.device) - t0
+        self.flush_losses()
         self.warm_step_s = self.timing["warmup_s"] / steps if steps else first
 
     def measure_windows(self) -> list[float]:
@@ -203,33 +206,50 @@ class Trial:
         window_steps = max(1, math.ceil(m.get("window_s", 0.5) / max(self.warm_step_s, 1e-6)))
         min_w, max_w = int(m.get("min_windows", 3)), int(m.get("max_windows", 12))
         target_cv, max_s = float(m.get("target_cv", 0.02)), float(m.get("max_seconds", 20))
-        per_step, start, done = [], time.perf_counter(), 0
+        per_step, peaks, start, done = [], [], time.perf_counter(), 0
         while True:
             t0 = measure.now(self.device)
             for _ in range(window_steps):
                 self.step()
             per_step.append((measure.now(self.device) - t0) / window_steps)
+            peaks.append(self.peak_so_far())
             done += window_steps
             self.hb.beat("measure", done)
-            if not all(torch.isfinite(x) for x in self.losses[-window_steps * self.accum:]):
+            if not all(map(math.isfinite, self.flush_losses())):
                 break  # diverged: no use timing it further
             enough = len(per_step) >= min_w
             if len(per_step) >= max_w or (enough and measure.spread(per_step)["cv"] < target_cv):
                 break
             if enough and time.perf_counter() - start > max_s:
                 break
-        self.timing.update(window_steps=window_steps, windows=len(per_step), measured_steps=done, window_step_s=per_step,
-                           measure_s=time.perf_counter() - start)
+        self.timing.update(window_steps=window_steps, windows=len(per_step), measured_steps=done,
+                           window_step_s=per_step, measure_s=time.perf_counter() - start)
+        self.memory["peak_by_window"] = peaks  # a peak still growing at the end would show here
         return per_step
 
+    def flush_losses(self) -> list[float]:
+        """The losses since the last flush, as floats; called after a clock read has synced the device.
+
+        Holding every step's loss tensor until the end fragments glibc's heap: a CPU run's peak RSS
+        grew 35% over 600 steps, so a short trial's peak was not the long run's.
+        """
+        new = torch.stack(self.pending).float().tolist() if self.pending else []
+        self.pending.clear()
+        self.losses.extend(new)
+        return new
+
+    def peak_so_far(self) -> int:
+        """The footprint feasibility is judged on (see harness.record), as of now."""
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_reserved(self.device) + (self.memory.get("context_bytes") or 0)
+        return measure.peak_rss_bytes() - self.memory["baseline_rss"]
+
     def read_memory(self) -> int:
-        """The footprint feasibility is judged on (see harness.record)."""
         if self.device.type == "cuda":
             self.memory.update(measure.cuda_memory(self.device, self.memory.get("context_bytes")))
-            return self.memory["peak_reserved"] + (self.memory["context_bytes"] or 0)
-        peak = measure.peak_rss_bytes()
-        self.memory.update(peak_rss=peak, device_total=self.job.get("device_total"))
-        return peak - self.memory["baseline_rss"]
+        else:
+            self.memory.update(peak_rss=measure.peak_rss_bytes(), device_total=self.job.get("device_total"))
+        return self.peak_so_far()
 
     def breakdown(self) -> dict | None:
         """Weights, gradients, optimizer state and saved activations of one micro-batch, in bytes.
@@ -263,7 +283,7 @@ class Trial:
         self.warm_up()
         per_step = self.measure_windows()
         peak = self.read_memory()
-        losses = [float(x) for x in self.losses]
+        losses = self.losses
         self.memory["breakdown"] = self.breakdown()
         return self.record(per_step, peak, losses, self.reference, time.perf_counter() - t_start)
 

@@ -51,3 +51,10 @@ def parse_duration(value: object, where: str) -> float:
 def gib(n_bytes: float | None) -> str:
     """Bytes as GiB for people; '-' when unknown."""
     return "-" if n_bytes is None else f"{n_bytes / 1024**3:.2f} GiB"
+
+
+def size(n_bytes: float | None) -> str:
+    """Bytes for people, MiB below 1 GiB so small parts do not read as 0.00 GiB; '-' when unknown."""
+    if n_bytes is None:
+        return "-"
+    return f"{n_bytes / 1024**2:.1f} MiB" if abs(n_bytes) < 1024**3 else gib(n_bytes)

@@ -85,6 +85,13 @@ def test_warmup_and_compile_are_timed_apart_from_measured_steps(tmp_path):
     assert rec["samples_per_s"]["p10"] <= rec["throughput"] <= rec["samples_per_s"]["p90"]
 
 
+def test_peak_is_tracked_per_window_and_the_record_holds_the_last(tmp_path):
+    rec = run(tmp_path, TINY_EMBER, {"batch_size": 4})
+    peaks = rec["memory"]["peak_by_window"]
+    assert len(peaks) == rec["timing"]["windows"]
+    assert peaks == sorted(peaks) and peaks[-1] == rec["peak_memory"]
+
+
 def test_records_carry_an_environment_stamp(tmp_path):
     rec = run(tmp_path, TINY_EMBER, {"batch_size": 4})
     env = rec["env"]
