@@ -17,6 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from harness.workloads import Workload
+from harness.workloads._text import spell
 
 EOS = 0  # token 0 ends a document; every other id is a word
 
@@ -91,19 +92,6 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.lm_head(self.ln_f(x))
-
-
-_SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
-
-
-def spell(i: int) -> str:
-    """A unique pronounceable pseudo-word per id (base-70 syllables), so samples are real text."""
-    word = ""
-    while True:
-        word += _SYLLABLES[i % len(_SYLLABLES)]
-        i //= len(_SYLLABLES)
-        if i == 0:
-            return word
 
 
 class PackedText(torch.utils.data.Dataset):

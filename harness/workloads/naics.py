@@ -18,6 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from harness.workloads import Workload
+from harness.workloads._text import spell
 
 CHANNELS = ("title", "description", "keywords", "activities")
 PAD, CLS, SPECIALS = 0, 1, 2  # ids below SPECIALS are special tokens; words follow
@@ -140,19 +141,6 @@ def contrastive_loss(n_positives: int, temperature: float, aux_weight: float):
         return -own[:, :n_positives].mean() + aux_weight * balance
 
     return loss
-
-
-_SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
-
-
-def spell(i: int) -> str:
-    """A unique pronounceable pseudo-word per id (base-70 syllables), so samples are real text."""
-    word = ""
-    while True:
-        word += _SYLLABLES[i % len(_SYLLABLES)]
-        i //= len(_SYLLABLES)
-        if i == 0:
-            return word
 
 
 class CodeGroups(torch.utils.data.Dataset):
