@@ -14,6 +14,8 @@ from harness import apply
 from harness.errors import UserError
 from harness.apply import (PROVENANCE_MARK, parse_apply_section, plan, read_current, write,
                            write_hydra_profile)
+from harness.apply import _write
+from harness.apply._plan import _provenance_lines
 
 DATA = Path(__file__).parent / "data" / "apply"
 PROVENANCE = {"study": "emberformer", "trial": 17, "device": "NVIDIA H200", "throughput": 1234.5,
@@ -408,7 +410,7 @@ def test_a_failed_replace_leaves_the_original_and_no_backup_or_temp_file(tmp_pat
         return real_replace(src, dst)
 
     real_replace = os.replace
-    monkeypatch.setattr(apply.os, "replace", disk_full)
+    monkeypatch.setattr(_write.os, "replace", disk_full)
     with pytest.raises(UserError, match="No space left on device.*unchanged"):
         write(p)
     assert_untouched(file, original, before)
@@ -649,5 +651,5 @@ def test_provenance_goes_below_a_hydra_package_header(tmp_path):
     assert lines[1].startswith(apply.PROVENANCE_MARK)
     block = [line for line in lines if line.startswith(apply.PROVENANCE_MARK)]
     assert block == lines[1:1 + len(block)]  # one contiguous block, not stacked
-    assert len(block) == len(apply._provenance_lines(provenance))
+    assert len(block) == len(_provenance_lines(provenance))
     assert "# our 24 GB card" in lines and "  batch_size: 16" in lines

@@ -1,0 +1,165 @@
+"""The user's config file as bench reads it: its text, its plain values and its positioned node tree,
+and the knob values it holds now."""
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+from ruamel.yaml.nodes import MappingNode
+
+from harness.apply._keymaps import ABSENT, KNOB_CHOICES, ApplyTarget, KeyMap
+from harness.errors import UserError
+
+
+# ---------------------------------------------------------------------------------------------
+# The document: text, plain values and positioned nodes
+
+
+@dataclass(frozen=True)
+class _Document:
+    path: Path
+    format: str
+    text: str
+    data: dict
+    """Plain values, as the training program reads them."""
+    root: MappingNode
+    """ruamel node tree whose marks give every scalar's character span in `text`."""
+
+
+def _load_document(path: Path, fmt: str) -> _Document:
+    text = _read_text(path)
+    data = _parse_data(text, fmt, path)
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: the top level is a {type(data).__name__}, not a mapping of keys; "
+                        "bench writes into a config of key: value pairs")
+    try:
+        root = YAML(typ="rt").compose(text)
+    except YAMLError as e:  # valid JSON that YAML cannot place, e.g. duplicate keys
+        raise UserError(f"{path}: cannot edit this file in place: {_first_line(e)}") from None
+    return _Document(path, fmt, text, data, root)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return Path(path).read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: file not found; check apply.file in the spec") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a UTF-8 text file; point apply.file at the YAML or JSON training config"
+                        ) from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read it ({e.strerror}); check the path and its permissions") from None
+
+
+def _parse_data(text: str, fmt: str, path: Path | None = None) -> object:
+    try:
+        if fmt == "json":
+            return json.loads(text.lstrip("\ufeff"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return YAML(typ="safe", pure=True).load(text)
+    except (ValueError, YAMLError) as e:
+        raise UserError(f"{path}: not valid {fmt.upper()}: {_first_line(e)}; fix the file or point apply.file "
+                        "at the training config") from None
+
+
+def _first_line(error: Exception) -> str:
+    return " ".join(str(error).split("\n")[:2]).strip()
+
+
+def _lookup(data: object, key: str) -> object:
+    for part in key.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return ABSENT
+        data = data[part]
+    return data
+
+
+def _set(data: dict, key: str, value: object) -> None:
+    *parents, last = key.split(".")
+    for part in parents:
+        data = data.setdefault(part, {})
+    data[last] = value
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the user's current values
+
+
+def read_current(target: ApplyTarget) -> dict:
+    """The knob values the target file holds now, as bench values; knobs with no key there are left out."""
+    return _read_knobs(target, _load_document(target.file, target.format), target.keys)
+
+
+def _read_knobs(target: ApplyTarget, doc: _Document, knobs) -> dict:
+    current = {}
+    for knob in knobs:
+        value = _read_knob(doc, knob, target.keys.get(knob, ()))
+        if value is not ABSENT:
+            current[knob] = value
+    return current
+
+
+def _read_knob(doc: _Document, knob: str, maps: tuple[KeyMap, ...]) -> object:
+    found = {m.key: _file_value(doc, m.key) for m in maps}
+    if all(v is ABSENT for v in found.values()):
+        return ABSENT
+    if all(m.values is not None for m in maps):
+        value = _decode(maps, found)
+    else:  # a key that holds the bench value as is
+        value = next((found[m.key] for m in maps if m.values is None and found[m.key] is not ABSENT), ABSENT)
+        if value is ABSENT:
+            return ABSENT
+    return _checked_knob_value(doc, knob, found, value)
+
+
+def _file_value(doc: _Document, key: str) -> object:
+    """The value at a dotted key, ABSENT when missing. null and "auto" (DeepSpeed/HF: filled in at
+    launch) count as missing: the file leaves the value to someone else."""
+    value = _lookup(doc.data, key)
+    if isinstance(value, (dict, list)):
+        raise UserError(f"{doc.path}: {key} holds a {type(value).__name__}, not a single value; "
+                        "map the knob to the key inside it that holds the value")
+    return ABSENT if value is None or value == "auto" else value
+
+
+def _decode(maps: tuple[KeyMap, ...], found: dict[str, object]) -> object:
+    """The first bench value every key agrees with (a missing key counts as its default)."""
+    candidates = dict.fromkeys(v for m in maps for v in m.values)
+    for candidate in candidates:
+        if all(_agrees(m, found[m.key], candidate) for m in maps):
+            return candidate
+    return None  # reported by _checked_knob_value
+
+
+def _agrees(m: KeyMap, file_value: object, candidate: str) -> bool:
+    if candidate not in m.values:
+        return True  # this key says nothing about the candidate
+    if file_value is ABSENT:
+        file_value = m.default
+        if file_value is ABSENT:
+            return True
+    return _same(m.canonical(file_value), m.values[candidate])
+
+
+def _checked_knob_value(doc: _Document, knob: str, found: dict[str, object], value: object) -> object:
+    choices = KNOB_CHOICES.get(knob)
+    if knob in ("batch_size", "accumulation"):
+        valid = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    else:
+        valid = value is not None and (choices is None or value in choices)
+    if not valid:
+        shown = ", ".join(f"{k}: {json.dumps(v, default=str)}" for k, v in found.items() if v is not ABSENT)
+        raise UserError(f"{doc.path}: cannot tell which {knob} `{shown}` means; map its spelling under "
+                        f"apply.keys.{knob}.values, or set apply.keys.{knob}: null to leave it out")
+    return value
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal as the file's reader sees it: True is not 1, "1" is not 1."""
+    numbers = (int, float)
+    return (type(a) in numbers and type(b) in numbers or type(a) is type(b)) and a == b

@@ -1,0 +1,220 @@
+"""Changing the text in place: a changed value is spliced into its scalar's span, a new key goes after
+the last line of its parent mapping, and values are spelled so that every reader reads them back as
+the same value. Every other byte of the file stays as it was."""
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from decimal import Decimal
+
+from ruamel.yaml import YAML
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from harness.apply._document import _Document, _set
+from harness.errors import UserError
+
+
+# ---------------------------------------------------------------------------------------------
+# Text edits: (start, end, replacement) splices on the original text
+
+
+def _child(node: Node, name: str) -> tuple[ScalarNode, Node] | None:
+    """The (key node, value node) written under `name` in a mapping node; None if not written there."""
+    if isinstance(node, MappingNode):
+        for key_node, value_node in node.value:
+            if isinstance(key_node, ScalarNode) and key_node.value == name:
+                return key_node, value_node
+    return None
+
+
+def _replace_value(doc: _Document, key: str, value: object) -> tuple[int, int, str]:
+    node = doc.root
+    for part in key.split("."):
+        pair = _child(node, part)
+        if pair is None:
+            raise UserError(f"{doc.path}: {key} comes from a YAML merge (<<) or alias, not from a line bench can "
+                            "edit; write the key out in the file")
+        key_node, node = pair
+        _refuse_shared(doc, key, node)
+    start, end = _scalar_span(doc.text, key_node, node)
+    old_token = doc.text[start:end]
+    rendered = _render(value, doc.format, old_token, node.style)
+    if start == end:  # `key:` with no value: the null's mark sits after the line break
+        return start, end, " " + rendered
+    line_breaks = old_token[len(old_token.rstrip("\r\n")):]
+    if line_breaks:  # a block scalar (|, >) ends with its line break(s)
+        return start, end, rendered + line_breaks
+    gap = re.compile(r"[ ]+(?=#)").match(doc.text, end)
+    if gap:  # keep an aligned end-of-line comment in its column where the new value leaves room
+        end = gap.end()
+        rendered += " " * max(1, len(gap.group()) - (len(rendered) - len(old_token)))
+    return start, end, rendered
+
+
+def _refuse_shared(doc: _Document, key: str, node: Node) -> None:
+    """An anchored value (&x) is also every *x: changing it here would change those places too."""
+    if node.anchor:
+        raise UserError(f"{doc.path}: {key} goes through the YAML anchor &{node.anchor}, so changing it would "
+                        "change every *alias too; write the value out at this key")
+
+
+def _scalar_span(text: str, key_node: ScalarNode, node: ScalarNode) -> tuple[int, int]:
+    start, end = node.start_mark.index, node.end_mark.index
+    if start == end:
+        colon = text.index(":", key_node.end_mark.index)
+        return colon + 1, colon + 1
+    if text[start] == "!":  # keep a tag (!!float) in front of the value
+        start = re.compile(r"\S+\s+").match(text, start).end()
+    return start, end
+
+
+def _insert_keys(doc: _Document, new_keys: list[tuple[str, object]]) -> list[tuple[int, int, str]]:
+    """Splices adding the missing keys: all keys under one existing mapping go in one place."""
+    groups: dict[int, tuple[MappingNode, dict]] = {}
+    for key, value in new_keys:
+        node, rest = _deepest_mapping(doc, key)
+        _, tree = groups.setdefault(id(node), (node, {}))
+        _set(tree, ".".join(rest), value)
+    return [_flow_insertion(doc, node, tree) if node.flow_style else _block_insertion(doc, node, tree)
+            for node, tree in groups.values()]
+
+
+def _deepest_mapping(doc: _Document, key: str) -> tuple[MappingNode, list[str]]:
+    """The deepest mapping on the key's path that exists, and the parts of the key below it."""
+    node, parts = doc.root, key.split(".")
+    for i, part in enumerate(parts):
+        pair = _child(node, part)
+        if pair is None:
+            return node, parts[i:]
+        child = pair[1]
+        if not isinstance(child, MappingNode):
+            raise UserError(f"{doc.path}: cannot create {key}: {'.'.join(parts[:i + 1])} is not a mapping")
+        _refuse_shared(doc, key, child)
+        node = child
+    raise AssertionError(f"{key} exists; it is replaced, not created")
+
+
+def _block_insertion(doc: _Document, node: MappingNode, tree: dict) -> tuple[int, int, str]:
+    """New `key: value` lines after the mapping's last line, at the indentation of its keys."""
+    text, newline = doc.text, "\r\n" if "\r\n" in doc.text else "\n"
+    at = _end_of_line(text, _last_end(node))
+    indent = node.value[0][0].start_mark.column
+    lines = _block_lines(tree, indent, _indent_step(doc.root), doc.format)
+    lead = newline if at == len(text) and text and not text.endswith("\n") else ""
+    return at, at, lead + "".join(line + newline for line in lines)
+
+
+def _block_lines(tree: dict, indent: int, step: int, fmt: str) -> list[str]:
+    lines = []
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            lines.append(f"{' ' * indent}{_render(key, fmt)}:")
+            lines += _block_lines(value, indent + step, step, fmt)
+        else:
+            lines.append(f"{' ' * indent}{_render(key, fmt)}: {_render(value, fmt)}")
+    return lines
+
+
+def _flow_insertion(doc: _Document, node: MappingNode, tree: dict) -> tuple[int, int, str]:
+    """New entries after the last entry of a `{...}` mapping (every JSON object is one)."""
+    entries = _flow_entries(tree, doc.format)
+    if not node.value:
+        at = node.start_mark.index + 1
+        return at, at, ", ".join(entries)
+    last_key, last_value = node.value[-1]
+    if last_key.start_mark.line > node.start_mark.line:  # one entry per line: follow that layout
+        line_start = doc.text.rfind("\n", 0, last_key.start_mark.index) + 1
+        newline = "\r\n" if "\r\n" in doc.text else "\n"
+        separator = "," + newline + re.match(r"[ \t]*", doc.text[line_start:]).group()
+    else:
+        separator = ", "
+    at = last_value.end_mark.index
+    return at, at, "".join(separator + entry for entry in entries)
+
+
+def _flow_entries(tree: dict, fmt: str) -> list[str]:
+    return [f"{_render(k, fmt)}: " + ("{" + ", ".join(_flow_entries(v, fmt)) + "}" if isinstance(v, dict)
+                                       else _render(v, fmt))
+            for k, v in tree.items()]
+
+
+def _last_end(node: Node) -> int:
+    """Where the node's text ends; for a block collection, where its last value ends."""
+    if isinstance(node, (MappingNode, SequenceNode)) and not node.flow_style and node.value:
+        last = node.value[-1]
+        return _last_end(last[1] if isinstance(last, tuple) else last)
+    return node.end_mark.index
+
+
+def _end_of_line(text: str, index: int) -> int:
+    """The start of the next line (a trailing comment stays with its key)."""
+    if index == 0 or text[index - 1] == "\n":
+        return index
+    newline = text.find("\n", index)
+    return len(text) if newline < 0 else newline + 1
+
+
+def _indent_step(root: MappingNode) -> int:
+    """How far the file indents a nested block mapping (2 when it has none)."""
+    for key, value in root.value:
+        if isinstance(value, MappingNode) and not value.flow_style and value.value:
+            return value.value[0][0].start_mark.column - key.start_mark.column
+    return 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Spelling values
+
+
+def _render(value: object, fmt: str, old_token: str = "", old_style: str | None = None) -> str:
+    """The value as text, readable as the same value by YAML 1.1 (PyYAML), YAML 1.2 and JSON,
+    in the old token's style where it had one (quotes, True vs true, 3.0e-4 vs 0.0003)."""
+    if isinstance(value, bool):
+        word = "true" if value else "false"
+        if fmt == "yaml" and old_token[:1].isupper():
+            word = word.upper() if old_token.isupper() else word.capitalize()
+        return word
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _float_text(value, scientific="e" in old_token.lower())
+    if not isinstance(value, str):
+        raise UserError(f"cannot write {type(value).__name__} value {value!r} into a config; only single values")
+    if fmt == "yaml" and old_style == "'":
+        return "'" + value.replace("'", "''") + "'"
+    if fmt == "yaml" and old_style != '"' and _plain_is_safe(value):
+        return value
+    return json.dumps(value, ensure_ascii=False)  # a JSON string is also a YAML double-quoted scalar
+
+
+def _float_text(value: float, scientific: bool) -> str:
+    """The shortest exact spelling; an exponent gets a dot in the mantissa and a sign, without
+    which PyYAML (YAML 1.1) reads `1e-05` as a string."""
+    text = repr(value)
+    if not scientific and "e" not in text:
+        return text
+    mantissa, exponent = format(Decimal(text).normalize(), "e").split("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    return f"{mantissa}e{int(exponent):+d}"
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+/-]*")
+
+
+def _plain_is_safe(text: str) -> bool:
+    """A string can go unquoted when YAML 1.1 and 1.2 both read it back as that string
+    ("32-true" can, "off", "1e3" and "null" cannot)."""
+    if not _PLAIN.fullmatch(text):
+        return False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for version in ((1, 1), (1, 2)):
+            reader = YAML(typ="safe", pure=True)
+            reader.version = version
+            if reader.load(text) != text:
+                return False
+    return True

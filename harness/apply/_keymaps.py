@@ -1,0 +1,287 @@
+"""What the spec's `apply:` section says: the target file, where each knob lives in it (a preset's
+key maps with `keys:` laid over them), the learning-rate rule and the Hydra group folder."""
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import UserError
+from harness.workloads import UNIVERSAL_KNOBS
+
+FORMATS = {".yaml": "yaml", ".yml": "yaml", ".json": "json"}
+LR_SCALES = ("linear", "sqrt")
+
+# Knobs with a closed set of values: values read from a file must land in these.
+KNOB_CHOICES = {
+    "precision": ("fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true"),
+    "checkpointing": ("none", "full", "selective"),
+    "compile": ("off", "default", "reduce-overhead", "max-autotune"),
+}
+CORE_KNOBS = ("batch_size", "accumulation", "precision", "checkpointing", "compile")
+
+
+class _Absent:
+    """Marks a key that is not in the file (None is a real YAML/JSON value)."""
+
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+ABSENT = _Absent()
+
+
+# ---------------------------------------------------------------------------------------------
+# What the spec says
+
+
+@dataclass(frozen=True)
+class KeyMap:
+    """Where one knob lives in the target file and how its values are spelled there."""
+
+    key: str
+    """Dotted path of the key in the file, e.g. "trainer.precision"."""
+    values: Mapping[str, object] | None = None
+    """bench value -> file value. None writes the bench value as is. A bench value missing here
+    leaves this key alone, so one knob can spread over several keys (HF `bf16` and `fp16`)."""
+    default: object = ABSENT
+    """What the training program assumes when the key is missing. Writing that value to a missing
+    key is skipped (no need for --create-keys to write `fp16: false`); ABSENT when unknown."""
+    aliases: Mapping[object, object] = field(default_factory=dict)
+    """Other spellings the program accepts for a file value (Lightning `16` = "16-mixed")."""
+
+    def canonical(self, file_value: object) -> object:
+        """The file value with aliases resolved, for comparing against mapped values."""
+        try:
+            return self.aliases.get(file_value, file_value)
+        except TypeError:  # unhashable: a list or mapping is never an alias
+            return file_value
+
+
+@dataclass(frozen=True)
+class LrRule:
+    """Rescale the learning rate when the effective batch (batch_size * accumulation) changes."""
+
+    key: str
+    """Dotted path of the learning rate in the file."""
+    scale: str
+    """"linear" (lr * new/old) or "sqrt" (lr * sqrt(new/old))."""
+
+
+@dataclass(frozen=True)
+class ApplyTarget:
+    """The parsed `apply:` section of a sweep spec."""
+
+    file: Path
+    """Absolute path of the user's config file (it need not exist until it is read)."""
+    format: str
+    """"yaml" or "json", from the file's extension."""
+    preset: str
+    """"plain", "lightning", "hf" or "deepspeed": where the key map's defaults came from."""
+    keys: Mapping[str, tuple[KeyMap, ...]]
+    """knob -> the keys it is written to: the preset's maps with the spec's `keys:` laid over
+    them. A knob absent here is reported as unmapped and never written."""
+    lr: LrRule | None = None
+    """Learning-rate rule, or None to leave the learning rate alone."""
+    hydra_group_dir: Path | None = None
+    """Absolute path of a Hydra config group folder for per-device profiles, or None."""
+    world_size: int = 1
+    """Processes that train together; only DeepSpeed's `train_batch_size` uses it."""
+
+# ---------------------------------------------------------------------------------------------
+# Presets: the keys each framework's config uses for the knobs (values read as "bench -> file").
+
+_NO_YES = {"fp32": False, "tf32": False, "bf16-mixed": False, "fp16-mixed": False}
+
+PRESETS: dict[str, dict[str, tuple[KeyMap, ...]]] = {
+    # A knob name is its own top-level key; only the core knobs, since a top-level `optimizer:`
+    # or `seq_len:` in an arbitrary file too often means something else.
+    "plain": {knob: (KeyMap(knob),) for knob in CORE_KNOBS},
+    # LightningCLI config. The batch size lives in the datamodule: `data.batch_size` is the usual
+    # spelling when the datamodule is fixed; map `batch_size` yourself for `data.init_args.batch_size`.
+    "lightning": {
+        "batch_size": (KeyMap("data.batch_size"),),
+        "accumulation": (KeyMap("trainer.accumulate_grad_batches", default=1),),
+        "precision": (KeyMap(
+            "trainer.precision",
+            values={"fp32": "32-true", "tf32": "32-true", "bf16-mixed": "bf16-mixed",
+                    "fp16-mixed": "16-mixed", "bf16-true": "bf16-true"},
+            default="32-true",
+            aliases={32: "32-true", "32": "32-true", 16: "16-mixed", "16": "16-mixed", "bf16": "bf16-mixed"},
+        ),),
+    },
+    # transformers.TrainingArguments as YAML/JSON. Precision spreads over three booleans; `tf32`
+    # only says something for fp32/tf32 and is left alone otherwise. No bf16-true, no selective
+    # checkpointing: choosing those is refused rather than silently written as something else.
+    "hf": {
+        "batch_size": (KeyMap("per_device_train_batch_size", default=8),),
+        "accumulation": (KeyMap("gradient_accumulation_steps", default=1),),
+        "precision": (
+            KeyMap("bf16", values={**_NO_YES, "bf16-mixed": True}, default=False),
+            KeyMap("fp16", values={**_NO_YES, "fp16-mixed": True}, default=False),
+            KeyMap("tf32", values={"fp32": False, "tf32": True}, default=False),
+        ),
+        "checkpointing": (KeyMap("gradient_checkpointing", values={"none": False, "full": True}, default=False),),
+        "compile": (
+            KeyMap("torch_compile", values={"off": False, "default": True, "reduce-overhead": True,
+                                            "max-autotune": True}, default=False),
+            KeyMap("torch_compile_mode", values={m: m for m in ("default", "reduce-overhead", "max-autotune")},
+                   default="default", aliases={None: "default"}),
+        ),
+        "num_workers": (KeyMap("dataloader_num_workers", default=0),),
+        "pin_memory": (KeyMap("dataloader_pin_memory", default=True),),
+    },
+    # DeepSpeed config JSON. `train_batch_size`, when present, is kept equal to
+    # micro * accumulation * world_size (DeepSpeed refuses a config where it is not).
+    "deepspeed": {
+        "batch_size": (KeyMap("train_micro_batch_size_per_gpu"),),
+        "accumulation": (KeyMap("gradient_accumulation_steps", default=1),),
+        "precision": (
+            KeyMap("bf16.enabled", values={**_NO_YES, "bf16-mixed": True}, default=False),
+            KeyMap("fp16.enabled", values={**_NO_YES, "fp16-mixed": True}, default=False),
+        ),
+    },
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing the spec's `apply:` section
+
+_SECTION_KEYS = ("file", "preset", "keys", "lr", "hydra", "world_size")
+
+
+def parse_apply_section(raw: object, base_dir: Path, where: str, *,
+                        known_knobs: Collection[str] | None = None) -> ApplyTarget:
+    """Validate the spec's `apply:` mapping; `where` names the spec (messages read "<where>: apply.x: ...").
+
+    `file` and `hydra.group_dir` are relative to `base_dir`, the spec's folder. The file need not
+    exist yet: it is checked when it is read. `known_knobs` (the workload's supported knobs) makes
+    any other knob name under `keys:` an error; without it only a misspelt universal knob
+    ("batchsize", "Batch-Size") is caught, since a workload may bring knobs of its own.
+    """
+    section = _mapping(raw, f"{where}: apply", _SECTION_KEYS)
+    if "file" not in section:
+        raise UserError(f"{where}: apply: `file` is missing; name the training config to write, e.g. file: config.yaml")
+    file = (Path(base_dir) / _text(section["file"], f"{where}: apply.file")).resolve()
+    fmt = FORMATS.get(file.suffix.lower())
+    if fmt is None:
+        raise UserError(f"{where}: apply.file: {file.name} is neither YAML (.yaml, .yml) nor JSON (.json); "
+                        "point it at the training config")
+    preset = section.get("preset", "plain")
+    if preset not in PRESETS:
+        raise UserError(f"{where}: apply.preset: unknown preset {preset!r}{_did_you_mean(preset, PRESETS)}; "
+                        f"use one of {', '.join(PRESETS)}")
+    keys = dict(PRESETS[preset])
+    for knob, entry in _mapping(section.get("keys", {}), f"{where}: apply.keys").items():
+        _check_knob_name(knob, known_knobs, f"{where}: apply.keys.{knob}")
+        keys[knob] = _parse_knob_entry(knob, entry, f"{where}: apply.keys.{knob}")
+    return ApplyTarget(
+        file=file, format=fmt, preset=preset,
+        keys={knob: maps for knob, maps in keys.items() if maps},
+        lr=_parse_lr(section["lr"], f"{where}: apply.lr") if section.get("lr") is not None else None,
+        hydra_group_dir=(_parse_hydra(section["hydra"], base_dir, f"{where}: apply.hydra")
+                         if section.get("hydra") else None),
+        world_size=_positive_int(section.get("world_size", 1), f"{where}: apply.world_size"),
+    )
+
+
+def _check_knob_name(knob: object, known_knobs: Collection[str] | None, where: str) -> None:
+    if not isinstance(knob, str) or not knob:
+        raise UserError(f"{where}: a knob name must be a non-empty string")
+    if known_knobs is not None and knob not in known_knobs:
+        raise UserError(f"{where}: the workload has no knob {knob!r}{_did_you_mean(knob, known_knobs)}; "
+                        f"its knobs: {', '.join(sorted(known_knobs))}")
+    squashed = {re.sub(r"[^a-z0-9]", "", k): k for k in UNIVERSAL_KNOBS}
+    twin = squashed.get(re.sub(r"[^a-z0-9]", "", knob.lower()))
+    if twin is not None and twin != knob:
+        raise UserError(f"{where}: unknown knob {knob!r} (did you mean {twin!r}?); use the knob's exact name")
+
+
+def _parse_knob_entry(knob: str, entry: object, where: str) -> tuple[KeyMap, ...]:
+    """`dotted.key`, `{key, values}`, a list of those (one knob, several keys), or null (never write it)."""
+    if entry is None:
+        return ()
+    entries = entry if isinstance(entry, list) else [entry]
+    return tuple(_parse_key_map(knob, e, f"{where}[{i}]" if isinstance(entry, list) else where)
+                 for i, e in enumerate(entries))
+
+
+def _parse_key_map(knob: str, entry: object, where: str) -> KeyMap:
+    if isinstance(entry, str):
+        return KeyMap(_dotted_key(entry, where))
+    spec = _mapping(entry, where, ("key", "values"))
+    if "key" not in spec:
+        raise UserError(f"{where}: `key` is missing; write e.g. {{key: trainer.precision, values: {{...}}}}")
+    values = spec.get("values")
+    if values is None:
+        return KeyMap(_dotted_key(spec["key"], f"{where}.key"))
+    return KeyMap(_dotted_key(spec["key"], f"{where}.key"), values=_parse_value_map(knob, values, f"{where}.values"))
+
+
+def _parse_value_map(knob: str, raw: object, where: str) -> dict[str, object]:
+    choices = KNOB_CHOICES.get(knob)
+    values = {}
+    for bench_value, file_value in _mapping(raw, where).items():
+        # A YAML 1.1 loader reads an unquoted `off:` as False; it can only have meant "off".
+        if choices and bench_value is False:
+            bench_value = "off"
+        if choices and bench_value not in choices:
+            close = _did_you_mean(str(bench_value), choices)
+            raise UserError(f"{where}: {bench_value!r} is not a {knob} value{close}; use {', '.join(choices)}")
+        values[bench_value] = file_value
+    return values
+
+
+def _parse_lr(raw: object, where: str) -> LrRule:
+    spec = _mapping(raw, where, ("key", "scale"))
+    if "key" not in spec:
+        raise UserError(f"{where}: `key` is missing; write e.g. lr: {{key: optimizer.lr, scale: linear}}")
+    scale = spec.get("scale", "linear")
+    if scale not in LR_SCALES:
+        close = _did_you_mean(str(scale), LR_SCALES)
+        raise UserError(f"{where}.scale: unknown scale {scale!r}{close}; use linear or sqrt")
+    return LrRule(key=_dotted_key(spec["key"], f"{where}.key"), scale=scale)
+
+
+def _parse_hydra(raw: object, base_dir: Path, where: str) -> Path:
+    spec = _mapping(raw, where, ("group_dir",))
+    if "group_dir" not in spec:
+        raise UserError(f"{where}: `group_dir` is missing; write e.g. hydra: {{group_dir: conf/hardware}}")
+    return (Path(base_dir) / _text(spec["group_dir"], f"{where}.group_dir")).resolve()
+
+
+def _mapping(raw: object, where: str, allowed: tuple[str, ...] | None = None) -> dict:
+    """`raw` as a dict; with `allowed`, an unknown key is an error that suggests the closest one."""
+    if not isinstance(raw, Mapping):
+        raise UserError(f"{where}: expected a mapping, got {type(raw).__name__} {raw!r}")
+    for key in raw:
+        if allowed is not None and key not in allowed:
+            raise UserError(f"{where}: unknown key {key!r}{_did_you_mean(str(key), allowed)}; "
+                            f"allowed: {', '.join(allowed)}")
+    return dict(raw)
+
+
+def _dotted_key(raw: object, where: str) -> str:
+    key = _text(raw, where)
+    if any(not part.strip() for part in key.split(".")):
+        raise UserError(f"{where}: {key!r} is not a dotted key; write it like trainer.precision")
+    return key
+
+
+def _text(raw: object, where: str) -> str:
+    if not isinstance(raw, str) or not raw.strip():
+        raise UserError(f"{where}: expected a non-empty string, got {raw!r}")
+    return raw
+
+
+def _positive_int(raw: object, where: str) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        raise UserError(f"{where}: expected a positive whole number, got {raw!r}")
+    return raw
+
+
+def _did_you_mean(word: str, options) -> str:
+    close = difflib.get_close_matches(word, list(options), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,0 +1,261 @@
+"""Planning a write: the keys the chosen values put into the file (with the learning-rate and
+DeepSpeed batch rules), the edited text with its provenance, checked by parsing it again, and the
+diff to show before anything is written."""
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.apply._document import _Document, _load_document, _lookup, _parse_data, _read_knobs, _same, _set
+from harness.apply._edit import _insert_keys, _replace_value
+from harness.apply._keymaps import ABSENT, FORMATS, PRESETS, ApplyTarget, KeyMap, LrRule
+from harness.errors import UserError
+from harness.units import gib
+
+PROVENANCE_MARK = "# bench apply:"
+SIDECAR_SUFFIX = ".bench.json"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A write that has been computed and can be shown (diff) before it is made."""
+
+    source: Path | None
+    """File the old text was read from; write() refuses if it changed since. None: a new file."""
+    path: Path
+    """Where write() puts new_text."""
+    old_text: str
+    new_text: str
+    diff: str
+    """Unified diff from the source's text to new_text."""
+    changes: list[tuple[str, object, object]]
+    """(dotted key, old value or None when created, new value) for every key that changes."""
+    unmapped: list[str]
+    """Knobs of the chosen config that the key map does not place anywhere."""
+    sidecar: Path | None = None
+    """JSON targets: the provenance file written next to `path`."""
+    sidecar_text: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning a write
+
+
+@dataclass(frozen=True)
+class _Assignment:
+    """One key the plan wants to hold one value."""
+
+    map: KeyMap
+    value: object
+    """The file value (already spelled through map.values)."""
+    origin: str
+    """The part of the spec that asked for it, for messages."""
+
+    @property
+    def key(self) -> str:
+        return self.map.key
+
+
+def plan(target: ApplyTarget, values: dict, provenance: dict, *, to: Path | None = None,
+         create_keys: bool = False, current_values: dict | None = None) -> Plan:
+    """The new text of the target (or of `to`) holding `values`; nothing is written.
+
+    `provenance`: study, trial, device, throughput (samples/s), peak_memory (bytes), date,
+    bench_version; any other keys are recorded as key=value. `current_values` (the knobs the
+    learning-rate rule compares against) defaults to what the file holds now.
+    """
+    destination = Path(to).resolve() if to is not None else target.file
+    if FORMATS.get(destination.suffix.lower()) != target.format:
+        raise UserError(f"--to {destination.name}: must be a {target.format.upper()} file like {target.file.name}")
+    doc = _load_document(target.file, target.format)
+    assignments = _assignments(target, values, doc, current_values)
+    edits = _edits(doc, assignments, create_keys)
+    body = _apply_edits(doc, edits)
+    changes = [(a.key, None if old is ABSENT else old, a.value) for a, old in edits]
+    unmapped = [knob for knob in values if knob not in target.keys]
+    if target.format == "yaml":
+        new_text, sidecar, sidecar_text = _with_provenance_comment(body, provenance), None, None
+    else:
+        new_text = body
+        sidecar = destination.with_name(destination.name + SIDECAR_SUFFIX)
+        sidecar_text = _sidecar_json(destination, provenance, changes)
+    _verify(doc, new_text, assignments)
+    return Plan(source=target.file, path=destination, old_text=doc.text, new_text=new_text,
+                diff=_diff(doc.text, new_text, target.file, destination), changes=changes,
+                unmapped=unmapped, sidecar=sidecar, sidecar_text=sidecar_text)
+
+
+def _assignments(target: ApplyTarget, values: dict, doc: _Document,
+                 current_values: dict | None) -> list[_Assignment]:
+    """Every key the chosen values put into the file, in key-map order."""
+    out = []
+    for knob, value in values.items():
+        out += _knob_assignments(target, knob, value)
+    if target.lr is None and target.preset != "deepspeed":
+        return out
+    # Only these rules look at the current batch; reading it otherwise could refuse a file for
+    # nothing (e.g. an interpolated `batch_size: ${data.bs}`).
+    current = current_values if current_values is not None else _read_knobs(target, doc, ("batch_size", "accumulation"))
+    if target.lr is not None:
+        out += _lr_assignment(target.lr, doc, values, current)
+    if target.preset == "deepspeed":
+        out += _deepspeed_total(target, doc, values, current)
+    return out
+
+
+def _knob_assignments(target: ApplyTarget, knob: str, value: object) -> list[_Assignment]:
+    from_preset = target.keys.get(knob) is PRESETS[target.preset].get(knob)
+    origin = f"preset {target.preset}, knob {knob}" if from_preset else f"apply.keys.{knob}"
+    out = []
+    for m in target.keys.get(knob, ()):
+        if m.values is None:
+            out.append(_Assignment(m, value, origin))
+        elif value in m.values:
+            out.append(_Assignment(m, m.values[value], origin))
+    if knob in target.keys and not out:
+        keys = ", ".join(m.key for m in target.keys[knob])
+        raise UserError(f"{target.file}: {knob}={value} cannot be written: {origin} has no spelling for it in {keys}; "
+                        f"add one under apply.keys.{knob}.values, or leave {value} out of the sweep")
+    return out
+
+
+def _effective_batch(knobs: dict, fallback: dict) -> int | None:
+    batch = knobs.get("batch_size", fallback.get("batch_size"))
+    if batch is None:
+        return None
+    return batch * knobs.get("accumulation", fallback.get("accumulation", 1))
+
+
+def _lr_assignment(rule: LrRule, doc: _Document, values: dict, current: dict) -> list[_Assignment]:
+    """The learning rate rescaled for the new effective batch; nothing when that batch is unchanged."""
+    old_batch, new_batch = _effective_batch(current, {}), _effective_batch(values, current)
+    if old_batch is None:
+        raise UserError(f"{doc.path}: apply.lr: the current batch size is unknown (no batch_size key in the file), "
+                        "so the learning rate cannot be rescaled; map batch_size or remove apply.lr")
+    if new_batch == old_batch:
+        return []
+    lr = _lookup(doc.data, rule.key)
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)):
+        raise UserError(f"{doc.path}: apply.lr.key {rule.key} must hold a number to rescale, found {lr!r}; "
+                        "fix apply.lr.key or remove apply.lr")
+    ratio = new_batch / old_batch
+    factor = ratio if rule.scale == "linear" else math.sqrt(ratio)
+    return [_Assignment(KeyMap(rule.key), float(f"{lr * factor:.6g}"), f"apply.lr ({rule.scale})")]
+
+
+def _deepspeed_total(target: ApplyTarget, doc: _Document, values: dict, current: dict) -> list[_Assignment]:
+    """DeepSpeed checks train_batch_size == micro * accumulation * world size: keep it true when present."""
+    if not isinstance(_lookup(doc.data, "train_batch_size"), int):  # absent or "auto": DeepSpeed derives it
+        return []
+    per_process = _effective_batch(values, current)
+    if per_process is None:
+        return []
+    return [_Assignment(KeyMap("train_batch_size"), per_process * target.world_size,
+                        f"preset deepspeed (batch x accumulation x world_size {target.world_size})")]
+
+
+def _edits(doc: _Document, assignments: list[_Assignment], create_keys: bool) -> list[tuple[_Assignment, object]]:
+    """The assignments that change the file, each with its old value (ABSENT: the key is created)."""
+    edits = []
+    for a in assignments:
+        if _already_implied(doc, a):
+            continue
+        old = _lookup(doc.data, a.key)
+        if old is ABSENT:
+            if not create_keys:
+                raise UserError(f"{doc.path}: key {a.key} (from {a.origin}) is not in the file; add it, map the knob "
+                                "to the key your file uses, or pass --create-keys to add it")
+        elif isinstance(old, (dict, list)):
+            raise UserError(f"{doc.path}: {a.key} (from {a.origin}) holds a {type(old).__name__}, not a single value; "
+                            "map the knob to the key inside it")
+        elif _same(a.map.canonical(old), a.value):
+            continue  # same setting, maybe spelled another way (Lightning `16` is "16-mixed")
+        edits.append((a, old))
+    return edits
+
+
+def _already_implied(doc: _Document, a: _Assignment) -> bool:
+    """The key is missing and the program's default for it is the value: nothing to write."""
+    return _lookup(doc.data, a.key) is ABSENT and _same(a.value, a.map.default)
+
+
+def _apply_edits(doc: _Document, edits: list[tuple[_Assignment, object]]) -> str:
+    """The edits as (start, end, replacement) splices on the original text, applied from the end
+    backwards so that each splice leaves the offsets of the ones before it valid."""
+    splices = [_replace_value(doc, a.key, a.value) for a, old in edits if old is not ABSENT]
+    splices += _insert_keys(doc, [(a.key, a.value) for a, old in edits if old is ABSENT])
+    text = doc.text
+    for start, end, new in sorted(splices, key=lambda s: s[0], reverse=True):
+        text = text[:start] + new + text[end:]
+    return text
+
+
+def _verify(doc: _Document, new_text: str, assignments: list[_Assignment]) -> None:
+    """Parse the new text and check it holds the old values plus the assignments, and nothing else."""
+    expected = copy.deepcopy(doc.data)
+    for a in assignments:
+        if not _already_implied(doc, a):
+            _set(expected, a.key, a.value)
+    try:
+        matches = _parse_data(new_text, doc.format, doc.path) == expected
+    except UserError:
+        matches = False
+    if not matches:
+        raise RuntimeError(f"bench apply: editing {doc.path} produced unexpected values; nothing was written. "
+                           "This is a bench bug: please report it with the file.")
+
+
+def _diff(old: str, new: str, source: Path, destination: Path) -> str:
+    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                        fromfile=str(source), tofile=str(destination)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Provenance
+
+
+def _provenance_lines(provenance: dict) -> list[str]:
+    """E.g. "written by bench 0.1.0 on 2025-06-01 from study s1 trial 17" and
+    "measured on NVIDIA H200, 1234.5 samples/s, peak memory 12.00 GiB"; other keys as key=value."""
+    p = {k: v for k, v in provenance.items() if v is not None}
+    written = ["written by bench", str(p.pop("bench_version", ""))]
+    for key, form in (("date", "on {}"), ("study", "from study {}"), ("trial", "trial {}")):
+        if key in p:
+            written.append(form.format(p.pop(key)))
+    measured = []
+    if "device" in p:
+        measured.append(f"on {p.pop('device')}")
+    if "throughput" in p:
+        measured.append(f"{p.pop('throughput'):.1f} samples/s")
+    if "peak_memory" in p:
+        measured.append(f"peak memory {gib(p.pop('peak_memory'))}")
+    lines = [" ".join(w for w in written if w)]
+    if measured:
+        lines.append("measured " + ", ".join(measured))
+    if p:
+        lines.append(", ".join(f"{k}={v}" for k, v in p.items()))
+    return [f"{PROVENANCE_MARK} {line}" for line in lines]
+
+
+def _with_provenance_comment(text: str, provenance: dict) -> str:
+    """The text with the provenance block at the top, replacing the block a previous apply left."""
+    newline = "\r\n" if "\r\n" in text else "\n"
+    lines = text.splitlines(keepends=True)
+    header = 0  # Hydra reads `# @package ...` only from the leading `# @` lines: keep them first
+    while header < len(lines) and lines[header].startswith("# @"):
+        header += 1
+    body = lines[header:]
+    while body and body[0].startswith(PROVENANCE_MARK):
+        body.pop(0)
+    block = "".join(line + newline for line in _provenance_lines(provenance))
+    return "".join(lines[:header]) + block + "".join(body)
+
+
+def _sidecar_json(destination: Path, provenance: dict, changes: list) -> str:
+    record = {"file": destination.name, "provenance": provenance,
+              "changes": [{"key": k, "old": old, "new": new} for k, old, new in changes]}
+    return json.dumps(record, indent=2, default=str) + "\n"

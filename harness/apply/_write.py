@@ -1,0 +1,112 @@
+"""Writing a plan: atomic replace, a backup of the file it replaces, its permission bits kept, and
+refusals that leave every file as it was."""
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+import time
+from pathlib import Path
+
+from harness.apply._plan import Plan
+from harness.errors import UserError
+
+BACKUP_INFIX = ".bench-backup-"
+
+
+def write(plan: Plan) -> Path | None:
+    """Write the plan atomically; return the backup of the file it replaced (None for a new file).
+
+    Refuses, leaving every file as it was, when the source changed or vanished since the plan, or
+    when the destination or its folder is read-only (by mode bits, so even root respects them).
+    """
+    destination = plan.path.resolve()  # through a symlink: the link keeps pointing at the edited file
+    _check_source_unchanged(plan)
+    _check_writable(destination)
+    backup = _backup(destination) if destination.exists() else None
+    try:
+        _atomic_write(destination, plan.new_text.encode("utf-8"), _mode_for(destination))
+    except OSError as e:
+        if backup is not None:
+            backup.unlink(missing_ok=True)
+        raise UserError(f"{destination}: could not write it ({e.strerror}); the file is unchanged") from None
+    if plan.sidecar is not None:
+        try:
+            _atomic_write(plan.sidecar, plan.sidecar_text.encode("utf-8"), _mode_for(plan.sidecar))
+        except OSError as e:
+            raise UserError(f"{destination} was written, but its provenance file {plan.sidecar} could not be "
+                            f"({e.strerror})") from None
+    return backup
+
+
+def _check_source_unchanged(plan: Plan) -> None:
+    if plan.source is None:
+        return
+    try:
+        now = plan.source.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{plan.source}: the file vanished after the plan was made; nothing was written") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{plan.source}: cannot read it again ({e}); nothing was written") from None
+    if now != plan.old_text:
+        raise UserError(f"{plan.source}: the file changed after the plan was made; run bench apply again")
+
+
+def _check_writable(destination: Path) -> None:
+    folder = destination.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)  # a new Hydra group folder, or a --to folder
+    except OSError as e:
+        raise UserError(f"{folder}: cannot create the folder ({e.strerror}); create it or write elsewhere "
+                        "with --to") from None
+    for path, what in ((destination, "file"), (folder, "folder")):
+        if path.exists() and not _writable(path):
+            raise UserError(f"{path}: the {what} is read-only; make it writable (chmod u+w) or write elsewhere "
+                            "with --to")
+
+
+def _writable(path: Path) -> bool:
+    return bool(path.stat().st_mode & stat.S_IWUSR) and os.access(path, os.W_OK)
+
+
+def _backup(path: Path) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    backup, n = path.with_name(f"{path.name}{BACKUP_INFIX}{stamp}"), 1
+    while backup.exists():
+        n += 1
+        backup = path.with_name(f"{path.name}{BACKUP_INFIX}{stamp}-{n}")
+    try:
+        _atomic_write(backup, path.read_bytes(), _mode_for(path))
+    except OSError as e:
+        raise UserError(f"{path}: could not write the backup {backup.name} ({e.strerror}); "
+                        "the file is unchanged") from None
+    return backup
+
+
+def _mode_for(path: Path) -> int:
+    """The existing file's permission bits, or what a new file gets under the current umask."""
+    if path.exists():
+        return stat.S_IMODE(path.stat().st_mode)
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _atomic_write(path: Path, data: bytes, mode: int) -> None:
+    """Readers see the old bytes or the new ones, never a mix; a crash leaves the old file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)  # the rename itself survives a power loss
+    finally:
+        os.close(folder)
