@@ -1,0 +1,503 @@
+"""The report's plots, drawn here in Python as inline SVG, so the page needs no plotting library and
+no network.
+
+    frontier_plot   throughput against peak memory: a marker per measured trial, the Pareto front as
+                    a staircase, the budget and the budget less headroom, OOMs as crosses
+    batch_plot      throughput against micro-batch size, one series per precision
+    breakdown_plot  where the best config's memory goes, as one stacked bar
+
+Each returns an HTML fragment (the <svg> and its legend, or a note when there is nothing to draw)
+whose classes the page's CSS styles. Every string that came from the user goes through `esc`.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from harness.report_text import esc, flagged, ordered, rate
+from harness.units import size
+
+GiB = 1024**3
+
+PRECISION_COLOURS = {
+    "fp32": "#4e79a7",
+    "tf32": "#76b7b2",
+    "bf16-mixed": "#f28e2b",
+    "fp16-mixed": "#59a14f",
+    "bf16-true": "#b07aa1",
+}
+OTHER_COLOUR = "#9c755f"
+OOM_COLOUR = "#d62728"
+FRONT_COLOUR = "#2f3b52"
+BREAKDOWN_COLOURS = {
+    "weights": "#4e79a7",
+    "gradients": "#f28e2b",
+    "optimizer": "#59a14f",
+    "activations": "#b07aa1",
+    "other": "#bab0ac",
+}
+# Statuses that carry a measured throughput; the rest have no place on a throughput axis.
+MEASURED = ("ok", "diverged")
+NO_CHECKPOINTING = ("none", "None", "False")
+# A budget more than this many times the largest measurement (a 24 GiB plan measured on a small
+# CPU model) would squeeze every point against the axis: it is named off the scale instead.
+OFF_SCALE = 4
+
+
+# ---- axis numbers -------------------------------------------------------------------------------
+
+def _tick_label(value: float) -> str:
+    if value >= 10_000:
+        return f"{value / 1000:,.0f}k"
+    return f"{value:,.0f}" if value >= 10 or value == int(value) else f"{value:g}"
+
+
+def _nice_step(span: float, count: int) -> float:
+    """A 1/2/2.5/5 x 10^k step that cuts `span` into at most `count` pieces."""
+    magnitude = 10 ** math.floor(math.log10(span / count))
+    return next(m * magnitude for m in (1, 2, 2.5, 5, 10) if span / (m * magnitude) <= count)
+
+
+def _nice_axis(top: float, count: int = 5) -> tuple[float, list[float]]:
+    """An axis from 0 to a round number at or above `top`, and its ticks."""
+    top = top if top > 0 else 1.0
+    step = _nice_step(top, count)
+    n = math.ceil(top / step - 1e-9)
+    return n * step, [i * step for i in range(n + 1)]
+
+
+# ---- SVG plotting -------------------------------------------------------------------------------
+
+@dataclass
+class _Scale:
+    """Maps data values onto pixels, linearly or on a log2 axis."""
+    lo: float
+    hi: float
+    px_lo: float
+    px_hi: float
+    log2: bool = False
+
+    def __call__(self, value: float) -> float:
+        f = math.log2 if self.log2 else float
+        t = (f(value) - f(self.lo)) / (f(self.hi) - f(self.lo))
+        return round(self.px_lo + t * (self.px_hi - self.px_lo), 1)
+
+
+@dataclass
+class _Frame:
+    width: int
+    height: int
+    left: int = 70
+    right: int = 24
+    top: int = 22
+    bottom: int = 52
+
+    def x(self, lo: float, hi: float, log2: bool = False) -> _Scale:
+        return _Scale(lo, hi, self.left, self.width - self.right, log2)
+
+    def y(self, lo: float, hi: float) -> _Scale:
+        return _Scale(lo, hi, self.height - self.bottom, self.top)
+
+
+def _axes(frame: _Frame, x: _Scale, y: _Scale, xticks: list[tuple[float, str]],
+          yticks: list[tuple[float, str]], xlabel: str, ylabel: str) -> str:
+    """Grid lines, tick labels and axis titles."""
+    x0, x1, y0, y1 = frame.left, frame.width - frame.right, frame.height - frame.bottom, frame.top
+    parts = []
+    for value, label in yticks:
+        py = y(value)
+        parts.append(f'<line class="grid" x1="{x0}" x2="{x1}" y1="{py}" y2="{py}"/>'
+                     f'<text class="tick" x="{x0 - 8}" y="{py + 4}" text-anchor="end">{esc(label)}</text>')
+    for value, label in xticks:
+        px = x(value)
+        parts.append(f'<line class="grid" x1="{px}" x2="{px}" y1="{y1}" y2="{y0}"/>'
+                     f'<text class="tick" x="{px}" y="{y0 + 18}" text-anchor="middle">{esc(label)}</text>')
+    parts.append(f'<line class="axis" x1="{x0}" x2="{x1}" y1="{y0}" y2="{y0}"/>'
+                 f'<line class="axis" x1="{x0}" x2="{x0}" y1="{y1}" y2="{y0}"/>')
+    parts.append(f'<text class="axis-title" x="{(x0 + x1) / 2}" y="{frame.height - 10}" '
+                 f'text-anchor="middle">{esc(xlabel)}</text>')
+    parts.append(f'<text class="axis-title" transform="translate(16 {(y0 + y1) / 2}) rotate(-90)" '
+                 f'text-anchor="middle">{esc(ylabel)}</text>')
+    return "".join(parts)
+
+
+def _svg(frame: _Frame, cls: str, body: str, label: str) -> str:
+    return (f'<svg class="plot {cls}" viewBox="0 0 {frame.width} {frame.height}" role="img" '
+            f'aria-label="{esc(label)}">{body}</svg>')
+
+
+def _precision(row: dict) -> str:
+    return str((row.get("config") or {}).get("precision", "default"))
+
+
+def _colour(row: dict) -> str:
+    return PRECISION_COLOURS.get(_precision(row), OTHER_COLOUR)
+
+
+def _compiled(row: dict) -> bool:
+    return str((row.get("config") or {}).get("compile", "off")) not in ("off", "False", "None")
+
+
+def _checkpointing(row: dict) -> str:
+    return str((row.get("config") or {}).get("checkpointing", "none"))
+
+
+def _marker(cx: float, cy: float, colour: str, compiled: bool, checkpointing: str,
+            hollow: bool = False) -> str:
+    """Colour = precision; diamond = compiled, circle = eager; ring = activation checkpointing."""
+    fill = "#fff" if hollow else colour
+    if compiled:
+        shape = (f'<path class="shape" d="M{cx} {cy - 8}L{cx + 8} {cy}L{cx} {cy + 8}L{cx - 8} {cy}Z" '
+                 f'fill="{fill}" stroke="{colour}"/>')
+    else:
+        shape = f'<circle class="shape" cx="{cx}" cy="{cy}" r="6.5" fill="{fill}" stroke="{colour}"/>'
+    ring = ""
+    if checkpointing not in NO_CHECKPOINTING:
+        dash = ' stroke-dasharray="3 2"' if checkpointing == "selective" else ""
+        ring = f'<circle class="ring" cx="{cx}" cy="{cy}" r="11.5" stroke="{colour}"{dash}/>'
+    return ring + shape
+
+
+def _cross(cx: float, cy: float, size: float = 6) -> str:
+    return (f'<path d="M{cx - size} {cy - size}L{cx + size} {cy + size}M{cx - size} {cy + size}'
+            f'L{cx + size} {cy - size}"/>')
+
+
+def _tooltip(row: dict) -> str:
+    config = ", ".join(f"{k}={v}" for k, v in ordered(row.get("config") or {}))
+    what = f"{rate(row.get('throughput'))}/s, {size(row.get('peak_memory'))}"
+    return f"<title>#{esc(row.get('number'))} {esc(row.get('status'))}: {esc(what)}\n{esc(config)}</title>"
+
+
+# ---- plot 1: throughput vs peak memory ----------------------------------------------------------
+
+def frontier_plot(rows: list[dict], study: dict) -> str:
+    points = [r for r in rows if r.get("status") in MEASURED and _has_xy(r)]
+    ooms = [r for r in rows if r.get("status") == "oom"]
+    budget = study.get("budget") or study.get("device_total")
+    if not points and not ooms:
+        return '<p class="empty">No trial measured both throughput and memory yet.</p>'
+    frame = _Frame(960, 440)
+    x_hi, x_ticks = _nice_axis(_memory_extent(points, ooms, budget) * 1.04 / GiB, 8)
+    y_hi, y_ticks = _nice_axis(max([r["throughput"] for r in points] + [0]) * 1.12)
+    x, y = frame.x(0, x_hi), frame.y(0, y_hi)
+    body = [
+        _axes(frame, x, y, [(t, _tick_label(t)) for t in x_ticks], [(t, _tick_label(t)) for t in y_ticks],
+              "peak memory (GiB)", "throughput (samples/s)"),
+        _budget_lines(frame, x, budget, study.get("headroom") or 0),
+        _front(frame, x, y, [r for r in points if r.get("pareto")]),
+        *(_point(r, x, y) for r in points),
+        _oom_marks(frame, x, ooms, budget),
+        _labels(frame, x, y, points),
+    ]
+    plot = _svg(frame, "frontier", "".join(body), "throughput against peak memory per trial")
+    return plot + _frontier_legend(points, ooms)
+
+
+def _has_xy(row: dict) -> bool:
+    return row.get("throughput") is not None and row.get("peak_memory") is not None
+
+
+def _on_scale(budget: int | None, measured: float) -> bool:
+    """Whether the budget belongs on a memory axis that must show `measured` bytes legibly."""
+    return bool(budget) and (not measured or budget <= OFF_SCALE * measured)
+
+
+def _offscale_note(frame: _Frame, text: str) -> str:
+    return (f'<text class="offscale" x="{frame.width - frame.right}" y="{frame.top - 7}" '
+            f'text-anchor="end">{esc(text)}</text>')
+
+
+def _memory_extent(points: list[dict], ooms: list[dict], budget: int | None) -> float:
+    """The memory axis covers the points and the budget when it is on scale; an OOM that asked
+    for far more is drawn at the right edge rather than squeezing everything else to the left."""
+    measured = max((r["peak_memory"] for r in points), default=0)
+    reference = max(measured, budget if _on_scale(budget, measured) else 0)
+    attempts = [r["peak_memory"] for r in ooms if r.get("peak_memory")]
+    if not reference:
+        return max(attempts, default=GiB)
+    return max([reference] + [min(a, 1.5 * reference) for a in attempts])
+
+
+def _budget_lines(frame: _Frame, x: _Scale, budget: int | None, headroom: float) -> str:
+    """The budget and the budget less headroom, labelled along the lines so no point is covered;
+    a line beyond the axis is named above the plot instead."""
+    if not budget:
+        return ""
+    lines = [(budget, "budget", f"budget {size(budget)}")]
+    if headroom > 0:
+        usable = budget * (1 - headroom)
+        lines.append((usable, "usable", f"{headroom:.0%} headroom: {size(usable)}"))
+    top, bottom = frame.top, frame.height - frame.bottom
+    svg = [
+        f'<g class="limit {cls}"><line x1="{x(value / GiB)}" x2="{x(value / GiB)}" y1="{top}" y2="{bottom}"/>'
+        f'<text transform="translate({x(value / GiB) - 5} {top + 4}) rotate(-90)" text-anchor="end">'
+        f'{esc(label)}</text></g>'
+        for value, cls, label in lines if value / GiB <= x.hi
+    ]
+    beyond = [label for value, _, label in lines if value / GiB > x.hi]
+    if beyond:
+        svg.append(_offscale_note(frame, " · ".join(reversed(beyond)) + ": off the scale →"))
+    return "".join(svg)
+
+
+def _front(frame: _Frame, x: _Scale, y: _Scale, front: list[dict]) -> str:
+    """The Pareto front as a staircase: the most throughput reachable within each amount of memory."""
+    if not front:
+        return ""
+    front = sorted(front, key=lambda r: (r["peak_memory"], r["throughput"]))
+    steps = [f"M{x(front[0]['peak_memory'] / GiB)} {y(front[0]['throughput'])}"]
+    for row in front[1:]:
+        steps.append(f"H{x(row['peak_memory'] / GiB)}V{y(row['throughput'])}")
+    right, bottom = frame.width - frame.right, frame.height - frame.bottom
+    line = "".join(steps) + f"H{right}"
+    area = line + f"V{bottom}H{x(front[0]['peak_memory'] / GiB)}Z"
+    return f'<path class="front-area" d="{area}"/><path class="pareto-front" d="{line}"/>'
+
+
+def _point(row: dict, x: _Scale, y: _Scale) -> str:
+    cx, cy = x(row["peak_memory"] / GiB), y(row["throughput"])
+    classes = " ".join(["pt"] + [flag for flag in ("pareto", "best", "baseline") if row.get(flag)]
+                       + (["diverged"] if row["status"] == "diverged" else []))
+    marker = _marker(cx, cy, _colour(row), _compiled(row), _checkpointing(row),
+                     hollow=row["status"] == "diverged")
+    return f'<g class="{classes}" data-trial="{esc(row.get("number"))}">{_tooltip(row)}{marker}</g>'
+
+
+def _oom_marks(frame: _Frame, x: _Scale, ooms: list[dict], budget: int | None) -> str:
+    """OOMs have no throughput: a red cross on the floor, at the memory where they failed.
+
+    Without a recorded size an OOM sits at the budget (or the right edge without one); crosses that
+    would overlap are stacked upwards so each one stays countable.
+    """
+    floor, taken, parts = frame.height - frame.bottom - 10, Counter(), []
+    for row in sorted(ooms, key=lambda r: r.get("number") or 0):
+        mem = row.get("peak_memory") or budget
+        cx = x(min(mem / GiB, x.hi)) if mem else x(x.hi)
+        slot = round(cx / 14)
+        cy = floor - 16 * taken[slot]
+        taken[slot] += 1
+        parts.append(f'<g class="oom" data-trial="{esc(row.get("number"))}">{_tooltip(row)}'
+                     f'{_cross(cx, cy)}</g>')
+    return "".join(parts)
+
+
+def _labels(frame: _Frame, x: _Scale, y: _Scale, points: list[dict]) -> str:
+    """Name the best and the baseline points right on the plot, with an arrow between them."""
+    best = flagged(points, "best")
+    baseline = flagged(points, "baseline")
+    parts = []
+    if best and baseline and best is not baseline:
+        parts.append(_speedup_arrow(x, y, baseline, best))
+    for row, text, dy in ((best, "best", -16), (baseline, "baseline", 24)):
+        if row is None:
+            continue
+        cx, cy = x(row["peak_memory"] / GiB), y(row["throughput"])
+        flip = cx > frame.width * 0.8
+        anchor, dx = ("end", -14) if flip else ("start", 14)
+        parts.append(f'<text class="callout {text}" x="{cx + dx}" y="{cy + dy}" text-anchor="{anchor}">'
+                     f'{esc(text)} #{esc(row.get("number"))}</text>')
+    return "".join(parts)
+
+
+def _speedup_arrow(x: _Scale, y: _Scale, baseline: dict, best: dict) -> str:
+    x0, y0 = x(baseline["peak_memory"] / GiB), y(baseline["throughput"])
+    x1, y1 = x(best["peak_memory"] / GiB), y(best["throughput"])
+    # Stop short of both markers so the arrow never hides them.
+    length = math.hypot(x1 - x0, y1 - y0) or 1
+    ux, uy = (x1 - x0) / length, (y1 - y0) / length
+    pad = min(16, length / 3)
+    speedup = best["throughput"] / baseline["throughput"] if baseline["throughput"] else 0
+    # The label sits beside the middle of the arrow, on its lower-right side.
+    mx, my = (x0 + x1) / 2 - uy * 12, (y0 + y1) / 2 + ux * 12
+    return (f'<line class="arrow" x1="{x0 + ux * pad:.1f}" y1="{y0 + uy * pad:.1f}" '
+            f'x2="{x1 - ux * pad:.1f}" y2="{y1 - uy * pad:.1f}" marker-end="url(#arrowhead)"/>'
+            f'<text class="arrow-label" x="{mx:.1f}" y="{my + 4:.1f}">{speedup:.2f}×</text>'
+            '<defs><marker id="arrowhead" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
+            'markerHeight="7" orient="auto-start-reverse"><path d="M0 0L10 5L0 10z" fill="#555"/>'
+            '</marker></defs>')
+
+
+# Legend glyphs for the frontier plot's marks, drawn like the marks themselves.
+_MARK_GLYPHS = {
+    "eager": '<circle cx="10" cy="10" r="6" fill="#888"/>',
+    "compiled": '<path d="M10 3L17 10L10 17L3 10Z" fill="#888"/>',
+    "activation checkpointing (dashed: selective)":
+        '<circle cx="10" cy="10" r="4" fill="#888"/>'
+        '<circle cx="10" cy="10" r="8" fill="none" stroke="#888" stroke-width="1.6"/>',
+    "diverged (loss not finite)": '<circle cx="10" cy="10" r="6" fill="#fff" stroke="#888" stroke-width="2"/>',
+    "out of memory": f'<path d="M4 4L16 16M4 16L16 4" stroke="{OOM_COLOUR}" stroke-width="2.6"/>',
+    "Pareto front": f'<path d="M2 16H8V9H13V4H18" fill="none" stroke="{FRONT_COLOUR}" stroke-width="2.4"/>',
+}
+
+
+def _frontier_legend(points: list[dict], ooms: list[dict]) -> str:
+    """Colours for the precisions present, then only the marks this plot actually uses."""
+    items = [(_glyph(f'<circle cx="10" cy="10" r="6" fill="{PRECISION_COLOURS.get(p, OTHER_COLOUR)}"/>'),
+              p) for p in _precisions(points + ooms)]
+    present = [
+        any(not _compiled(r) for r in points),
+        any(_compiled(r) for r in points),
+        any(_checkpointing(r) not in NO_CHECKPOINTING for r in points),
+        any(r["status"] == "diverged" for r in points),
+        bool(ooms),
+        any(r.get("pareto") for r in points),
+    ]
+    items += [(_glyph(glyph), label) for (label, glyph), shown in zip(_MARK_GLYPHS.items(), present) if shown]
+    return _legend(items)
+
+
+def _glyph(inner: str) -> str:
+    return f'<svg class="glyph" viewBox="0 0 20 20" width="18" height="18">{inner}</svg>'
+
+
+def _legend(items: list[tuple[str, str]]) -> str:
+    return '<div class="legend">' + "".join(
+        f'<span class="item">{glyph}{esc(label)}</span>' for glyph, label in items) + "</div>"
+
+
+def _precisions(rows: list[dict]) -> list[str]:
+    """The precisions present, in the palette's order, then any others alphabetically."""
+    seen = {_precision(r) for r in rows}
+    known = [p for p in PRECISION_COLOURS if p in seen]
+    return known + sorted(seen - set(known))
+
+
+# ---- plot 2: throughput vs batch size -----------------------------------------------------------
+
+def batch_plot(rows: list[dict]) -> str:
+    measured = [r for r in rows if r.get("status") == "ok" and r.get("throughput") is not None
+                and _batch(r)]
+    if not measured:
+        return '<p class="empty">No successful trial with a batch size to plot.</p>'
+    ooms = [r for r in rows if r.get("status") == "oom" and _batch(r)]
+    batches = [_batch(r) for r in measured + ooms]
+    frame = _Frame(600, 360)
+    x = frame.x(min(batches) / 1.4, max(batches) * 1.4, log2=True)
+    y_hi, y_ticks = _nice_axis(max(r["throughput"] for r in measured) * 1.1)
+    y = frame.y(0, y_hi)
+    powers = [2**k for k in range(math.ceil(math.log2(x.lo)), math.floor(math.log2(x.hi)) + 1)]
+    body = [_axes(frame, x, y, [(p, f"{p:g}") for p in powers], [(t, _tick_label(t)) for t in y_ticks],
+                  "micro-batch size (log2)", "throughput (samples/s)")]
+    precisions = _precisions(measured + ooms)
+    body += [_series(x, y, precision, measured) for precision in precisions]
+    body.append(_batch_ooms(frame, x, ooms, precisions))
+    items = [(_glyph(f'<path d="M2 10H18" stroke="{PRECISION_COLOURS.get(p, OTHER_COLOUR)}" stroke-width="3"/>'),
+              p) for p in precisions]
+    if ooms:
+        items.append((_glyph('<path d="M5 5L15 15M5 15L15 5" stroke="#777" stroke-width="2"/>'),
+                      "OOM at that batch size"))
+    legend = _legend(items)
+    return _svg(frame, "batch", "".join(body), "throughput against batch size per precision") + legend
+
+
+def _batch(row: dict) -> float | None:
+    value = (row.get("config") or {}).get("batch_size")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return None
+    return float(value)
+
+
+def _series(x: _Scale, y: _Scale, precision: str, measured: list[dict]) -> str:
+    """One precision: every trial as a dot, a line through the fastest trial at each batch size."""
+    mine = [r for r in measured if _precision(r) == precision]
+    colour = PRECISION_COLOURS.get(precision, OTHER_COLOUR)
+    fastest: dict[float, float] = {}
+    for row in mine:
+        fastest[_batch(row)] = max(fastest.get(_batch(row), 0.0), row["throughput"])
+    line = "L".join(f"{x(b)} {y(t)}" for b, t in sorted(fastest.items()))
+    parts = [f'<g class="series" data-precision="{esc(precision)}" style="--c:{colour}">']
+    if line:
+        parts.append(f'<path class="series-line" d="M{line}"/>')
+    parts += [f'<g class="dot">{_tooltip(r)}<circle cx="{x(_batch(r))}" cy="{y(r["throughput"])}" '
+              f'r="4.5"/></g>' for r in mine]
+    return "".join(parts) + "</g>"
+
+
+def _batch_ooms(frame: _Frame, x: _Scale, ooms: list[dict], precisions: list[str]) -> str:
+    """OOMs as crosses in their precision's colour on the floor, stacked where they share a batch size."""
+    floor, taken, parts = frame.height - frame.bottom - 9, Counter(), []
+    for row in sorted(ooms, key=lambda r: (_batch(r), precisions.index(_precision(r)))):
+        cy = floor - 11 * taken[_batch(row)]
+        taken[_batch(row)] += 1
+        parts.append(f'<g class="oom-batch" style="--c:{_colour(row)}">{_tooltip(row)}'
+                     f'{_cross(x(_batch(row)), cy, 4.5)}</g>')
+    return "".join(parts)
+
+
+# ---- the best config's memory, stacked ----------------------------------------------------------
+
+def breakdown_plot(best: dict | None, budget: int | None) -> str:
+    breakdown = ((best or {}).get("memory") or {}).get("breakdown") or {}
+    parts = [(k, v) for k, v in _breakdown_order(breakdown) if v]
+    if not parts:
+        return '<p class="empty">The best trial has no memory breakdown.</p>'
+    peak = best.get("peak_memory") or 0
+    if peak > sum(v for _, v in parts):
+        # Allocator cache, CUDA context, workspaces: measured in the peak, in no phase.
+        parts.append(("other", peak - sum(v for _, v in parts)))
+    frame = _Frame(360, 360, left=56, right=10, top=24, bottom=24)
+    stacked = sum(v for _, v in parts)
+    on_scale = _on_scale(budget, stacked)
+    top = max(stacked, budget if on_scale else 0) * 1.03
+    unit, unit_name = (GiB, "GiB") if top >= GiB else (1024**2, "MiB")
+    top_units, ticks = _nice_axis(top / unit, 6)
+    y = frame.y(0, top_units * unit)  # in bytes
+    body = [_breakdown_axis(frame, y, [(t * unit, f"{_tick_label(t)} {unit_name}") for t in ticks]),
+            _stack(frame, y, parts)]
+    if on_scale:
+        body.append(_hline(frame, y(budget), "budget", f"budget {size(budget)}"))
+    elif budget:
+        body.append(_offscale_note(frame, f"budget {size(budget)}: off the scale ↑"))
+    return _svg(frame, "breakdown", "".join(body), "memory breakdown of the best trial")
+
+
+def _breakdown_order(breakdown: dict) -> list[tuple[str, float]]:
+    known = [(k, breakdown[k]) for k in BREAKDOWN_COLOURS if k in breakdown]
+    return known + sorted((k, v) for k, v in breakdown.items() if k not in BREAKDOWN_COLOURS)
+
+
+def _breakdown_axis(frame: _Frame, y: _Scale, ticks: list[tuple[float, str]]) -> str:
+    x0 = frame.left
+    return "".join(
+        f'<line class="grid" x1="{x0}" x2="{frame.width - frame.right}" y1="{y(t)}" y2="{y(t)}"/>'
+        f'<text class="tick" x="{x0 - 8}" y="{y(t) + 4}" text-anchor="end">{esc(label)}</text>'
+        for t, label in ticks
+    )
+
+
+def _stack(frame: _Frame, y: _Scale, parts: list[tuple[str, float]]) -> str:
+    """Segments bottom-up, each labelled on the right; labels are pushed apart so none overlap."""
+    bar_x, bar_w, label_x = frame.left + 16, 86, frame.left + 130
+    base, svg, wanted = 0.0, [], []
+    for name, value in parts:
+        lo, hi = y(base), y(base + value)
+        colour = BREAKDOWN_COLOURS.get(name, OTHER_COLOUR)
+        svg.append(f'<rect class="segment" data-part="{esc(name)}" x="{bar_x}" y="{hi}" width="{bar_w}" '
+                   f'height="{max(lo - hi, 0.5):.1f}" fill="{colour}">'
+                   f'<title>{esc(name)}: {esc(size(value))}</title></rect>')
+        wanted.append(((lo + hi) / 2, name, value, colour))
+        base += value
+    placed = _spread([w[0] for w in wanted], gap=30, low=frame.height - frame.bottom - 8)
+    for label_y, (seg_y, name, value, colour) in zip(placed, wanted):
+        svg.append(f'<path class="leader" d="M{bar_x + bar_w + 3} {seg_y:.1f}L{label_x - 6} {label_y:.1f}" '
+                   f'stroke="{colour}"/>'
+                   f'<text class="seg-label" x="{label_x}" y="{label_y - 2:.1f}">{esc(name)}</text>'
+                   f'<text class="seg-value" x="{label_x}" y="{label_y + 13:.1f}">{esc(size(value))}</text>')
+    return "".join(svg)
+
+
+def _spread(ys: list[float], gap: float, low: float) -> list[float]:
+    """Move label positions (listed bottom-up, y grows downwards) at least `gap` apart."""
+    placed, limit = [], low
+    for wanted in ys:
+        placed.append(min(wanted, limit))
+        limit = placed[-1] - gap
+    return placed
+
+
+def _hline(frame: _Frame, py: float, cls: str, label: str) -> str:
+    return (f'<g class="limit {cls}"><line x1="{frame.left}" x2="{frame.width - frame.right}" y1="{py}" '
+            f'y2="{py}"/><text x="{frame.width - frame.right}" y="{py - 6}" text-anchor="end">{esc(label)}'
+            f'</text></g>')
