@@ -26,8 +26,7 @@ def run(args, **measure) -> dict:
     spec = dataclasses.replace(spec, measure=dataclasses.replace(spec.measure, **measure))
     device = resolve_device(args.device)
     config = specs.trial_config(spec, specs.parse_overrides(tuple(args.overrides), spec))
-    from harness.study import Sweep
-    job = Sweep(spec, None, device, Path("."), 1, None).job(config)
+    job = spec.job(device, config)
     with tempfile.TemporaryDirectory() as tmp:
         rec = launch.run(job, launch.Limits(1800, 600), Path(tmp) / "trial.log")
     if rec["status"] != "ok":

@@ -142,23 +142,8 @@ def visible_gpus() -> int:
     return min(count, len(visible.split(","))) if visible else count
 
 
-def baseline_config(spec) -> dict:
-    """The user's current config, read from the apply target; knobs it does not set take defaults."""
-    current = apply.read_current(spec.apply) if spec.apply else {}
-    known = {k: v for k, v in current.items() if k in spec.knob_names()}
-    params = {}
-    for name, dim in spec.search.items():
-        params[name] = known.get(name, specs.KNOB_DEFAULTS.get(name, dim.choices[0] if dim.choices else dim.low))
-        if name == "batch_size" and name not in known:
-            params[name] = dim.choices[0] if dim.choices else dim.low
-    config = spec.config({**params, **{k: v for k, v in known.items() if k in spec.fixed}})
-    if "accumulation" in known:
-        config["accumulation"] = known["accumulation"]
-    return config
-
-
 def run_sweep(spec, device, total, deadline, storage_url, results) -> None:
-    base = baseline_config(spec)
+    base = spec.baseline(apply.read_current(spec.apply) if spec.apply else {})
     spec = studies.including(spec, base)
     storage = studies.open_storage(storage_url, results, spec.study)
     study = studies.create(spec, storage, device)
@@ -247,10 +232,9 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
     device = resolve_device(device)
     specs.check_device(spec, device)
     config = specs.trial_config(spec, specs.parse_overrides(overrides, spec))
-    sweep = studies.Sweep(spec, None, device, Path("."), 1, None)
     limits = launch.Limits(parse_duration(timeout, "--timeout") if timeout else spec.trial_timeout_s, spec.stall_s)
     with tempfile.TemporaryDirectory(prefix="bench-log-") as tmp:
-        rec = launch.run(sweep.job(config), limits, Path(tmp) / "trial.log")
+        rec = launch.run(spec.job(device, config), limits, Path(tmp) / "trial.log")
     rec.setdefault("config", config)
     click.echo(json.dumps(rec, indent=1, default=str))
     sys.exit(1 if rec["status"] in ("crash", "error") else 0)

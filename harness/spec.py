@@ -127,6 +127,22 @@ class Spec:
             config.setdefault(knob, KNOB_DEFAULTS[knob])
         return config
 
+    def job(self, device: str, config: dict) -> dict:
+        """What a trial child needs to run `config` on `device` (see harness.trial)."""
+        return {"workload": self.workload_for(device, config), "config": config, "device": device,
+                "memory_budget": self.memory_budget, "measure": self.measure.__dict__, "seed": self.seed}
+
+    def baseline(self, current: dict) -> dict:
+        """The user's current config (knob values read from the apply target) as a trial config;
+        knobs the target does not set take their defaults, or the first value of the search."""
+        known = {k: v for k, v in current.items() if k in self.knob_names()}
+        params = {name: known.get(name, KNOB_DEFAULTS.get(name, dim.choices[0] if dim.choices else dim.low))
+                  for name, dim in self.search.items()}
+        config = self.config({**params, **{k: v for k, v in known.items() if k in self.fixed}})
+        if "accumulation" in known:  # the user's own, even where the spec derives it from effective_batch
+            config["accumulation"] = known["accumulation"]
+        return config
+
     def workload_for(self, device: str, config: dict) -> dict:
         """The child's workload section: preset resolved for the device, workload knobs as params."""
         params = {}

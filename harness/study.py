@@ -181,7 +181,7 @@ class Sweep:
         baseline = bool(trial.user_attrs.get("baseline"))
         self.progress.trial_started(trial.number, done, self.total, config, baseline)
         try:
-            rec = launch.run(self.job(config), launch.Limits(self.spec.trial_timeout_s, self.spec.stall_s),
+            rec = launch.run(self.spec.job(self.device, config), launch.Limits(self.spec.trial_timeout_s, self.spec.stall_s),
                              self.log_path(trial.number))
         except KeyboardInterrupt:
             self.tell_interrupted(trial, config, "interrupted by the user (Ctrl-C)")
@@ -204,11 +204,6 @@ class Sweep:
         has written its own), or both recover one stale trial (the second tell raises).
         """
         return host_lock(study_dir(self.results, self.spec.study) / CLAIM_LOCK)
-
-    def job(self, config: dict) -> dict:
-        return {"workload": self.spec.workload_for(self.device, config), "config": config, "device": self.device,
-                "memory_budget": self.spec.memory_budget, "measure": self.spec.measure.__dict__,
-                "seed": self.spec.seed, "device_total": psutil.virtual_memory().total}
 
     def log_path(self, number: int) -> Path:
         return study_dir(self.results, self.spec.study) / "logs" / f"trial-{number:04d}.log"

@@ -18,6 +18,7 @@ import time
 import traceback
 from pathlib import Path
 
+import psutil
 import torch
 
 from harness import knobs, measure, record, workloads
@@ -248,7 +249,7 @@ class Trial:
         if self.device.type == "cuda":
             self.memory.update(measure.cuda_memory(self.device, self.memory.get("context_bytes")))
         else:
-            self.memory.update(peak_rss=measure.peak_rss_bytes(), device_total=self.job.get("device_total"))
+            self.memory.update(peak_rss=measure.peak_rss_bytes(), device_total=psutil.virtual_memory().total)
         return self.peak_so_far()
 
     def breakdown(self) -> dict | None:

@@ -52,7 +52,7 @@ def run_fault(folder: Path, fault: str, budget: int | None = None) -> dict:
     config = specs.trial_config(spec, {"fault": fault})
     log = folder / f"{fault}.log"
     started = time.monotonic()
-    rec = launch.run(studies.Sweep(spec, None, "cpu", folder, 1, None).job(config),
+    rec = launch.run(spec.job("cpu", config),
                      launch.Limits(spec.trial_timeout_s, spec.stall_s), log)
     return {"rec": rec, "elapsed": time.monotonic() - started, "log": log, "pid_file": pid_file}
 

@@ -17,7 +17,7 @@ TINY_EMBER = {"name": "emberformer", "params": {"frames": 2, "image": 32, "chann
 def run(tmp_path, workload, config, device="cpu", budget=None, timeout=60):
     config = {"accumulation": 1, "precision": "fp32", "checkpointing": "none", "compile": "off", **config}
     job = {"workload": workload, "config": config, "device": device, "memory_budget": budget,
-           "measure": FAST, "seed": 0, "device_total": 24 * 1024**3}
+           "measure": FAST, "seed": 0}
     return launch.run(job, launch.Limits(timeout, 30), Path(tmp_path) / "trial.log")
 
 
