@@ -187,7 +187,7 @@ class LiveProgress(studies.Progress):
         if self.status:
             self.status.stop()
 
-    def trial_finished(self, number, rec, best, duplicate_of):
+    def trial_finished(self, number, rec, best):
         self.stop()
         out.print(f"{self.text}\n    → {outcome(rec)}", highlight=False)
         if best:

@@ -61,6 +61,7 @@ def child_env(config: dict, device: str, workdir: Path, import_paths: list[str])
                TORCHINDUCTOR_COMPILE_THREADS="1")
     if config.get("expandable_segments"):
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA numbers GPUs as NVML does (bench --device, doctor)
     if device.startswith("cuda"):  # the trial sees only its GPU, as cuda:0
         index = int(device.split(":", 1)[1]) if ":" in device else 0
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")

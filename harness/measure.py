@@ -96,11 +96,20 @@ def lift_cpu_memory_limit() -> None:
 # ---- CUDA memory --------------------------------------------------------------------------------
 
 def nvml_used_bytes(index: int) -> int | None:
-    """Device memory in use as the driver sees it (every process, CUDA contexts included)."""
+    """Device memory in use as the driver sees it (every process, CUDA contexts included).
+
+    `index` is the CUDA index; NVML numbers every GPU of the machine, so map it through
+    CUDA_VISIBLE_DEVICES (indices or UUIDs; the launcher sets CUDA_DEVICE_ORDER=PCI_BUS_ID so
+    both number GPUs alike).
+    """
     try:
         import pynvml
         pynvml.nvmlInit()
-        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).used)
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        entry = visible.split(",")[index].strip() if visible else str(index)
+        handle = (pynvml.nvmlDeviceGetHandleByIndex(int(entry)) if entry.isdigit()
+                  else pynvml.nvmlDeviceGetHandleByUUID(entry))
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
     except Exception:  # no driver or no NVML: the allocator's figures still stand
         return None
 
@@ -158,10 +167,8 @@ def saved_activation_bytes(forward) -> int:
     """Run `forward()` and sum what autograd saves for backward: the activation memory it holds."""
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
-        loss = forward()
-    size = tensor_bytes(saved)
-    del loss, saved
-    return size
+        forward()  # the graph (and what it saved) is dropped as soon as the result is
+    return tensor_bytes(saved)
 
 
 # ---- FLOPs and MFU ------------------------------------------------------------------------------

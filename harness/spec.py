@@ -28,7 +28,7 @@ CHECKPOINTING = ("none", "full", "selective")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 OPTIMIZERS = ("default", "foreach", "fused")
 CUDA_ONLY_KNOBS = ("pin_memory", "cudnn_benchmark", "expandable_segments")
-SAMPLERS = ("tpe", "nsga2", "random", "gp", "grid")
+SAMPLERS = ("tpe", "nsga2", "random", "grid")  # no GPSampler: it runs torch in the parent
 
 # Value a knob takes when the search does not mention it (and the user's config does not say).
 KNOB_DEFAULTS = {"accumulation": 1, "precision": "fp32", "checkpointing": "none", "compile": "off",

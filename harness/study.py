@@ -33,7 +33,6 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 JOURNAL = "journal.log"
 CLAIM_LOCK = "claim.lock"
 MAX_DUPLICATES_IN_A_ROW = 30
-FEASIBLE_STATUSES = (record.OK,)
 
 
 # ---- storage -------------------------------------------------------------------------------------
@@ -109,7 +108,6 @@ def make_sampler(spec: Spec) -> optuna.samplers.BaseSampler:
         "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=spec.seed),
         "random": lambda: optuna.samplers.RandomSampler(seed=spec.seed),
         "grid": lambda: optuna.samplers.RandomSampler(seed=spec.seed),  # the grid itself is enqueued (create)
-        "gp": lambda: optuna.samplers.GPSampler(seed=spec.seed),
     }
     return samplers[spec.sampler]()
 
@@ -129,13 +127,12 @@ def create(spec: Spec, storage, device: str) -> optuna.Study:
 
 # ---- the sweep loop ------------------------------------------------------------------------------
 
-@dataclass
 class Progress:
     """What the sweep tells its display; the CLI supplies the printing."""
 
     def started(self, done: int, total: int, study: str) -> None: ...
     def trial_started(self, number: int, done: int, total: int, config: dict, baseline: bool) -> None: ...
-    def trial_finished(self, number: int, rec: dict, best: dict | None, duplicate_of: int | None) -> None: ...
+    def trial_finished(self, number: int, rec: dict, best: dict | None) -> None: ...
     def note(self, message: str) -> None: ...
 
 
@@ -194,7 +191,7 @@ class Sweep:
         rec.setdefault("error", None)
         rec["log"] = str(self.log_path(trial.number).resolve())  # readable from wherever `bench report` runs
         self.tell(trial, rec)
-        self.progress.trial_finished(trial.number, rec, self.best_so_far(), None)
+        self.progress.trial_finished(trial.number, rec, self.best_so_far())
         return True
 
     def claiming(self):

@@ -165,7 +165,7 @@ class Trial:
             with self.autocast:
                 loss = self.wl.loss(self.model, batch)
             self.scaler.scale(loss / self.accum).backward()
-            self.pending.append(loss.detach())
+            self.pending.append(loss.detach().clone())  # a CUDA-graph output would be overwritten next step
         self.scaler.step(self.opt)
         self.scaler.update()
         self.opt.zero_grad(set_to_none=True)

@@ -124,3 +124,24 @@ def test_gpu_mfu_is_reported_against_a_named_peak(tmp_path):
     if rec["flops"]["peak_tflops"] is None:
         pytest.skip(f"no datasheet peak for {rec['env']['device']}")
     assert 0 < rec["flops"]["mfu"] < 1
+
+
+def test_nvml_reads_the_gpu_cuda_means_not_nvml_index_0(monkeypatch):
+    """NVML numbers all GPUs of the machine; a trial sees its GPU as cuda:0 through CUDA_VISIBLE_DEVICES."""
+    import sys
+    import types
+
+    from harness import measure
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: ("index", i),
+        nvmlDeviceGetHandleByUUID=lambda u: ("uuid", u),
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used={("index", 5): 5000, ("uuid", "GPU-abc"): 7000,
+                                                                      ("index", 0): 1}[h]))
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert measure.nvml_used_bytes(1) == 5000
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-abc")
+    assert measure.nvml_used_bytes(0) == 7000
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert measure.nvml_used_bytes(0) == 1
