@@ -25,8 +25,13 @@ KNOWN = [
 
 @pytest.fixture
 def known_study(project):
+    return make_known_study(project)
+
+
+def make_known_study(project, **spec_overrides):
     spec_path = write_spec(project, "known", memory={"budget": "10GiB", "headroom": 0.1},
-                           search={"batch_size": [8, 16, 32, 64], "precision": ["fp32", "bf16-mixed"]})
+                           search={"batch_size": [8, 16, 32, 64], "precision": ["fp32", "bf16-mixed"]},
+                           **spec_overrides)
     spec = specs.load(spec_path)
     study = studies.create(spec, studies.open_storage(None, project / "results", "known"), "cpu")
     sweep = studies.Sweep(spec, study, "cpu", project / "results", len(KNOWN), None)
@@ -90,3 +95,17 @@ def test_report_marks_the_known_choice(known_study):
     assert rows[1]["tier"] == "safe" and rows[3]["tier"] == "aggressive"
     assert not rows[5]["pareto"] and not rows[5]["best"]
     assert rows[0]["baseline"]
+
+
+def test_hydra_group_gets_a_profile_named_after_the_measured_device(project):
+    (project / "conf" / "hardware").mkdir(parents=True)
+    make_known_study(project, apply={"file": "examples/config.yaml", "preset": "lightning",
+                                     "keys": {"batch_size": "data_loader.batch_size"},
+                                     "hydra": {"group_dir": "conf/hardware"}})
+    result = apply("best")
+    assert result.exit_code == 0, result.output
+    profile = project / "conf" / "hardware" / "test-gpu.yaml"
+    assert profile.exists(), result.output
+    text = profile.read_text()
+    assert text.startswith("# @package _global_")
+    assert yaml.safe_load(text)["data_loader"]["batch_size"] == 32
