@@ -266,13 +266,8 @@ class Sweep:
             for ft in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
                 if is_stale(ft.user_attrs.get("worker")):
                     config = ft.user_attrs.get("config") or self.spec.config(ft.params)
-                    rec = {"status": record.INTERRUPTED, "config": config, "throughput": None, "peak_memory": None,
-                           "number": ft.number, "error": {"type": "Interrupted", "message": "its bench process died"}}
-                    handle = optuna.trial.Trial(self.study, ft._trial_id)
-                    handle.set_user_attr("status", record.INTERRUPTED)
-                    handle.set_user_attr("record", rec)
-                    self.study.tell(ft.number, state=TrialState.FAIL)
-                    requeue(self.study, ft.params, ft.user_attrs)
+                    handle = optuna.trial.Trial(self.study, ft._trial_id)  # Optuna has no public handle by number
+                    self.tell_interrupted(handle, config, "its bench process died")
                     self.progress.note(f"trial {ft.number} was left running by a process that died; it runs again")
 
     # -- counting ----------------------------------------------------------------------------------
