@@ -126,7 +126,7 @@ def summary(rows: list[dict], choice: pareto.Choice, info: dict) -> Text:
                      + f" (measured tensors; the rest of the {size(best['peak_memory'])} peak is allocator, "
                      "runtime and data)")
     lines.extend(compile_lines(rows))
-    lines.append("tiers (headroom of capacity: safe 25%, balanced 15%, aggressive 5%):")
+    lines.append("tiers (headroom of capacity: " + ", ".join(f"{n} {h:.0%}" for n, h in pareto.TIERS.items()) + "):")
     for name, tier in choice.tiers.items():
         lines.append(f"  {name:<10} " + (f"trial {tier['number']}: {tier['throughput']:.1f} samples/s, "
                                          f"peak {gib(tier['peak_memory'])}" if tier else "nothing fits"))

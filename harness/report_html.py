@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.report_svg import FRONT_COLOUR, OOM_COLOUR, batch_plot, breakdown_plot, frontier_plot
-from harness.report_text import esc, flagged, knob_rank, ordered, rate
+from harness.report_text import capacity, esc, flagged, knob_rank, ordered, rate
 from harness.units import size
 
 TIER_ORDER = {"safe": 0, "balanced": 1, "aggressive": 2}
@@ -28,16 +28,16 @@ def render_html(rows: list[dict], study: dict) -> str:
     """The whole report page for `rows` (one per trial) of `study`."""
     best = flagged(rows, "best")
     baseline = flagged(rows, "baseline")
-    budget = study.get("budget") or study.get("device_total")
+    budget, label = capacity(study)
     sections = [
         _header(rows, study),
-        _summary(best, baseline, budget),
+        _summary(best, baseline, budget, label),
         _tiers(rows),
         _card("Throughput vs peak memory", frontier_plot(rows, study),
               note="up and left is better; the staircase is the most throughput measured within each memory"),
         '<div class="two">'
         + _card("Throughput vs batch size", batch_plot(rows))
-        + _card("Where the best config's memory goes", breakdown_plot(best, budget))
+        + _card("Where the best config's memory goes", breakdown_plot(best, budget, label))
         + "</div>",
         _card(f"All trials ({len(rows)})", _table(rows), note="click a column header to sort"),
         _card("Environment", _environment(study, rows)),
@@ -64,7 +64,7 @@ def _header(rows: list[dict], study: dict) -> str:
     )
 
 
-def _summary(best: dict | None, baseline: dict | None, budget: int | None) -> str:
+def _summary(best: dict | None, baseline: dict | None, budget: int | None, label: str) -> str:
     if best is None:
         return '<section class="hero bad"><p>No configuration finished inside the budget.</p></section>'
     cards = [
@@ -72,7 +72,7 @@ def _summary(best: dict | None, baseline: dict | None, budget: int | None) -> st
         _stat("best throughput", f"{rate(best.get('throughput'))}/s",
               f"baseline {rate((baseline or {}).get('throughput'))}/s"),
         _stat("peak memory", size(best.get("peak_memory")), _memory_change(best, baseline)),
-        _stat("headroom left", *_headroom(best, budget)),
+        _stat("headroom left", *_headroom(best, budget, label)),
     ]
     return (
         f'<section class="hero"><p class="lead">Best: trial #{esc(best.get("number"))} '
@@ -102,11 +102,11 @@ def _memory_change(best: dict, baseline: dict | None) -> str:
     return f"{sign}{size(abs(delta))} vs baseline ({size(baseline['peak_memory'])})"
 
 
-def _headroom(best: dict, budget: int | None) -> tuple[str, str]:
+def _headroom(best: dict, budget: int | None, label: str) -> tuple[str, str]:
     if not budget or best.get("peak_memory") is None:
         return "-", "no memory budget"
     left = budget - best["peak_memory"]
-    return size(left), f"{left / budget:.0%} of the {size(budget)} budget"
+    return size(left), f"{left / budget:.0%} of the {size(budget)} {label}"
 
 
 def _config_chips(config: dict) -> str:

@@ -15,7 +15,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from harness.report_text import esc, flagged, ordered, rate
+from harness.report_text import capacity, esc, flagged, ordered, rate
 from harness.units import size
 
 GiB = 1024**3
@@ -175,7 +175,7 @@ def _tooltip(row: dict) -> str:
 def frontier_plot(rows: list[dict], study: dict) -> str:
     points = [r for r in rows if r.get("status") in MEASURED and _has_xy(r)]
     ooms = [r for r in rows if r.get("status") == "oom"]
-    budget = study.get("budget") or study.get("device_total")
+    budget, label = capacity(study)
     if not points and not ooms:
         return '<p class="empty">No trial measured both throughput and memory yet.</p>'
     frame = _Frame(960, 440)
@@ -185,7 +185,7 @@ def frontier_plot(rows: list[dict], study: dict) -> str:
     body = [
         _axes(frame, x, y, [(t, _tick_label(t)) for t in x_ticks], [(t, _tick_label(t)) for t in y_ticks],
               "peak memory (GiB)", "throughput (samples/s)"),
-        _budget_lines(frame, x, budget, study.get("headroom") or 0),
+        _budget_lines(frame, x, budget, label, study.get("headroom") or 0),
         _front(frame, x, y, [r for r in points if r.get("pareto")]),
         *(_point(r, x, y) for r in points),
         _oom_marks(frame, x, ooms, budget),
@@ -220,12 +220,12 @@ def _memory_extent(points: list[dict], ooms: list[dict], budget: int | None) -> 
     return max([reference] + [min(a, 1.5 * reference) for a in attempts])
 
 
-def _budget_lines(frame: _Frame, x: _Scale, budget: int | None, headroom: float) -> str:
+def _budget_lines(frame: _Frame, x: _Scale, budget: int | None, label: str, headroom: float) -> str:
     """The budget and the budget less headroom, labelled along the lines so no point is covered;
     a line beyond the axis is named above the plot instead."""
     if not budget:
         return ""
-    lines = [(budget, "budget", f"budget {size(budget)}")]
+    lines = [(budget, "budget", f"{label} {size(budget)}")]
     if headroom > 0:
         usable = budget * (1 - headroom)
         lines.append((usable, "usable", f"{headroom:.0%} headroom: {size(usable)}"))
@@ -428,7 +428,7 @@ def _batch_ooms(frame: _Frame, x: _Scale, ooms: list[dict], precisions: list[str
 
 # ---- the best config's memory, stacked ----------------------------------------------------------
 
-def breakdown_plot(best: dict | None, budget: int | None) -> str:
+def breakdown_plot(best: dict | None, budget: int | None, label: str = "budget") -> str:
     breakdown = ((best or {}).get("memory") or {}).get("breakdown") or {}
     parts = [(k, v) for k, v in _breakdown_order(breakdown) if v]
     if not parts:
@@ -447,9 +447,9 @@ def breakdown_plot(best: dict | None, budget: int | None) -> str:
     body = [_breakdown_axis(frame, y, [(t * unit, f"{_tick_label(t)} {unit_name}") for t in ticks]),
             _stack(frame, y, parts)]
     if on_scale:
-        body.append(_hline(frame, y(budget), "budget", f"budget {size(budget)}"))
+        body.append(_hline(frame, y(budget), "budget", f"{label} {size(budget)}"))
     elif budget:
-        body.append(_offscale_note(frame, f"budget {size(budget)}: off the scale ↑"))
+        body.append(_offscale_note(frame, f"{label} {size(budget)}: off the scale ↑"))
     return _svg(frame, "breakdown", "".join(body), "memory breakdown of the best trial")
 
 

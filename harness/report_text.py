@@ -34,5 +34,12 @@ def knob_rank(key: str) -> int:
     return KNOB_ORDER.index(key) if key in KNOB_ORDER else len(KNOB_ORDER)
 
 
+def capacity(study: dict) -> tuple[int | None, str]:
+    """The memory configs must fit in, and its name: the budget, else the device's own memory."""
+    if study.get("budget"):
+        return study["budget"], "budget"
+    return study.get("device_total"), "device memory"
+
+
 def flagged(rows: list[dict], flag: str) -> dict | None:
     return next((r for r in rows if r.get(flag)), None)

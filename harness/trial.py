@@ -370,7 +370,6 @@ def main(argv: list[str]) -> int:
             if job["device"] == "cpu":
                 measure.lift_cpu_memory_limit()
             result, code = failure_record(job, record.OOM, exc), record.EXIT_OOM
-            result["peak_memory"] = job.get("memory_budget")
         elif isinstance(exc, UserFacingError):
             result, code = failure_record(job, record.ERROR, exc), record.EXIT_USER_ERROR
         else:

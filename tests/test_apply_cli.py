@@ -85,7 +85,9 @@ def test_provenance_names_study_trial_and_measurement(known_study):
     text = (known_study / "examples" / "config.yaml").read_text()
     head = text.splitlines()[0]
     assert head.startswith("# bench apply:")
-    assert "known" in text.split("\n\n")[0] and "Test GPU" in text
+    block = "\n".join(line for line in text.splitlines() if line.startswith("# bench apply:"))
+    assert "from study known trial 2" in block
+    assert "measured on Test GPU, 400.0 samples/s, peak memory 8.00 GiB" in block
 
 
 def test_report_marks_the_known_choice(known_study):

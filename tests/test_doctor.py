@@ -192,3 +192,15 @@ def test_real_gpu_is_described(facts):
     assert devices and all(d["memory_total"] > 0 and d["capability"] for d in devices)
     assert facts["torch"]["cuda_available"] and facts["torch"]["devices"]
     assert facts["torch"]["devices"][0]["capability"] in {d["capability"] for d in devices}
+
+
+def test_a_machine_without_a_driver_is_reported_not_raised(monkeypatch):
+    """The no-driver branch on any machine, GPU or not: nvmlInit fails the way it does without a driver."""
+    def no_driver():
+        raise _FakeNVMLError("NVML Shared Library Not Found")
+    fake = _fake_pynvml(0, [])
+    fake.nvmlInit = no_driver
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    nvml = doctor._nvml()
+    assert nvml["available"] is False
+    assert nvml["reason"] == "no NVIDIA driver (NVML Shared Library Not Found)"

@@ -19,7 +19,7 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from harness import launch, record, spec as specs, study as studies
+from harness import launch, record, spec as specs
 from harness.cli import main
 from tests.conftest import FAULTY_DIR, faulty_spec
 
@@ -163,7 +163,7 @@ def test_oom_under_a_memory_budget(faulty_env, monkeypatch):
     rec = json.loads(result.stdout)
     assert rec["status"] == record.OOM, rec["error"]
     assert "can't allocate memory" in rec["error"]["message"] and "faulty.py" in rec["error"]["traceback"]
-    assert rec["peak_memory"] == 512 * 1024**2 and rec["throughput"] is None
+    assert rec["peak_memory"] is None and rec["throughput"] is None  # nothing was measured: no invented peak
 
 
 def test_oom_while_setting_up_says_what_failed(faulty_env):

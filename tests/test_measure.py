@@ -82,6 +82,8 @@ def test_warmup_and_compile_are_timed_apart_from_measured_steps(tmp_path):
     assert t["measured_steps"] >= t["windows"] >= 2
     step = t["step_s"]
     assert step["p10"] <= step["median"] <= step["p90"] and step["cv"] >= 0
+    assert t["first_step_s"] + t["warmup_s"] + t["measure_s"] <= t["wall_s"]
+    assert step["median"] < t["first_step_s"]  # the slow first step is not in the measured median
     assert rec["samples_per_s"]["p10"] <= rec["throughput"] <= rec["samples_per_s"]["p90"]
 
 

@@ -278,3 +278,9 @@ def test_clicking_a_header_sorts_numerically(tmp_path):
     dom = _chromium(tmp_path, "--dump-dom", report.as_uri())
     order = [int(n) for n in re.findall(r'<tr class="[^"]*" data-trial="(\d+)"', dom)]
     assert order == sorted(order, reverse=True) and len(order) == 12
+
+
+def test_device_memory_is_not_called_a_budget():
+    page = render_html(synthetic_rows(), {"name": "s", "headroom": 0.1, "device_total": 16 * GiB})
+    assert "device memory 16.00 GiB" in page
+    assert "budget 16.00 GiB" not in page and "16.00 GiB budget" not in page
