@@ -21,12 +21,8 @@ import yaml
 from harness import apply
 from harness.errors import UserError
 from harness.units import parse_duration, parse_size
-from harness.workloads import UNIVERSAL_KNOBS, WORKLOADS, resolve_preset
+from harness.workloads import KNOB_CHOICES, UNIVERSAL_KNOBS, WORKLOADS, resolve_preset
 
-PRECISIONS = ("fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true")
-CHECKPOINTING = ("none", "full", "selective")
-COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-OPTIMIZERS = ("default", "foreach", "fused")
 CUDA_ONLY_KNOBS = ("pin_memory", "cudnn_benchmark", "expandable_segments")
 SAMPLERS = ("tpe", "nsga2", "random", "grid")  # no GPSampler: it runs torch in the parent
 
@@ -34,7 +30,6 @@ SAMPLERS = ("tpe", "nsga2", "random", "grid")  # no GPSampler: it runs torch in 
 KNOB_DEFAULTS = {"accumulation": 1, "precision": "fp32", "checkpointing": "none", "compile": "off",
                  "num_workers": 0, "pin_memory": False, "optimizer": "default", "cudnn_benchmark": False,
                  "expandable_segments": False}
-_ENUMS = {"precision": PRECISIONS, "checkpointing": CHECKPOINTING, "compile": COMPILE_MODES, "optimizer": OPTIMIZERS}
 _BOOLS = ("pin_memory", "cudnn_benchmark", "expandable_segments", "channels_last", "freeze_encoder")
 _POSITIVE_INTS = ("batch_size", "accumulation")
 
@@ -360,9 +355,9 @@ def parse_dimension(name: str, value, at: str) -> Dimension:
 
 
 def check_value(name: str, value, at: str) -> None:
-    if name in _ENUMS and value not in _ENUMS[name]:
-        raise UserError(f"{at}: {value!r} is not a {name}{did_you_mean(str(value), _ENUMS[name])}; "
-                        f"use one of {', '.join(_ENUMS[name])}")
+    if name in KNOB_CHOICES and value not in KNOB_CHOICES[name]:
+        raise UserError(f"{at}: {value!r} is not a {name}{did_you_mean(str(value), KNOB_CHOICES[name])}; "
+                        f"use one of {', '.join(KNOB_CHOICES[name])}")
     if name in _BOOLS and not isinstance(value, bool):
         raise UserError(f"{at}: {name} takes true or false, got {value!r}")
     if name in _POSITIVE_INTS:

@@ -9,17 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.workloads import UNIVERSAL_KNOBS
+from harness.workloads import KNOB_CHOICES, UNIVERSAL_KNOBS  # values read from a file must land in these
 
 FORMATS = {".yaml": "yaml", ".yml": "yaml", ".json": "json"}
 LR_SCALES = ("linear", "sqrt")
 
-# Knobs with a closed set of values: values read from a file must land in these.
-KNOB_CHOICES = {
-    "precision": ("fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true"),
-    "checkpointing": ("none", "full", "selective"),
-    "compile": ("off", "default", "reduce-overhead", "max-autotune"),
-}
 CORE_KNOBS = ("batch_size", "accumulation", "precision", "checkpointing", "compile")
 
 

@@ -20,6 +20,15 @@ UNIVERSAL_KNOBS = frozenset({
 })
 
 
+# The values a knob with a closed set takes: what a spec may search and what apply may read back.
+KNOB_CHOICES = {
+    "precision": ("fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true"),
+    "checkpointing": ("none", "full", "selective"),
+    "compile": ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+    "optimizer": ("default", "foreach", "fused"),
+}
+
+
 @dataclass
 class Workload:
     """What a trial needs to train a model: built fresh in the child, on the CPU, from `params`."""
