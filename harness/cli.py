@@ -385,3 +385,7 @@ def doctor(as_json, results):
     """What hardware this is, what it supports, and what would spoil a measurement."""
     from harness import doctor as doc
     doc.show(results, as_json=as_json, console=out)
+
+
+if __name__ == "__main__":  # `python3 -m harness.cli` where bench is not installed (a GPU box)
+    main()

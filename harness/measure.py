@@ -114,6 +114,21 @@ def nvml_used_bytes(index: int) -> int | None:
         return None
 
 
+def nvml_process_bytes(index: int) -> int | None:
+    """Device memory NVML charges to this process (context included), or None where it cannot tell."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        entry = visible.split(",")[index].strip() if visible else str(index)
+        handle = (pynvml.nvmlDeviceGetHandleByIndex(int(entry)) if entry.isdigit()
+                  else pynvml.nvmlDeviceGetHandleByUUID(entry))
+        mine = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == os.getpid()]
+        return int(mine[0]) if mine and mine[0] is not None else None
+    except Exception:  # no driver, no NVML, or a container that hides PIDs
+        return None
+
+
 def start_cuda(device: torch.device) -> dict:
     """Create the CUDA context and measure what it costs outside the caching allocator."""
     index = device.index or 0
@@ -143,6 +158,7 @@ def cuda_memory(device: torch.device, context_bytes: int | None) -> dict:
         "num_ooms": stats.get("num_ooms", 0),
         "context_bytes": context_bytes,
         "nvml_used": nvml_used_bytes(device.index or 0),
+        "nvml_process_used": nvml_process_bytes(device.index or 0),
         "device_total": torch.cuda.get_device_properties(device).total_memory,
     }
 

@@ -1,0 +1,239 @@
+"""bench side by side with what users reach for today, each answer measured by bench's own trial.
+
+    python benchmarks/vs_peers.py --workload emberformer --device cuda --budget 24GiB
+    python benchmarks/vs_peers.py --workload emberformer --device cpu --preset tiny --budget 300MiB --quick
+
+Peers answer on the same workload, preset and memory wall:
+  - Lightning `Tuner.scale_batch_size(mode="binsearch")` on a LightningModule wrapping the workload;
+  - Hugging Face accelerate `find_executable_batch_size` around a few training steps;
+  - the seed guide's hand advice, where one exists (GUIDE_ADVICE below, with its source);
+  - bench's own best, from a short `bench sweep`.
+Each peer searches in a child process under the budget (CPU: RLIMIT_DATA, as bench's trial sets it;
+CUDA: the per-process memory fraction), so its OOM search is real. Every answer is then measured the
+same way: one `bench trial` in a fresh process under the same budget. Needs `pip install -e ".[peers]"`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import QUICK_MEASURE, load_spec, sweep_best, trial
+from harness import spec as specs
+from harness.cli import resolve_device
+from harness.units import parse_size
+
+ROOT = Path(__file__).resolve().parent.parent
+GIB = 2**30
+
+# What the seed guides tell a user to set by hand (only knobs the guide names; the rest keep bench's defaults).
+GUIDE_ADVICE = {
+    "emberformer": ({"batch_size": 32},
+                    "emberformer guide: batch 32 for the large model (examples/emberformer/config.yaml)"),
+    "retrieval": ({"batch_size": 256, "precision": "bf16-mixed", "accumulation": 2},
+                  "retrieval guide: AMP + batch 256 + accumulation (the guide names no accumulation count; 2 here)"),
+}
+
+
+# The knobs a peer's search ran with (it tunes the batch size only): bench measures its answer at these.
+PEER_DEFAULTS = {"precision": "fp32", "accumulation": 1, "checkpointing": "none", "compile": "off"}
+
+
+# ---- parent: ask each tool, then measure its answer ----------------------------------------------
+
+def ask_peer(peer: str, job: dict, timeout_s: float) -> dict:
+    """Run a peer's search in a child under the job's memory wall; its answer, tries and wall time."""
+    with tempfile.TemporaryDirectory() as tmp:
+        job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "answer.json"
+        job_path.write_text(json.dumps({**job, "tmp": tmp}))
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run([sys.executable, __file__, "--child", peer, str(job_path), str(out_path)],
+                                  capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
+        except subprocess.TimeoutExpired:
+            return {"error": f"no answer within {timeout_s:.0f}s", "wall_s": time.monotonic() - t0}
+        wall = time.monotonic() - t0
+        if not out_path.exists():
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+            return {"error": f"child died (exit {proc.returncode}): {tail[0][:200]}", "wall_s": wall}
+        return {**json.loads(out_path.read_text()), "wall_s": wall}
+
+
+def compare(args) -> list[dict]:
+    device = resolve_device(args.device)
+    budget = parse_size(args.budget, "--budget") if args.budget else None
+    spec_path = ROOT / "sweeps" / f"{args.workload}.yaml"
+    measure = QUICK_MEASURE if args.quick else {}
+    spec = load_spec(spec_path, args.preset, budget, **measure)
+    preset = spec.workload.get("preset", "auto")
+    job = spec.job(device, specs.trial_config(spec, PEER_DEFAULTS))
+    rows = []
+    for peer in ("lightning", "accelerate"):
+        answer = ask_peer(peer, {**job, "start": args.start}, args.peer_timeout)
+        rows.append(measured(spec, device, answer.get("tool", peer), answer))
+    if args.workload in GUIDE_ADVICE:
+        config, source = GUIDE_ADVICE[args.workload]
+        rows.append(measured(spec, device, f"guide: {source}", {"config": config, "wall_s": None}))
+    best = sweep_best(spec_path, preset, budget, device, args.trials, args.sweep_timeout, measure,
+                      search={"compile": ["off"]} if args.quick else None)
+    if best is None:
+        rows.append({"tool": "bench", "answer": None, "status": "failed: the sweep measured no config that fits"})
+    else:
+        rows.append(measured(spec, device, f"bench sweep ({best['trials']} trials)",
+                             {"config": best["config"], "wall_s": best["wall_s"]}))
+    bench = rows[-1].get("throughput")
+    for r in rows:
+        r["ratio"] = r["throughput"] / bench if bench and r.get("throughput") else None
+    return rows
+
+
+def measured(spec, device: str, tool: str, answer: dict) -> dict:
+    """The answer measured by bench's trial in a fresh process; or the peer's failure, as it happened."""
+    row = {"tool": tool, "answer_wall_s": answer.get("wall_s"), "peer": {k: v for k, v in answer.items()
+                                                                       if k not in ("config", "wall_s")}}
+    if answer.get("error"):
+        unrecognised = " (raised under the memory wall; the peer's OOM check did not recognise it)" \
+            if answer.get("oom_recognised") is False else ""
+        return {**row, "answer": None, "status": f"failed: {answer['error']}{unrecognised}"}
+    rec = trial(spec, device, {**PEER_DEFAULTS, **answer["config"]})
+    return {**row, "answer": rec["config"], "status": rec["status"], "throughput": rec.get("throughput"),
+            "peak_memory": rec.get("peak_memory"), "error": (rec.get("error") or {}).get("message")}
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| tool | answer (knobs) | status | samples/s | peak GiB | ratio to bench | time to answer |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        knobs = " ".join(f"{k}={v}" for k, v in (r.get("answer") or {}).items()) or "—"
+        tput = f"{r['throughput']:.1f}" if r.get("throughput") else "—"
+        peak = f"{r['peak_memory'] / GIB:.3f}" if r.get("peak_memory") else "—"
+        ratio = f"{r['ratio']:.2f}×" if r.get("ratio") else "—"
+        wall = f"{r['answer_wall_s']:.0f}s" if r.get("answer_wall_s") is not None else "by hand"
+        lines.append(f"| {r['tool']} | {knobs} | {r['status']} | {tput} | {peak} | {ratio} | {wall} |")
+    return "\n".join(lines)
+
+
+# ---- child: one peer's search, for real, under the wall ------------------------------------------
+
+def child(peer: str, job_path: str, out_path: str) -> None:
+    """Imports torch and the peer; sets the memory wall as bench's trial does; writes the peer's answer."""
+    import torch
+    from harness import measure, workloads
+    job = json.loads(Path(job_path).read_text())
+    device = torch.device("cuda:0" if job["device"].startswith("cuda") else "cpu")
+    run = lightning_search if peer == "lightning" else accelerate_search
+    run(job, device, None)  # imports the peer before the wall: its import is baseline, as torch's is in a trial
+    if device.type == "cuda":
+        ctx = measure.start_cuda(device)
+        if job["memory_budget"]:
+            measure.limit_cuda_memory(device, job["memory_budget"], ctx["context_bytes"])
+    elif job["memory_budget"]:
+        measure.limit_cpu_memory(job["memory_budget"])
+    torch.manual_seed(job.get("seed", 0))
+    wl = workloads.build(job["workload"])
+    try:
+        answer = run(job, device, wl)
+    except BaseException as exc:  # the peer gave up or crashed: say how, and whether it knew it was an OOM
+        if device.type == "cpu":
+            measure.lift_cpu_memory_limit()
+        answer = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
+                  "oom_recognised": recognised(peer, exc)}
+    Path(out_path).write_text(json.dumps(answer, default=str))
+
+
+def recognised(peer: str, exc: BaseException) -> bool:
+    if peer == "lightning":
+        from lightning.pytorch.utilities.memory import is_oom_error
+        return bool(is_oom_error(exc))
+    from accelerate.utils.memory import should_reduce_batch_size
+    return bool(should_reduce_batch_size(exc))
+
+
+def lightning_search(job: dict, device, wl) -> dict | None:
+    import lightning as L
+    from lightning.pytorch.tuner import Tuner
+    import torch
+    if wl is None:
+        return None
+
+    class Wrapped(L.LightningModule):
+        """The workload as a LightningModule: the tuner scales `batch_size`, the attribute its docs name."""
+
+        def __init__(self):
+            super().__init__()
+            self.model, self.batch_size = wl.model, 2
+
+        def training_step(self, batch, _):
+            return wl.loss(self.model, batch)
+
+        def configure_optimizers(self):
+            params = wl.trainable(self.model) if wl.trainable else [p for p in self.parameters() if p.requires_grad]
+            return torch.optim.AdamW(params, lr=wl.lr)
+
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(wl.dataset, batch_size=self.batch_size, shuffle=True,
+                                               collate_fn=wl.collate, drop_last=True)
+
+    trainer = L.Trainer(accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, max_epochs=1,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=job["tmp"])
+    found = Tuner(trainer).scale_batch_size(Wrapped(), mode="binsearch")
+    return {"config": {"batch_size": int(found)}, "tool": f"lightning {L.__version__} binsearch"}
+
+
+def accelerate_search(job: dict, device, wl) -> dict | None:
+    import accelerate
+    from accelerate.utils import find_executable_batch_size
+    import torch
+    from harness import knobs
+    if wl is None:
+        return None
+    model, tried = wl.model.to(device), []
+
+    @find_executable_batch_size(starting_batch_size=int(job["start"]))
+    def train(batch_size):
+        """What the accelerate docs wrap: a few training steps at `batch_size`; an OOM retries smaller."""
+        tried.append(batch_size)
+        params = wl.trainable(model) if wl.trainable else [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=wl.lr)
+        loader = torch.utils.data.DataLoader(wl.dataset, batch_size=batch_size, shuffle=True, collate_fn=wl.collate,
+                                             drop_last=True)
+        for step, batch in zip(range(3), loader):
+            wl.loss(model, knobs.to_device(batch, device, False)).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return batch_size
+
+    return {"config": {"batch_size": int(train())}, "tried": tried,
+            "tool": f"accelerate {accelerate.__version__} from {job['start']}"}
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(*sys.argv[2:5])
+        return 0
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workload", required=True, choices=sorted(specs.WORKLOADS))
+    p.add_argument("--device", default="auto")
+    p.add_argument("--budget", help="memory wall for every tool, e.g. 24GiB (default: the spec's)")
+    p.add_argument("--preset", help="workload preset (default: the spec's, sized for the device)")
+    p.add_argument("--start", type=int, default=128, help="accelerate's starting_batch_size (its default: 128)")
+    p.add_argument("--trials", type=int, default=8, help="trials of bench's sweep")
+    p.add_argument("--sweep-timeout", type=float, default=600.0, metavar="S")
+    p.add_argument("--peer-timeout", type=float, default=600.0, metavar="S")
+    p.add_argument("--quick", action="store_true", help="short trial measurement (CI, tiny presets)")
+    p.add_argument("--json", type=Path, help="also write the rows here")
+    args = p.parse_args()
+    rows = compare(args)
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
