@@ -98,9 +98,9 @@ def why(rec: dict) -> str:
 
 # ---- the checks ------------------------------------------------------------------------------------
 
-def check_gpu_tests(s: Suite) -> Section:
+def check_gpu_tests(s: Suite, sec: Section) -> None:
     """The `gpu`-marked tests, in a pytest subprocess (all skipped where no GPU is present)."""
-    sec = Section("gpu-marked tests (pytest -m gpu)", ["passed", "failed", "errors", "skipped", "wall s"])
+    sec.headers = ["passed", "failed", "errors", "skipped", "wall s"]
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "junit.xml"
         t0 = time.monotonic()
@@ -124,14 +124,12 @@ def check_gpu_tests(s: Suite) -> Section:
                 first = (bad.get("message") or "").splitlines()[:1]
                 sec.notes.append(f"{kind}: {case.get('classname')}::{case.get('name')}: {first[0] if first else ''}")
     sec.rows.append([counts["passed"], counts["failed"], counts["error"], counts["skipped"], f"{wall:.0f}"])
-    sec.data = {**counts, "exit": proc.returncode}
-    return sec
+    sec.data.update(counts, exit=proc.returncode)
 
 
-def check_presets(s: Suite) -> Section:
+def check_presets(s: Suite, sec: Section) -> None:
     """One trial of every workload's device preset: status, speed, peak, CUDA context, MFU."""
-    sec = Section("one trial per workload preset", ["workload", "preset", "config", "status", "samples/s",
-                                                    "peak GiB", "context MiB", "MFU"])
+    sec.headers = ["workload", "preset", "config", "status", "samples/s", "peak GiB", "context MiB", "MFU"]
     for name in WORKLOADS:
         spec = s.spec(name)
         rec = s.trial(spec, {})
@@ -142,13 +140,11 @@ def check_presets(s: Suite) -> Section:
         if rec["status"] != "ok":
             sec.notes.append(f"{name}: {why(rec)}")
         sec.data[name] = {k: rec.get(k) for k in ("status", "config", "throughput", "peak_memory")}
-    return sec
 
 
-def check_repeatability(s: Suite) -> Section:
+def check_repeatability(s: Suite, sec: Section) -> None:
     """One config in 5 fresh processes: how much do samples/s and peak move between processes?"""
-    sec = Section("repeatability: one config, 5 fresh processes", ["run", "status", "samples/s", "peak GiB",
-                                                                     "step CV"])
+    sec.headers = ["run", "status", "samples/s", "peak GiB", "step CV"]
     recs = []
     spec = s.spec("emberformer")
     for i in range(5):
@@ -156,16 +152,14 @@ def check_repeatability(s: Suite) -> Section:
         recs.append(rec)
         sec.rows.append([i + 1, rec["status"], num(rec.get("throughput"), ".2f"), gib(rec.get("peak_memory")),
                          pct(((rec.get("timing") or {}).get("step_s") or {}).get("cv"))])
-    sec.data = repeatability.summarize(recs)
+    sec.data.update(repeatability.summarize(recs))
     sec.notes.append(f"config {knobs(recs[0]['config'])}: samples/s CV {pct(sec.data['throughput_cv'])}, "
                      f"peak CV {pct(sec.data['peak_cv'])} across {sec.data['ok']} ok runs")
-    return sec
 
 
-def check_peak_vs_long(s: Suite, steps: int = 200) -> Section:
+def check_peak_vs_long(s: Suite, sec: Section, steps: int = 200) -> None:
     """A sweep-length trial's peak vs a 200-step run of the same config (NVML's view too on CUDA)."""
-    sec = Section(f"short trial peak vs a {steps}-step run", ["run", "measured steps", "peak GiB",
-                                                             "NVML device used GiB", "NVML this process GiB"])
+    sec.headers = ["run", "measured steps", "peak GiB", "NVML device used GiB", "NVML this process GiB"]
     short = s.trial(s.spec("emberformer"), {})
     long = s.trial(s.spec("emberformer", **peak_vs_long.long_run(steps)), {})
     for name, rec in (("trial", short), ("long run", long)):
@@ -174,19 +168,17 @@ def check_peak_vs_long(s: Suite, steps: int = 200) -> Section:
         mem = rec["memory"]
         sec.rows.append([name, rec["timing"]["measured_steps"], gib(rec["peak_memory"]), gib(mem.get("nvml_used")),
                          gib(mem.get("nvml_process_used"))])
-    sec.data = peak_vs_long.compare(short, long)
+    sec.data.update(peak_vs_long.compare(short, long))
     sec.notes.append(f"long-run peak vs trial peak (across processes): {100 * sec.data['across_processes']:+.2f}%; "
                      f"within the long run, after all steps vs at the trial's length: "
                      f"{100 * sec.data['within_long_run']:+.2f}%")
     if not s.cuda:
         sec.notes.append("NVML columns are CUDA-only (— on CPU)")
-    return sec
 
 
-def check_sweep(s: Suite) -> Section:
+def check_sweep(s: Suite, sec: Section) -> None:
     """A short emberformer sweep under the guide's 24 GiB budget; its best vs the guide's batch 32."""
-    sec = Section("emberformer sweep under 24 GiB vs the guide's advice (batch 32)",
-                  ["answer", "config", "status", "samples/s", "peak GiB", "ratio to guide"])
+    sec.headers = ["answer", "config", "status", "samples/s", "peak GiB", "ratio to guide"]
     best = sweep_best(ROOT / "sweeps" / "emberformer.yaml", s.preset("emberformer"), GUIDE_BUDGET, s.device,
                       trials=4 if s.quick else 8, timeout_s=s.left() * 0.7, measure=s.measure,
                       search={"compile": ["off"]} if s.quick else None)  # CPU inductor compiles take minutes
@@ -202,18 +194,16 @@ def check_sweep(s: Suite) -> Section:
                          gib(rec.get("peak_memory")), num(ratio, ".2f") + ("×" if ratio else "")])
     sec.notes.append(f"sweep: {best['trials']} trials in {best['wall_s']:.0f}s; in-sweep best "
                      f"{num(best['throughput'])} samples/s")
-    sec.data = {"best": best, "guide": guide.get("throughput"), "confirmed": confirmed.get("throughput")}
-    return sec
+    sec.data.update(best=best, guide=guide.get("throughput"), confirmed=confirmed.get("throughput"))
 
 
-def check_memory_wall(s: Suite) -> Section:
+def check_memory_wall(s: Suite, sec: Section) -> None:
     """The budget is a real wall: a config measured just over it ends `oom`, one just under ends `ok`.
 
     The pair is found by measuring: batch sizes double (no budget) until the peak crosses the budget.
     On CUDA the budget is the guide's 24 GiB; on CPU (RLIMIT_DATA) it sits between two measured peaks.
     """
-    sec = Section("memory wall: just under vs just over the budget", ["run", "batch", "budget GiB", "status",
-                                                                       "peak GiB"])
+    sec.headers = ["run", "batch", "budget GiB", "status", "peak GiB"]
     free = s.spec("emberformer")
     peaks, batch = {}, 1
     while True:
@@ -237,13 +227,16 @@ def check_memory_wall(s: Suite) -> Section:
     held = results == {"just under": record.OK, "just over": record.OOM}
     sec.notes.append(f"wall {'held' if held else 'DID NOT HOLD'}: under → {results['just under']}, "
                      f"over → {results['just over']} (expected ok / oom)")
-    sec.data = {"budget": budget, "under": under, "over": over, "results": results, "held": held}
-    return sec
+    sec.data.update(budget=budget, under=under, over=over, results=results, held=held)
 
 
-CHECKS = [  # (check, share of the slot)
-    (check_gpu_tests, 0.10), (check_presets, 0.25), (check_repeatability, 0.15),
-    (check_peak_vs_long, 0.15), (check_sweep, 0.20), (check_memory_wall, 0.15),
+CHECKS = [  # (title, check, share of the slot)
+    ("gpu-marked tests (pytest -m gpu)", check_gpu_tests, 0.10),
+    ("one trial per workload preset", check_presets, 0.25),
+    ("repeatability: one config, 5 fresh processes", check_repeatability, 0.15),
+    ("short trial peak vs a 200-step run", check_peak_vs_long, 0.15),
+    ("emberformer sweep under 24 GiB vs the guide's advice (batch 32)", check_sweep, 0.20),
+    ("memory wall: just under vs just over the budget", check_memory_wall, 0.15),
 ]
 
 
@@ -251,23 +244,23 @@ CHECKS = [  # (check, share of the slot)
 
 def run_checks(s: Suite, write) -> list[Section]:
     sections = []
-    for i, (check, share) in enumerate(CHECKS):
-        remaining_shares = sum(sh for _, sh in CHECKS[i:])
+    for i, (title, check, share) in enumerate(CHECKS):
+        remaining_shares = sum(sh for _, _, sh in CHECKS[i:])
         s.deadline = time.monotonic() + (s.end - time.monotonic()) * share / remaining_shares
-        title = (check.__doc__ or check.__name__).splitlines()[0]
+        sec = Section(title)
+        sections.append(sec)
         if s.left() < 5:
-            sections.append(Section(title, status="not run (time)"))
+            sec.status = "not run (time)"
             continue
         t0 = time.monotonic()
         try:
-            sec = check(s)
-        except OutOfTime:
-            sec = Section(title, status="not run (time)")
+            check(s, sec)
+        except OutOfTime:  # what it measured before its share ran out stays in the table
+            sec.status = "stopped (time): partial" if sec.rows else "not run (time)"
         except Exception as exc:  # record it and go on: the other checks still run
-            sec = Section(title, status=f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
-            sec.data = {"traceback": traceback.format_exc()[-3000:]}
+            sec.status = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            sec.data["traceback"] = traceback.format_exc()[-3000:]
         sec.data["wall_s"] = time.monotonic() - t0
-        sections.append(sec)
         write(sections)
     return sections
 

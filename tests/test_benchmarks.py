@@ -1,0 +1,91 @@
+"""The device suite and the peer comparison, run end to end on CPU with tiny presets (real trials)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+BENCHMARKS = ROOT / "benchmarks"
+SECTIONS = ("gpu-marked tests", "one trial per workload preset", "repeatability", "short trial peak vs",
+            "emberformer sweep under 24 GiB", "memory wall")
+
+
+@pytest.fixture
+def suite_module(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import gpu_suite
+    return gpu_suite
+
+
+def run_script(*args, timeout=400):
+    return subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def test_gpu_suite_quick_on_cpu_writes_every_check_with_measured_numbers(tmp_path):
+    done = run_script(BENCHMARKS / "gpu_suite.py", "--device", "cpu", "--quick", "--out", tmp_path, "--minutes", 8)
+    assert done.returncode == 0, done.stderr[-2000:]
+    md = (tmp_path / "gpu-suite.md").read_text()
+    for title in SECTIONS:
+        assert title in md, title
+    assert "torch " in md and "device **" in md
+    checks = {c["title"].split(":")[0].split(" (")[0]: c
+              for c in json.loads((tmp_path / "gpu-suite.json").read_text())["checks"]}
+    assert all(c["status"] == "done" for c in checks.values()), [(t, c["status"]) for t, c in checks.items()]
+    tests = checks["gpu-marked tests"]["data"]
+    assert tests["failed"] == tests["error"] == 0 and tests["skipped"] >= 1  # no GPU here: all skipped
+    presets = checks["one trial per workload preset"]["rows"]
+    assert len(presets) == 5 and all(r[3] == "ok" and float(r[4]) > 0 and float(r[5]) > 0 for r in presets)
+    rep = checks["repeatability"]["data"]
+    assert rep["ok"] == 5 and rep["throughput_cv"] > 0 and rep["peak_cv"] >= 0
+    peak = checks["short trial peak vs a 200-step run"]
+    assert peak["rows"][1][1] == 200 and abs(peak["data"]["across_processes"]) < 0.5
+    sweep = checks["emberformer sweep under 24 GiB vs the guide's advice"]["data"]
+    assert sweep["best"]["throughput"] > 0 and sweep["guide"] > 0 and sweep["confirmed"] > 0
+    wall = checks["memory wall"]["data"]
+    assert wall["results"] == {"just under": "ok", "just over": "oom"} and wall["held"]
+
+
+def test_gpu_suite_lists_checks_without_time_as_not_run_and_still_writes(suite_module, tmp_path):
+    assert suite_module.main(["--device", "cpu", "--quick", "--out", str(tmp_path), "--minutes", "0.01"]) == 0
+    md = (tmp_path / "gpu-suite.md").read_text()
+    assert md.count("**not run (time)**") == len(suite_module.CHECKS)
+
+
+def test_gpu_suite_records_a_crashing_check_and_runs_the_rest(suite_module, tmp_path, monkeypatch):
+    def crashes(s, sec):
+        raise ValueError("boom")
+
+    def fine(s, sec):
+        sec.headers, sec.rows = ["x"], [[1]]
+
+    monkeypatch.setattr(suite_module, "CHECKS", [("crashes", crashes, 0.5), ("works", fine, 0.5)])
+    suite_module.main(["--device", "cpu", "--quick", "--out", str(tmp_path), "--minutes", "1"])
+    md = (tmp_path / "gpu-suite.md").read_text()
+    assert "**failed: ValueError: boom**" in md and "| 1 |" in md
+    data = json.loads((tmp_path / "gpu-suite.json").read_text())
+    assert "Traceback" in data["checks"][0]["data"]["traceback"]
+
+
+def test_vs_peers_measures_every_answer_with_bench_trial_or_says_why_it_failed(tmp_path):
+    pytest.importorskip("lightning")
+    pytest.importorskip("accelerate")
+    out = tmp_path / "rows.json"
+    done = run_script(BENCHMARKS / "vs_peers.py", "--workload", "emberformer", "--device", "cpu", "--preset", "tiny",
+                      "--budget", "160MiB", "--quick", "--trials", 3, "--sweep-timeout", 120, "--json", out)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    tools = [r["tool"] for r in rows]
+    assert tools[0].startswith("lightning") and tools[1].startswith("accelerate")
+    assert tools[2].startswith("guide: emberformer guide") and tools[3].startswith("bench sweep")
+    for r in rows:
+        if r["status"].startswith("failed: "):
+            assert len(r["status"]) > len("failed: ") + 5 and r["answer"] is None  # an honest reason
+            continue
+        assert r["status"] in ("ok", "oom", "diverged"), r
+        assert r["answer"]["batch_size"] >= 1
+        if r["status"] == "ok":
+            assert r["throughput"] > 0 and r["peak_memory"] > 0 and r["ratio"] > 0
+    assert rows[3]["status"] == "ok" and rows[3]["ratio"] == 1.0
+    assert "| tool | answer (knobs) |" in done.stdout
