@@ -200,23 +200,32 @@ def check_sweep(s: Suite, sec: Section) -> None:
 def check_memory_wall(s: Suite, sec: Section) -> None:
     """The budget is a real wall: a config measured just over it ends `oom`, one just under ends `ok`.
 
-    The pair is found by measuring: batch sizes double (no budget) until the peak crosses the budget.
-    On CUDA the budget is the guide's 24 GiB; on CPU (RLIMIT_DATA) it sits between two measured peaks.
+    The pair is found by measuring: batch sizes double (no budget) until the peak crosses the budget,
+    then (CUDA) bisect to neighbouring batch sizes. On CUDA the budget is the guide's 24 GiB; on CPU
+    (RLIMIT_DATA, where the peak is RSS) it sits between two measured peaks, well apart.
     """
     sec.headers = ["run", "batch", "budget GiB", "status", "peak GiB"]
     free = s.spec("emberformer")
-    peaks, batch = {}, 1
-    while True:
+    peaks = {}
+
+    def probe(batch: int) -> int:
         rec = s.trial(free, {"batch_size": batch})
         if rec["status"] != "ok":
             raise RuntimeError(f"batch {batch} without a budget ended {rec['status']}: {why(rec)}")
         peaks[batch] = rec["peak_memory"]
         sec.rows.append(["probe (no budget)", batch, "—", rec["status"], gib(rec["peak_memory"])])
-        if s.cuda and rec["peak_memory"] > GUIDE_BUDGET or not s.cuda and len(peaks) >= 2 and \
-                peaks[batch] > 1.5 * peaks[batch // 2]:
+        return rec["peak_memory"]
+
+    batch = 8 if s.cuda else 1
+    while True:
+        peak = probe(batch)
+        if s.cuda and peak > GUIDE_BUDGET or not s.cuda and len(peaks) >= 2 and peak > 1.5 * peaks[batch // 2]:
             break
         batch *= 2
     under, over = batch // 2, batch
+    while s.cuda and over - under > 1 and len(peaks) < 10:  # bisect: "just" under and over 24 GiB
+        mid = (under + over) // 2
+        under, over = (mid, over) if probe(mid) <= GUIDE_BUDGET else (under, mid)
     budget = GUIDE_BUDGET if s.cuda else int((peaks[under] * peaks[over]) ** 0.5)
     walled = s.spec("emberformer", budget=budget)
     results = {}
