@@ -32,6 +32,9 @@ from harness.workloads import WORKLOADS
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE_BUDGET = parse_size("24GiB", "budget")  # the emberformer guide's 24 GB card
 GIB, MIB = 2**30, 2**20
+# CPU wall: the two probed peaks must differ by this much, so that the budget halfway between them
+# clears RLIMIT_DATA's accounting (data segment) vs the trial's (RSS) on either side.
+CPU_WALL_GAP = 24 * MIB
 
 
 @dataclass
@@ -216,10 +219,10 @@ def check_memory_wall(s: Suite, sec: Section) -> None:
         sec.rows.append(["probe (no budget)", batch, "—", rec["status"], gib(rec["peak_memory"])])
         return rec["peak_memory"]
 
-    batch = 8 if s.cuda else 1
+    batch = 8 if s.cuda else 32
     while True:
         peak = probe(batch)
-        if s.cuda and peak > GUIDE_BUDGET or not s.cuda and len(peaks) >= 2 and peak > 1.5 * peaks[batch // 2]:
+        if s.cuda and peak > GUIDE_BUDGET or not s.cuda and len(peaks) >= 2 and peak - peaks[batch // 2] > CPU_WALL_GAP:
             break
         batch *= 2
     under, over = batch // 2, batch
