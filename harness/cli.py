@@ -97,7 +97,7 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
     device = resolve_device(device)
     deadline = time.monotonic() + parse_duration(timeout, "--timeout") if timeout else None
     for spec in load_specs(spec_path, scenarios, study_name, memory_budget):
-        specs.check_device(spec, device)
+        spec = device_spec(spec, device)
         run_sweep(spec, device, trials or spec.trials, deadline, storage, results)
     out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
 
@@ -111,6 +111,14 @@ def load_specs(path: Path, scenarios: tuple, study_name: str | None, memory_budg
     loaded = [specs.load(path, name) if name else base for name in names]
     budget = parse_size(memory_budget, "--memory-budget") if memory_budget else None
     return [replace(s, study=study_name or s.study, memory_budget=budget or s.memory_budget) for s in loaded]
+
+
+def device_spec(spec, device: str):
+    """The spec narrowed to what `device` can honour; each dropped search value is said once."""
+    spec, notes = specs.for_device(spec, device)
+    for note in notes:
+        err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+    return spec
 
 
 def resolve_device(device: str) -> str:
@@ -230,8 +238,9 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
     if memory_budget:
         spec = replace(spec, memory_budget=parse_size(memory_budget, "--memory-budget"))
     device = resolve_device(device)
-    specs.check_device(spec, device)
+    spec = device_spec(spec, device)
     config = specs.trial_config(spec, specs.parse_overrides(overrides, spec))
+    specs.check_config(config, device, "--set")
     limits = launch.Limits(parse_duration(timeout, "--timeout") if timeout else spec.trial_timeout_s, spec.stall_s)
     with tempfile.TemporaryDirectory(prefix="bench-log-") as tmp:
         rec = launch.run(spec.job(device, config), limits, Path(tmp) / "trial.log")
