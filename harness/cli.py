@@ -152,10 +152,13 @@ def visible_gpus() -> int:
 
 def run_sweep(spec, device, total, deadline, storage_url, results) -> None:
     base = spec.baseline(apply.read_current(spec.apply) if spec.apply else {})
-    spec = studies.including(spec, base)
     storage = studies.open_storage(storage_url, results, spec.study)
-    study = studies.create(spec, storage, device)
-    studies.enqueue_baseline(study, spec, base)
+    study = studies.create(studies.including(spec, base), storage, device)
+    if study.get_trials(deepcopy=False):  # a resume: the study's own space, device kind and budget
+        spec = studies.resumed(spec, study, device)
+    else:
+        spec = studies.including(spec, base)
+        studies.enqueue_baseline(study, spec, base)
     studies.enqueue_grid(study, spec)
     where = studies.redact(storage_url) if storage_url else str(studies.study_dir(results, spec.study))
     out.print(f"[bold]bench sweep[/bold] {spec.study}: {spec.workload.get('name') or spec.workload.get('factory')} "
@@ -331,8 +334,9 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
                   "date": datetime.date.today().isoformat(), "bench_version": __version__}
     current = apply.read_current(spec.apply)
     plan = apply.plan(spec.apply, row["config"], provenance, to=to, create_keys=create_keys, current_values=current)
+    objective = info.get("objective", "samples")  # the throughput best was chosen on
     out.print(f"trial {row['number']}: {report.describe(row['config'])}  "
-              f"{row['throughput']:.1f} samples/s, peak {gib(row['peak_memory'])}", highlight=False)
+              f"{pareto.speed(row, objective):.1f} {objective}/s, peak {gib(row['peak_memory'])}", highlight=False)
     click.echo(plan.diff or "(no change: the config already has these values)")
     if plan.unmapped:
         out.print(f"not written (no key for them in apply.keys): {', '.join(plan.unmapped)}")
