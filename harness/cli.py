@@ -202,7 +202,8 @@ class LiveProgress(studies.Progress):
         self.stop()
         out.print(f"{self.text}\n    → {outcome(rec)}", highlight=False)
         if best:
-            out.print(f"    best so far: #{best['number']} {best['throughput']:.1f} samples/s, "
+            objective = self.spec.objective  # best was chosen on it: samples/s or tokens/s
+            out.print(f"    best so far: #{best['number']} {pareto.speed(best, objective):.1f} {objective}/s, "
                       f"peak {gib(best['peak_memory'])}", highlight=False, style="dim")
 
     def note(self, message):

@@ -25,8 +25,7 @@ def set_numerics(precision: str, cudnn_benchmark: bool) -> None:
     The legacy setters keep both old and new reads consistent.
     """
     tf32 = precision == "tf32"
-    torch.set_float32_matmul_precision("high" if tf32 else "highest")
-    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")  # sets cuda.matmul.allow_tf32 too
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = bool(cudnn_benchmark)
 
