@@ -62,7 +62,7 @@ def child_env(config: dict, device: str, workdir: Path, import_paths: list[str])
                PYTHONPATH=os.pathsep.join([*import_paths, *filter(None, [os.environ.get("PYTHONPATH")])]),
                PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1",
                TORCHINDUCTOR_CACHE_DIR=str(workdir / "inductor"))  # cold cache per trial: honest compile_s
-    if "expandable_segments" in config:
+    if "expandable_segments" in config and device.startswith("cuda"):
         env.update(allocator_conf(os.environ, bool(config["expandable_segments"])))
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA numbers GPUs as NVML does (bench --device, doctor)
     if device.startswith("cuda"):  # the trial sees only its GPU, as cuda:0

@@ -155,6 +155,12 @@ def test_expandable_segments_merges_into_the_users_allocator_conf():
     assert launch.allocator_conf({}, True) == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 
 
+def test_the_child_gets_the_merged_allocator_conf(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128")
+    env = launch.child_env({"expandable_segments": True}, "cuda:0", tmp_path, [])
+    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:128,expandable_segments:True"
+
+
 def test_compile_threads_are_left_at_torchs_default(tmp_path, monkeypatch):
     monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
     env = launch.child_env({"compile": "default"}, "cpu", tmp_path, [])
