@@ -97,7 +97,7 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
     device = resolve_device(device)
     deadline = time.monotonic() + parse_duration(timeout, "--timeout") if timeout else None
     for spec in load_specs(spec_path, scenarios, study_name, memory_budget):
-        specs.check_device(spec, device)
+        spec = device_spec(spec, device)
         run_sweep(spec, device, trials or spec.trials, deadline, storage, results)
     out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
 
@@ -111,6 +111,14 @@ def load_specs(path: Path, scenarios: tuple, study_name: str | None, memory_budg
     loaded = [specs.load(path, name) if name else base for name in names]
     budget = parse_size(memory_budget, "--memory-budget") if memory_budget else None
     return [replace(s, study=study_name or s.study, memory_budget=budget or s.memory_budget) for s in loaded]
+
+
+def device_spec(spec, device: str):
+    """The spec narrowed to what `device` can honour; each dropped search value is said once."""
+    spec, notes = specs.for_device(spec, device)
+    for note in notes:
+        err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+    return spec
 
 
 def resolve_device(device: str) -> str:
@@ -144,10 +152,13 @@ def visible_gpus() -> int:
 
 def run_sweep(spec, device, total, deadline, storage_url, results) -> None:
     base = spec.baseline(apply.read_current(spec.apply) if spec.apply else {})
-    spec = studies.including(spec, base)
     storage = studies.open_storage(storage_url, results, spec.study)
-    study = studies.create(spec, storage, device)
-    studies.enqueue_baseline(study, spec, base)
+    study = studies.create(studies.including(spec, base), storage, device)
+    if study.get_trials(deepcopy=False):  # a resume: the study's own space, device kind and budget
+        spec = studies.resumed(spec, study, device)
+    else:
+        spec = studies.including(spec, base)
+        studies.enqueue_baseline(study, spec, base)
     studies.enqueue_grid(study, spec)
     where = studies.redact(storage_url) if storage_url else str(studies.study_dir(results, spec.study))
     out.print(f"[bold]bench sweep[/bold] {spec.study}: {spec.workload.get('name') or spec.workload.get('factory')} "
@@ -191,7 +202,8 @@ class LiveProgress(studies.Progress):
         self.stop()
         out.print(f"{self.text}\n    → {outcome(rec)}", highlight=False)
         if best:
-            out.print(f"    best so far: #{best['number']} {best['throughput']:.1f} samples/s, "
+            objective = self.spec.objective  # best was chosen on it: samples/s or tokens/s
+            out.print(f"    best so far: #{best['number']} {pareto.speed(best, objective):.1f} {objective}/s, "
                       f"peak {gib(best['peak_memory'])}", highlight=False, style="dim")
 
     def note(self, message):
@@ -230,8 +242,9 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
     if memory_budget:
         spec = replace(spec, memory_budget=parse_size(memory_budget, "--memory-budget"))
     device = resolve_device(device)
-    specs.check_device(spec, device)
+    spec = device_spec(spec, device)
     config = specs.trial_config(spec, specs.parse_overrides(overrides, spec))
+    specs.check_config(config, device, "--set")
     limits = launch.Limits(parse_duration(timeout, "--timeout") if timeout else spec.trial_timeout_s, spec.stall_s)
     with tempfile.TemporaryDirectory(prefix="bench-log-") as tmp:
         rec = launch.run(spec.job(device, config), limits, Path(tmp) / "trial.log")
@@ -322,8 +335,9 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
                   "date": datetime.date.today().isoformat(), "bench_version": __version__}
     current = apply.read_current(spec.apply)
     plan = apply.plan(spec.apply, row["config"], provenance, to=to, create_keys=create_keys, current_values=current)
+    objective = info.get("objective", "samples")  # the throughput best was chosen on
     out.print(f"trial {row['number']}: {report.describe(row['config'])}  "
-              f"{row['throughput']:.1f} samples/s, peak {gib(row['peak_memory'])}", highlight=False)
+              f"{pareto.speed(row, objective):.1f} {objective}/s, peak {gib(row['peak_memory'])}", highlight=False)
     click.echo(plan.diff or "(no change: the config already has these values)")
     if plan.unmapped:
         out.print(f"not written (no key for them in apply.keys): {', '.join(plan.unmapped)}")

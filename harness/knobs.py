@@ -1,8 +1,9 @@
 """Training knobs, applied to a freshly built workload in one documented order.
 
 Order (each step sees the model the previous one produced):
-  1. numerics   matmul/conv precision flags and cuDNN autotuning, process-wide, through one API
-  2. placement  model to the device; `bf16-true` casts the weights themselves
+  1. numerics   matmul/conv precision flags and cuDNN autotuning, process-wide, through the legacy API
+  2. placement  model to the device; `bf16-true` casts the weights themselves (and, per step, the
+                floating-point inputs: see `to_device`)
   3. checkpointing  wrap the workload's repeated blocks (full: all, selective: every other one)
   4. compile    torch.compile over the checkpointed model, so recompute is compiled too
 The per-step knobs (autocast, GradScaler, optimizer implementation, DataLoader) are built here too,
@@ -16,17 +17,29 @@ import functools
 import torch
 
 
-
 def set_numerics(precision: str, cudnn_benchmark: bool) -> None:
-    """TF32 on only for `tf32` (fp32 means IEEE fp32). One API per process: mixing raises on read."""
-    mode = "tf32" if precision == "tf32" else "ieee"
-    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
-        torch.backends.cuda.matmul.fp32_precision = mode
-        torch.backends.cudnn.conv.fp32_precision = mode
-    else:  # torch < 2.9: only the legacy switches exist
-        torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
-        torch.backends.cudnn.allow_tf32 = mode == "tf32"
+    """TF32 on only for `tf32` (fp32 means IEEE fp32), through the legacy API only.
+
+    Torch >= 2.9 also has `fp32_precision`, but a process that sets only the new API raises when
+    anything reads the legacy flags, and inductor and user code still read them (pytorch#166387).
+    The legacy setters keep both old and new reads consistent.
+    """
+    tf32 = precision == "tf32"
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")  # sets cuda.matmul.allow_tf32 too
+    torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = bool(cudnn_benchmark)
+
+
+def tf32_mode() -> dict:
+    """The TF32 switches as torch reports them now (read through the legacy getters)."""
+    return {"float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32}
+
+
+def input_dtype(precision: str) -> torch.dtype | None:
+    """`bf16-true` weights need bf16 inputs; every other precision keeps the batch as it is."""
+    return torch.bfloat16 if precision == "bf16-true" else None
 
 
 def place(model: torch.nn.Module, device: torch.device, precision: str) -> torch.nn.Module:
@@ -67,6 +80,33 @@ def apply_compile(model: torch.nn.Module, mode: str) -> torch.nn.Module:
     return torch.compile(model, mode=None if mode == "default" else mode)
 
 
+def uses_cuda_graphs(mode: str, device: torch.device) -> bool:
+    """Whether inductor will try CUDA graphs for this compile mode (its own mode table says)."""
+    if mode == "off" or device.type != "cuda":
+        return False
+    import torch._inductor
+    options = torch._inductor.list_mode_options(None if mode == "default" else mode)
+    return bool(options.get("triton.cudagraphs", False))
+
+
+def cuda_graph_skips() -> int:
+    """How many compiled graphs inductor ran without CUDA graphs (it logs why at WARNING)."""
+    from torch._dynamo.utils import counters
+    return int(counters["inductor"]["cudagraph_skips"])
+
+
+def own_gradients(params) -> None:
+    """Allocate every .grad now, so backward accumulates into them in place.
+
+    Under CUDA graphs, a backward whose .grad is None installs the graph's static output buffer as
+    the .grad; the next replay (the next micro-batch) overwrites it, so accumulated gradients are
+    silently wrong or raise (pytorch#169545, #96693). Owned buffers are only ever added to.
+    """
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+
+
 def optimizer(params, lr: float, impl: str, device: torch.device) -> torch.optim.Optimizer:
     """AdamW; `fused` and `foreach` pick the kernel implementation, `default` lets torch choose."""
     kwargs = {"fused": True} if impl == "fused" else {"foreach": True} if impl == "foreach" else {}
@@ -82,12 +122,17 @@ def loader(dataset, config: dict, collate, device: torch.device) -> torch.utils.
     )
 
 
-def to_device(batch, device: torch.device, non_blocking: bool):
-    """Move a batch (tensor, or tuples/lists/dicts of them) to the device."""
+def to_device(batch, device: torch.device, non_blocking: bool, float_dtype: torch.dtype | None = None):
+    """Move a batch (tensor, or tuples/lists/dicts of them) to the device.
+
+    With `float_dtype`, floating-point tensors (images, features, float targets) are cast to it;
+    integer tensors (token ids, labels) keep their dtype.
+    """
     if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=non_blocking)
+        batch = batch.to(device, non_blocking=non_blocking)
+        return batch.to(float_dtype) if float_dtype is not None and batch.is_floating_point() else batch
     if isinstance(batch, dict):
-        return {k: to_device(v, device, non_blocking) for k, v in batch.items()}
+        return {k: to_device(v, device, non_blocking, float_dtype) for k, v in batch.items()}
     if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(v, device, non_blocking) for v in batch)
+        return type(batch)(to_device(v, device, non_blocking, float_dtype) for v in batch)
     return batch

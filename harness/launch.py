@@ -53,20 +53,35 @@ class TailBuffer:
 
 
 def child_env(config: dict, device: str, workdir: Path, import_paths: list[str]) -> dict:
-    """The child's environment: allocator settings must be there before CUDA starts."""
+    """The child's environment: allocator settings must be there before CUDA starts.
+
+    Inductor keeps its default compile threads, so compile_s is what a user's run pays. The user's
+    own allocator conf and CUDA_LAUNCH_BLOCKING pass through (the child records them in env).
+    """
     env = dict(os.environ,
                PYTHONPATH=os.pathsep.join([*import_paths, *filter(None, [os.environ.get("PYTHONPATH")])]),
                PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1",
-               TORCHINDUCTOR_CACHE_DIR=str(workdir / "inductor"),  # cold cache per trial: honest compile_s
-               TORCHINDUCTOR_COMPILE_THREADS="1")
-    if config.get("expandable_segments"):
-        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+               TORCHINDUCTOR_CACHE_DIR=str(workdir / "inductor"))  # cold cache per trial: honest compile_s
+    if "expandable_segments" in config and device.startswith("cuda"):
+        env.update(allocator_conf(os.environ, bool(config["expandable_segments"])))
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA numbers GPUs as NVML does (bench --device, doctor)
     if device.startswith("cuda"):  # the trial sees only its GPU, as cuda:0
         index = int(device.split(":", 1)[1]) if ":" in device else 0
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[index] if visible else str(index)
     return env
+
+
+def allocator_conf(environ: dict, expandable: bool) -> dict:
+    """The user's allocator conf with the knob's expandable_segments merged in, other options kept.
+
+    Torch reads PYTORCH_ALLOC_CONF, and PYTORCH_CUDA_ALLOC_CONF as its older name; the merged conf
+    goes back under whichever name the user set.
+    """
+    name = "PYTORCH_ALLOC_CONF" if environ.get("PYTORCH_ALLOC_CONF") else "PYTORCH_CUDA_ALLOC_CONF"
+    options = [o for o in (environ.get(name) or "").split(",")
+               if o.strip() and o.split(":", 1)[0].strip() != "expandable_segments"]
+    return {name: ",".join([*options, f"expandable_segments:{expandable}"])}
 
 
 def run(job: dict, limits: Limits, log_path: Path) -> dict:

@@ -15,21 +15,37 @@ import torch
 
 from harness import __version__
 
-# Nominal dense peak TFLOP/s from NVIDIA datasheets (no sparsity), by precision class. Checked in
-# order, so more specific names come first. Unknown devices and CPUs get no MFU, never a guess.
-PEAK_TFLOPS = [
-    ("H200", {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4}),
-    ("H100 PCIe", {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0}),
-    ("H100", {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4}),
-    ("A100", {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0}),
-    ("L40S", {"fp32": 91.6, "tf32": 183.0, "bf16": 362.1}),
-    ("L4", {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0}),
-    ("A10", {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0}),
-    ("RTX 4090", {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2}),
-    ("RTX 3090", {"fp32": 35.6, "tf32": 35.6, "bf16": 71.0}),
-    ("RTX A6000", {"fp32": 38.7, "tf32": 77.4, "bf16": 154.8}),
-    ("V100", {"fp32": 15.7, "tf32": 15.7, "bf16": 125.0}),  # no bf16 units: fp16 tensor-core peak
-]
+# Nominal dense peak TFLOP/s from NVIDIA datasheets (no sparsity), by precision class, keyed by the
+# exact device name NVML and CUDA report. Names differ by a suffix between parts with different peaks
+# (H100 80GB HBM3 vs H100 NVL, L40 vs L40S), so nothing matches by substring; a device not listed
+# here (A10G included: NVIDIA publishes no datasheet for it) and CPUs get no MFU, never a guess.
+_H100_SXM = {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4}
+_NVL = {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5}  # H100 NVL / H200 NVL: 835/1671 TF with sparsity
+_A100 = {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0}
+_V100_SXM2 = {"fp32": 15.7, "tf32": 15.7, "bf16": 125.0}  # no bf16 or tf32 units: fp16 tensor-core peak
+_V100_PCIE = {"fp32": 14.0, "tf32": 14.0, "bf16": 112.0}
+PEAK_TFLOPS = {
+    "NVIDIA H200": _H100_SXM,
+    "NVIDIA H200 NVL": _NVL,
+    "NVIDIA H100 80GB HBM3": _H100_SXM,
+    "NVIDIA H100 PCIe": {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0},
+    "NVIDIA H100 NVL": _NVL,
+    "NVIDIA A100-SXM4-40GB": _A100,
+    "NVIDIA A100-SXM4-80GB": _A100,
+    "NVIDIA A100-PCIE-40GB": _A100,
+    "NVIDIA A100 80GB PCIe": _A100,
+    "NVIDIA L40S": {"fp32": 91.6, "tf32": 183.0, "bf16": 362.1},
+    "NVIDIA L40": {"fp32": 90.5, "tf32": 90.5, "bf16": 181.0},
+    "NVIDIA L4": {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0},
+    "NVIDIA A10": {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0},
+    "NVIDIA GeForce RTX 4090": {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2},
+    "NVIDIA GeForce RTX 3090": {"fp32": 35.6, "tf32": 35.6, "bf16": 71.0},
+    "NVIDIA RTX A6000": {"fp32": 38.7, "tf32": 77.4, "bf16": 154.8},
+    "Tesla V100-SXM2-16GB": _V100_SXM2,
+    "Tesla V100-SXM2-32GB": _V100_SXM2,
+    "Tesla V100-PCIE-16GB": _V100_PCIE,
+    "Tesla V100-PCIE-32GB": _V100_PCIE,
+}
 
 
 def sync(device: torch.device) -> None:
@@ -95,51 +111,87 @@ def lift_cpu_memory_limit() -> None:
 
 # ---- CUDA memory --------------------------------------------------------------------------------
 
-def nvml_used_bytes(index: int) -> int | None:
-    """Device memory in use as the driver sees it (every process, CUDA contexts included).
+def _nvml_handle(index: int):
+    """NVML handle of CUDA device `index`. NVML numbers every GPU of the machine, so map the index
+    through CUDA_VISIBLE_DEVICES (indices or UUIDs; the launcher sets CUDA_DEVICE_ORDER=PCI_BUS_ID
+    so both number GPUs alike)."""
+    import pynvml
+    pynvml.nvmlInit()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    entry = visible.split(",")[index].strip() if visible else str(index)
+    return (pynvml.nvmlDeviceGetHandleByIndex(int(entry)) if entry.isdigit()
+            else pynvml.nvmlDeviceGetHandleByUUID(entry))
 
-    `index` is the CUDA index; NVML numbers every GPU of the machine, so map it through
-    CUDA_VISIBLE_DEVICES (indices or UUIDs; the launcher sets CUDA_DEVICE_ORDER=PCI_BUS_ID so
-    both number GPUs alike).
-    """
+
+def nvml_used_bytes(index: int) -> int | None:
+    """Device memory in use as the driver sees it (every process, CUDA contexts included)."""
     try:
         import pynvml
-        pynvml.nvmlInit()
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        entry = visible.split(",")[index].strip() if visible else str(index)
-        handle = (pynvml.nvmlDeviceGetHandleByIndex(int(entry)) if entry.isdigit()
-                  else pynvml.nvmlDeviceGetHandleByUUID(entry))
-        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+        return int(pynvml.nvmlDeviceGetMemoryInfo(_nvml_handle(index)).used)
     except Exception:  # no driver or no NVML: the allocator's figures still stand
         return None
 
 
 def nvml_process_bytes(index: int) -> int | None:
-    """Device memory NVML charges to this process (context included), or None where it cannot tell."""
+    """Device memory this process holds as the driver sees it, or None when NVML cannot say
+    (no NVML, or a container whose PIDs NVML reports as host PIDs)."""
     try:
         import pynvml
-        pynvml.nvmlInit()
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        entry = visible.split(",")[index].strip() if visible else str(index)
-        handle = (pynvml.nvmlDeviceGetHandleByIndex(int(entry)) if entry.isdigit()
-                  else pynvml.nvmlDeviceGetHandleByUUID(entry))
-        mine = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == os.getpid()]
-        return int(mine[0]) if mine and mine[0] is not None else None
-    except Exception:  # no driver, no NVML, or a container that hides PIDs
-        return None
+        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(_nvml_handle(index)):
+            if proc.pid == os.getpid() and proc.usedGpuMemory is not None:
+                return int(proc.usedGpuMemory)
+    except Exception:
+        pass
+    return None
+
+
+def context_reading(device: torch.device, used_before: int | None) -> dict:
+    """What the process holds on the device outside the caching allocator (CUDA context, cuBLAS,
+    cuDNN and Triton modules, which load lazily): NVML's per-process figure minus the allocator's
+    reserved bytes; without a per-process figure, the growth of device-wide use since start-up."""
+    index = device.index or 0
+    reserved = torch.cuda.memory_reserved(device)
+    own = nvml_process_bytes(index)
+    if own is not None:
+        return {"bytes": max(own - reserved, 0), "source": "nvml per-process used - allocator reserved"}
+    used = nvml_used_bytes(index)
+    if used is not None and used_before is not None:
+        return {"bytes": max(used - used_before - reserved, 0),
+                "source": "nvml device used growth since start - allocator reserved"}
+    return {"bytes": None, "source": "no context reading: NVML unavailable, so peak_memory is the "
+                                     "allocator's reserved peak alone (context and libraries not counted)"}
 
 
 def start_cuda(device: torch.device) -> dict:
-    """Create the CUDA context and measure what it costs outside the caching allocator."""
+    """Create the CUDA context, load cuBLAS and cuDNN, and measure what that costs outside the
+    caching allocator. Libraries loaded later (Triton, more kernels) are caught by the re-read at
+    the end of the trial (harness.trial)."""
     index = device.index or 0
     before = nvml_used_bytes(index)
     torch.cuda.set_device(index)
-    torch.empty(1, device=device)  # forces context + library load
+    x = torch.ones(8, 8, device=device)
+    x @ x  # cuBLAS handle and workspace
+    if torch.backends.cudnn.is_available():
+        torch.nn.functional.conv2d(x[None, None], torch.ones(1, 1, 3, 3, device=device))  # cuDNN handle
+    del x
     torch.cuda.synchronize(device)
-    after = nvml_used_bytes(index)
-    reserved = torch.cuda.memory_reserved(device)
-    context = max(after - before - reserved, 0) if before is not None and after is not None else None
-    return {"context_bytes": context, "device_total": torch.cuda.get_device_properties(device).total_memory}
+    torch.cuda.empty_cache()
+    reading = context_reading(device, before)
+    return {"nvml_used_at_start": before, "context_bytes": reading["bytes"], "context_source": reading["source"],
+            "device_total": torch.cuda.get_device_properties(device).total_memory}
+
+
+def reset_peak(device: torch.device) -> None:
+    """Start the peak over: what ran before (the fp32 reference pass) is not the trial's footprint."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:  # Linux: "5" resets the resident high-water mark that ru_maxrss reports
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:  # not permitted here: the peak then includes the reference pass, as before
+        pass
 
 
 def limit_cuda_memory(device: torch.device, budget: int, context_bytes: int | None) -> None:
@@ -149,14 +201,23 @@ def limit_cuda_memory(device: torch.device, budget: int, context_bytes: int | No
     torch.cuda.set_per_process_memory_fraction(max(min(usable / total, 1.0), 0.0), device)
 
 
-def cuda_memory(device: torch.device, context_bytes: int | None) -> dict:
+def cuda_memory(device: torch.device, start: dict) -> dict:
+    """The allocator's peaks and the context re-read now: libraries loaded lazily during the trial
+    (Triton, cuDNN kernels) grew it, so the larger of the start and end readings counts."""
     stats = torch.cuda.memory_stats(device)
+    end = context_reading(device, start.get("nvml_used_at_start"))
+    readings = [b for b in (start.get("context_bytes"), end["bytes"]) if b is not None]
+    context_bytes = max(readings) if readings else None
+    source = end["source"] if end["bytes"] is not None else start.get("context_source")
     return {
         "peak_allocated": torch.cuda.max_memory_allocated(device),
         "peak_reserved": torch.cuda.max_memory_reserved(device),
         "alloc_retries": stats.get("num_alloc_retries", 0),
         "num_ooms": stats.get("num_ooms", 0),
         "context_bytes": context_bytes,
+        "context_at_start": start.get("context_bytes"),
+        "context_at_end": end["bytes"],
+        "context_source": source,
         "nvml_used": nvml_used_bytes(device.index or 0),
         "nvml_process_used": nvml_process_bytes(device.index or 0),
         "device_total": torch.cuda.get_device_properties(device).total_memory,
@@ -179,12 +240,18 @@ def tensor_bytes(tensors) -> int:
     return total
 
 
-def saved_activation_bytes(forward) -> int:
-    """Run `forward()` and sum what autograd saves for backward: the activation memory it holds."""
+def saved_activation_bytes(forward, params=()) -> int:
+    """Run `forward()` and sum what autograd saves for backward: the activation memory it holds.
+
+    Layers save their weights for backward too (Linear keeps W to compute dX); those bytes are
+    the weights, already counted, so saved tensors sharing storage with a parameter are left out.
+    """
+    weights = {(p.untyped_storage().data_ptr(), p.device) for p in params}
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         forward()  # the graph (and what it saved) is dropped as soon as the result is
-    return tensor_bytes(saved)
+    return tensor_bytes(t for t in saved
+                        if (t.untyped_storage().data_ptr(), t.device) not in weights)
 
 
 # ---- FLOPs and MFU ------------------------------------------------------------------------------
@@ -213,10 +280,7 @@ def count_flops(fwd_bwd) -> int:
 
 def peak_tflops(device_name: str, precision: str) -> float | None:
     kind = "bf16" if precision in ("bf16-mixed", "fp16-mixed", "bf16-true") else precision
-    for name, peaks in PEAK_TFLOPS:
-        if name in device_name:
-            return peaks.get(kind)
-    return None
+    return PEAK_TFLOPS.get(device_name.strip(), {}).get(kind)
 
 
 # ---- environment ----------------------------------------------------------------------------------
@@ -232,22 +296,38 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def env_stamp(device: torch.device) -> dict:
-    """Where a record was measured, so it can be trusted (or not) later."""
+def env_stamp(device: torch.device, tf32: dict) -> dict:
+    """Where a record was measured, so it can be trusted (or not) later: the machine, and the
+    settings outside the config that shape a measurement (allocator, launch blocking, compile
+    threads, TF32 mode)."""
     import psutil
+    import torch._inductor.config as inductor
     stamp = {
         "torch": torch.__version__, "python": platform.python_version(), "os": platform.platform(),
         "hostname": socket.gethostname(), "bench": __version__, "cpu": cpu_model(),
         "cpu_count": os.cpu_count(), "host_memory": psutil.virtual_memory().total,
-        "cuda": torch.version.cuda, "driver": None,
+        "cuda": torch.version.cuda, "driver": None, "device_count": _gpu_count(),
+        "allocator_conf": os.environ.get("PYTORCH_ALLOC_CONF") or os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+        "cuda_launch_blocking": os.environ.get("CUDA_LAUNCH_BLOCKING") == "1",
+        "compile_threads": inductor.compile_threads, "tf32": tf32,
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        stamp.update(device=props.name, device_count=torch.cuda.device_count(), device_total=props.total_memory,
+        stamp.update(device=props.name, device_total=props.total_memory,
                      capability=f"{props.major}.{props.minor}", driver=_driver_version())
     else:
-        stamp.update(device=stamp["cpu"], device_count=1, device_total=stamp["host_memory"])
+        stamp.update(device=stamp["cpu"], device_total=stamp["host_memory"])
     return stamp
+
+
+def _gpu_count() -> int:
+    """GPUs in the machine as NVML counts them; the trial itself sees only its own (one) GPU."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:  # no driver: no GPU
+        return 0
 
 
 def _driver_version() -> str | None:

@@ -77,22 +77,23 @@ def table(rows: list[dict], choice: pareto.Choice, info: dict) -> Group:
     for k in knobs:
         t.add_column(k.replace("_", " "), justify="right" if k in ("batch_size", "accumulation") else "left")
     t.add_column("status")
-    t.add_column("samples/s", justify="right")
+    objective = info.get("objective", "samples")
+    t.add_column(f"{objective}/s", justify="right")
     t.add_column("± cv", justify="right")
     t.add_column("peak", justify="right")
     t.add_column("% mem", justify="right")
     for r in sorted(rows, key=lambda r: r["number"]):
-        t.add_row(*row_cells(r, knobs, choice.capacity), style="bold" if r.get("best") else None)
+        t.add_row(*row_cells(r, knobs, choice.capacity, objective), style="bold" if r.get("best") else None)
     return Group(t, Text(legend()), summary(rows, choice, info))
 
 
-def row_cells(r: dict, knobs: list[str], cap: float | None) -> list:
+def row_cells(r: dict, knobs: list[str], cap: float | None, objective: str = "samples") -> list:
     marks = ("★" if r.get("best") else "") + ("◆" if r.get("pareto") else "") + ("B" if r.get("baseline") else "")
     step = (r.get("timing") or {}).get("step_s") or {}
     peak = r.get("peak_memory") if r["status"] in ("ok", "diverged") else None
     return [str(r["number"]), marks, *[str((r.get("config") or {}).get(k, "")) for k in knobs],
             Text(r["status"], style=STATUS_STYLE.get(r["status"], "")),
-            f"{r['throughput']:.1f}" if r.get("throughput") else "-",
+            f"{pareto.speed(r, objective):.1f}" if pareto.speed(r, objective) else "-",
             f"{100 * step['cv']:.1f}%" if step.get("cv") is not None and r.get("throughput") else "-",
             gib(peak), f"{100 * peak / cap:.0f}%" if peak is not None and cap else "-"]
 
@@ -108,13 +109,18 @@ def summary(rows: list[dict], choice: pareto.Choice, info: dict) -> Text:
         label = "budget" if info.get("memory_budget") else "device memory"
         lines.append(f"capacity: {gib(choice.capacity)} ({label}), required headroom {info.get('headroom', 0.1):.0%}")
     best, base = choice.best, choice.baseline
+    objective = info.get("objective", "samples")
+
+    def rate(row):  # the throughput the study chose on: samples/s, or tokens/s
+        return f"{pareto.speed(row, objective):.1f} {objective}/s"
     if best is None:
         lines.append("best: none — no measured config fits; see the statuses above")
     else:
         lines.append(f"best: trial {best['number']}  {describe(best['config'])}  "
-                     f"{best['throughput']:.1f} samples/s, peak {gib(best['peak_memory'])}")
-        if base and base.get("throughput") and base["status"] == "ok":
-            lines.append(f"vs baseline (trial {base['number']}): {best['throughput'] / base['throughput']:.2f}× throughput, "
+                     f"{rate(best)}, peak {gib(best['peak_memory'])}")
+        if base and pareto.speed(base, objective) and base["status"] == "ok":
+            speedup = pareto.speed(best, objective) / pareto.speed(base, objective)
+            lines.append(f"vs baseline (trial {base['number']}): {speedup:.2f}× {objective}/s, "
                          f"memory {signed_gib(best['peak_memory'] - base['peak_memory'])}")
         elif base:
             lines.append(f"baseline (trial {base['number']}) ended {base['status']}: nothing to compare against")
@@ -128,7 +134,7 @@ def summary(rows: list[dict], choice: pareto.Choice, info: dict) -> Text:
     lines.extend(compile_lines(rows))
     lines.append("tiers (headroom of capacity: " + ", ".join(f"{n} {h:.0%}" for n, h in pareto.TIERS.items()) + "):")
     for name, tier in choice.tiers.items():
-        lines.append(f"  {name:<10} " + (f"trial {tier['number']}: {tier['throughput']:.1f} samples/s, "
+        lines.append(f"  {name:<10} " + (f"trial {tier['number']}: {rate(tier)}, "
                                          f"peak {gib(tier['peak_memory'])}" if tier else "nothing fits"))
     return Text("\n".join(lines))
 

@@ -24,6 +24,11 @@ from harness.units import parse_duration, parse_size
 from harness.workloads import KNOB_CHOICES, UNIVERSAL_KNOBS, WORKLOADS, resolve_preset
 
 CUDA_ONLY_KNOBS = ("pin_memory", "cudnn_benchmark", "expandable_segments")
+# Knob values that only a CUDA GPU can honour, and why; elsewhere they would run and change nothing.
+CUDA_ONLY_VALUES = {
+    ("precision", "tf32"): "TF32 is a tensor-core mode of NVIDIA GPUs; on CPU it would run plain fp32",
+    ("compile", "reduce-overhead"): "reduce-overhead only adds CUDA graphs; on CPU it would be compile: default",
+}
 SAMPLERS = ("tpe", "nsga2", "random", "grid")  # no GPSampler: it runs torch in the parent
 
 # Value a knob takes when the search does not mention it (and the user's config does not say).
@@ -412,14 +417,48 @@ def parse_measure(trial: dict, where: str) -> Measure:
 
 # ---- device and overrides -------------------------------------------------------------------------
 
-def check_device(spec: Spec, device: str) -> None:
-    """Knobs that mean nothing on the chosen device are refused, never silently ignored."""
+def for_device(spec: Spec, device: str) -> tuple[Spec, list[str]]:
+    """The spec as `device` can run it, and a note per search value it drops.
+
+    A knob that means nothing on the device, or a value it cannot honour set as the only choice,
+    is refused; a searched value it cannot honour is dropped from the search, with a note saying
+    why (never silently run as something else).
+    """
+    for knob, value in spec.fixed.items():
+        check_knob(knob, value, device, f"{spec.path}: {knob}")
+    search, notes = dict(spec.search), []
+    for knob, dim in spec.search.items():
+        if knob in CUDA_ONLY_KNOBS and True in (dim.choices or (True,)):
+            check_knob(knob, True, device, f"{spec.path}: search.{knob}")
+        dropped = [v for v in dim.choices if refusal(knob, v, device)]
+        if not dropped:
+            continue
+        if len(dropped) == len(dim.choices):
+            check_knob(knob, dropped[0], device, f"{spec.path}: search.{knob}")
+        search[knob] = dataclasses.replace(dim, choices=tuple(v for v in dim.choices if v not in dropped))
+        notes.extend(f"search.{knob}: {v} left out on {device}: {refusal(knob, v, device)}" for v in dropped)
+    return dataclasses.replace(spec, search=search), notes
+
+
+def check_config(config: dict, device: str, where: str) -> None:
+    """One trial config against the device (`bench trial --set ...`)."""
+    for knob, value in config.items():
+        check_knob(knob, value, device, f"{where} {knob}")
+
+
+def refusal(knob: str, value, device: str) -> str | None:
+    """Why `device` cannot honour knob=value, or None when it can."""
     if device.startswith("cuda"):
-        return
-    for knob in CUDA_ONLY_KNOBS:
-        if knob in spec.search or spec.fixed.get(knob):
-            raise UserError(f"{spec.path}: search.{knob} only means something on a CUDA GPU; "
-                            f"remove it or run with --device cuda")
+        return None
+    if knob in CUDA_ONLY_KNOBS and value is True:
+        return f"{knob} only means something on a CUDA GPU"
+    return CUDA_ONLY_VALUES.get((knob, value))
+
+
+def check_knob(knob: str, value, device: str, where: str) -> None:
+    why = refusal(knob, value, device)
+    if why:
+        raise UserError(f"{where}: {value} cannot run on {device}: {why}; remove it or run with --device cuda")
 
 
 def with_preset(spec: Spec, preset: str) -> Spec:

@@ -221,11 +221,23 @@ class Sweep:
             trial.set_constraint("numerics", 1.0 if status == record.DIVERGED else -1.0)
             self.study.tell(trial, [float(speed), peak])
         elif status == record.OOM:
+            # Optuna COMPLETEs a trial only with values, and an OOM measured none. Told as COMPLETE with
+            # the `memory` constraint violated, the constrained samplers learn the infeasible region
+            # (FAIL would let them propose it again) and best_trials never holds it. The values are the
+            # sampler's penalty only, marked as such: no throughput, and memory no better than the
+            # budget (or than any config measured so far). Reports read the record, whose peak is null.
             trial.set_constraint("memory", 1.0)
             trial.set_constraint("numerics", -1.0)
-            self.study.tell(trial, [0.0, float(rec.get("peak_memory") or self.spec.memory_budget or 0)])
+            trial.set_user_attr("values_are_penalty", True)
+            self.study.tell(trial, [0.0, self.oom_penalty()])
         else:
             self.study.tell(trial, state=TrialState.FAIL)
+
+    def oom_penalty(self) -> float:
+        if self.spec.memory_budget:
+            return float(self.spec.memory_budget)
+        told = [t.values[1] for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+        return max(told, default=0.0)
 
     def tell_duplicate(self, trial, previous) -> None:
         """A config measured before is not run again: its result is copied, marked duplicate_of."""
@@ -357,6 +369,44 @@ def including(spec: Spec, config: dict) -> Spec:
             del fixed[name]
             search[name] = Dimension(name, choices=(spec.fixed[name], value))
     return replace(spec, search=search, fixed=fixed)
+
+
+def resumed(spec: Spec, study: optuna.Study, device: str) -> Spec:
+    """The spec as the study it resumes ran it; refused when the runs would not be comparable.
+
+    Optuna refuses a categorical knob whose choices change within a study, so a resume keeps the
+    choices the study was sampled with (they include the first run's baseline value, which a later
+    `bench apply best` may have replaced). A new choice, another memory budget or another kind of
+    device would mix unlike measurements in one study: that needs a new study.
+    """
+    info, name = study.user_attrs, spec.study
+    hint = "resume with the study's settings, or start a new study with --study NAME"
+    if info.get("memory_budget") != spec.memory_budget:
+        raise UserError(f"study {name!r} measured under memory budget {_budget(info.get('memory_budget'))}, this run "
+                        f"asks for {_budget(spec.memory_budget)}; {hint}")
+    if "device" in info and info["device"].split(":")[0] != device.split(":")[0]:
+        raise UserError(f"study {name!r} ran on {info['device']}, this run is on {device}; {hint}")
+    sampled = {}
+    for trial in study.get_trials(deepcopy=False):
+        for knob, dist in trial.distributions.items():
+            if isinstance(dist, optuna.distributions.CategoricalDistribution):
+                sampled.setdefault(knob, tuple(dist.choices))
+    search = dict(spec.search)
+    for knob, choices in sampled.items():
+        dim = search.get(knob)
+        if dim is None or not dim.choices:
+            continue
+        new = [c for c in dim.choices if c not in choices]
+        if new:
+            raise UserError(f"study {name!r}: search.{knob} now has {', '.join(map(str, new))}, which the study's "
+                            f"space ({', '.join(map(str, choices))}) lacks; Optuna cannot change a study's choices: "
+                            f"start a new study with --study NAME")
+        search[knob] = Dimension(knob, choices=choices)
+    return replace(spec, search=search)
+
+
+def _budget(size) -> str:
+    return f"{size / 2**30:.3g} GiB" if size else "none"
 
 
 def enqueue_baseline(study: optuna.Study, spec: Spec, config: dict) -> None:

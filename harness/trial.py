@@ -139,6 +139,7 @@ class Trial:
         wl = self.wl
         knobs.set_numerics("fp32", False)  # the reference is IEEE fp32 (cuDNN convs default to TF32)
         self.reference = self.reference_loss(wl.model.to(self.device))  # before any knob touches the model
+        measure.reset_peak(self.device)  # the reference pass is not part of the trial's footprint
         knobs.set_numerics(self.precision, self.config.get("cudnn_benchmark", False))
         model = knobs.place(wl.model, self.device, self.precision)
         self.memory["weights"] = measure.tensor_bytes(list(model.parameters()) + list(model.buffers()))
@@ -146,12 +147,16 @@ class Trial:
         self.model = knobs.apply_compile(self.eager, self.config.get("compile", "off"))
         params = wl.trainable(model) if wl.trainable else [p for p in model.parameters() if p.requires_grad]
         self.params = params
+        self.cuda_graphs = knobs.uses_cuda_graphs(self.config.get("compile", "off"), self.device)
+        if self.cuda_graphs:
+            knobs.own_gradients(params)
         self.opt = knobs.optimizer(params, wl.lr, self.config.get("optimizer", "default"), self.device)
         self.scaler = knobs.grad_scaler(self.precision, self.device)
         self.autocast = knobs.autocast(self.precision, self.device)
         self.loader = knobs.loader(wl.dataset, self.config, wl.collate, self.device)
         self.batches = self.cycle()
         self.non_blocking = bool(self.config.get("pin_memory")) and self.device.type == "cuda"
+        self.input_dtype = knobs.input_dtype(self.precision)
 
     def cycle(self):
         while True:
@@ -161,14 +166,16 @@ class Trial:
     def step(self) -> None:
         """One optimizer step over `accumulation` micro-batches."""
         for _ in range(self.accum):
-            batch = knobs.to_device(next(self.batches), self.device, self.non_blocking)
+            batch = knobs.to_device(next(self.batches), self.device, self.non_blocking, self.input_dtype)
+            if self.cuda_graphs:  # each micro-batch is a new graph replay; its backward already ran
+                torch.compiler.cudagraph_mark_step_begin()
             with self.autocast:
                 loss = self.wl.loss(self.model, batch)
             self.scaler.scale(loss / self.accum).backward()
             self.pending.append(loss.detach().clone())  # a CUDA-graph output would be overwritten next step
         self.scaler.step(self.opt)
         self.scaler.update()
-        self.opt.zero_grad(set_to_none=True)
+        self.opt.zero_grad(set_to_none=not self.cuda_graphs)  # graphs: keep owned .grad (knobs.own_gradients)
 
     def reference_loss(self, model) -> float:
         """fp32 eager loss of the untouched model on the first batch: what every precision must match."""
@@ -247,7 +254,7 @@ class Trial:
 
     def read_memory(self) -> int:
         if self.device.type == "cuda":
-            self.memory.update(measure.cuda_memory(self.device, self.memory.get("context_bytes")))
+            self.memory.update(measure.cuda_memory(self.device, self.memory))
         else:
             self.memory.update(peak_rss=measure.peak_rss_bytes(), device_total=psutil.virtual_memory().total)
         return self.peak_so_far()
@@ -258,7 +265,7 @@ class Trial:
         Taken after the peak was read, on the eager (uncompiled) model, so it cannot raise the peak.
         """
         try:
-            batch = knobs.to_device(next(self.batches), self.device, False)
+            batch = knobs.to_device(next(self.batches), self.device, False, self.input_dtype)
             with self.autocast:
                 loss = self.wl.loss(self.eager, batch)
             self.scaler.scale(loss / self.accum).backward()
@@ -268,7 +275,7 @@ class Trial:
             def forward():
                 with self.autocast:
                     return self.wl.loss(self.eager, batch)
-            acts = measure.saved_activation_bytes(forward)
+            acts = measure.saved_activation_bytes(forward, list(self.eager.parameters()))
         except Exception as exc:
             if is_oom(exc):
                 return None
@@ -296,17 +303,22 @@ class Trial:
         tokens = self.wl.tokens_per_sample
         self.timing.update(step_s=step, wall_s=wall)
         status, reason = self.numerics(losses, reference)
-        env = measure.env_stamp(self.device)
+        env = measure.env_stamp(self.device, knobs.tf32_mode())
         return {
             "status": status, "config": self.config, "throughput": samples["median"], "samples_per_s": samples,
             "tokens_per_s": {k: v * tokens for k, v in samples.items()} if tokens else None,
-            "peak_memory": peak, "memory": self.memory, "timing": self.timing,
+            "peak_memory": peak, "memory": self.memory, "timing": self.timing, "cuda_graphs": self.graphs_used(),
             "flops": self.flops(step["median"], env), "env": env, "workload": self.job["workload"],
             "loss": {"reference": reference, "first": losses[0] if losses else None,
                      "last": losses[-1] if losses else None, "finite": all(map(math.isfinite, losses)),
                      "steps": len(losses)},
             "error": {"type": "diverged", "message": reason} if reason else None,
         }
+
+    def graphs_used(self) -> dict:
+        """Whether the compiled model ran under CUDA graphs: wanted by the mode, and not skipped."""
+        skips = knobs.cuda_graph_skips() if self.cuda_graphs else 0
+        return {"wanted": self.cuda_graphs, "used": self.cuda_graphs and skips == 0, "skipped_graphs": skips}
 
     def numerics(self, losses, reference) -> tuple[str, str | None]:
         """A config whose loss is non-finite, or far from the fp32 reference at step 0, is broken."""

@@ -14,13 +14,17 @@ FAST_TRIAL = {"timeout": "60s", "stall": "20s", "warmup_steps": 1, "window": 0.0
               "max_windows": 3, "max_seconds": 1}
 
 
-def has_cuda() -> bool:
+def gpu_count() -> int:
     try:
         import pynvml
         pynvml.nvmlInit()
-        return pynvml.nvmlDeviceGetCount() > 0
+        return pynvml.nvmlDeviceGetCount()
     except Exception:
-        return False
+        return 0
+
+
+def has_cuda() -> bool:
+    return gpu_count() > 0
 
 
 def pytest_collection_modifyitems(config, items):

@@ -32,6 +32,6 @@ def test_spec_runs_one_trial_on_cpu(path):
     result = CliRunner().invoke(main, ["trial", str(path), "--preset", "tiny", "--device", "cpu", "--timeout", "120s"],
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    record = json.loads(result.output)
+    record = json.loads(result.stdout)  # stdout is the JSON; notes go to stderr
     assert record["status"] == "ok", record.get("error")
     assert record["throughput"] > 0 and record["peak_memory"] > 0

@@ -1,0 +1,94 @@
+"""Study-side knob correctness (issue #12): the objective's throughput everywhere, OOMs told
+honestly, resumes that keep one study comparable."""
+from pathlib import Path
+
+import optuna
+import pytest
+from click.testing import CliRunner
+
+from harness import pareto, record, report, study as studies, spec as specs
+from harness.cli import main
+from harness.errors import UserError
+from tests.conftest import faulty_spec
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+GiB = 2**30
+pytestmark = pytest.mark.usefixtures("faulty_path")  # the specs name the test-only faulty workload
+
+
+def row(number, batch, samples, tokens):
+    return {"number": number, "status": "ok", "config": {"batch_size": batch}, "throughput": samples,
+            "samples_per_s": {"median": samples}, "tokens_per_s": {"median": tokens}, "peak_memory": GiB,
+            "baseline": number == 0, "timing": {"step_s": {"cv": 0.01}}}
+
+
+def test_objective_tokens_is_reported_in_tokens_per_second():
+    """Best is chosen on tokens/s; it used to be printed and compared as samples/s."""
+    rows = [row(0, 4, samples=100.0, tokens=1000.0), row(1, 8, samples=90.0, tokens=3000.0)]
+    info = {"name": "s", "objective": "tokens", "memory_budget": 8 * GiB, "headroom": 0.1}
+    choice = report.annotate(rows, info)
+    assert choice.best["number"] == 1
+    text = str(report.summary(rows, choice, info))
+    assert "3000.0 tokens/s" in text and "3.00× tokens/s" in text and "samples/s" not in text
+
+
+def spec_for(tmp_path, **overrides):
+    return specs.load(faulty_spec(tmp_path, "s", ["none"], **overrides))
+
+
+def test_an_oom_is_told_as_an_infeasible_penalty_not_a_measured_peak(tmp_path):
+    spec = specs.load(faulty_spec(tmp_path, "s", ["none"], memory={"budget": "1GiB"}))
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    sweep = studies.Sweep(spec, study, "cpu", tmp_path, 1, None)
+    trial = study.ask()
+    sweep.tell(trial, {"status": record.OOM, "config": {}, "throughput": None, "peak_memory": None})
+    told = study.trials[0]
+    assert told.state == optuna.trial.TrialState.COMPLETE and told.constraints["memory"] > 0
+    assert told.values == [0.0, float(GiB)] and told.user_attrs["values_are_penalty"] is True
+    assert told.user_attrs["record"]["peak_memory"] is None  # what reports show
+    assert study.best_trials == []
+
+
+def test_a_resume_keeps_the_choices_the_study_was_sampled_with(tmp_path):
+    """After `bench apply best` the old baseline value leaves the space; Optuna then raised
+    "CategoricalDistribution does not support dynamic value space"."""
+    spec = spec_for(tmp_path, search={"batch_size": [8, 16], "fault": ["none", "inf"]})
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    first = studies.including(spec, {"batch_size": 12})  # the user's old value, outside the list
+    t = study.ask()
+    studies.suggest(t, first)
+    study.tell(t, [1.0, 1.0])
+    again = studies.resumed(spec, study, "cpu")
+    assert again.search["batch_size"].choices == (8, 16, 12)
+    t = study.ask()
+    studies.suggest(t, again)  # raised before
+    study.tell(t, [1.0, 1.0])
+
+
+def test_a_resume_refuses_a_new_choice(tmp_path):
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    t = study.ask()
+    studies.suggest(t, spec_for(tmp_path, search={"batch_size": [8, 16]}))
+    study.tell(t, [1.0, 1.0])
+    with pytest.raises(UserError, match=r"search.batch_size now has 32.*--study NAME"):
+        studies.resumed(spec_for(tmp_path, search={"batch_size": [8, 16, 32]}), study, "cpu")
+
+
+def test_a_resume_on_another_kind_of_device_is_refused(tmp_path):
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.set_user_attr("device", "cuda:0")
+    study.set_user_attr("memory_budget", None)
+    with pytest.raises(UserError, match=r"ran on cuda:0, this run is on cpu.*--study NAME"):
+        studies.resumed(spec_for(tmp_path), study, "cpu")
+    studies.resumed(spec_for(tmp_path), study, "cuda:1")  # another GPU of the same study: a second worker
+
+
+def test_a_resume_with_another_memory_budget_is_refused_in_one_line(tmp_path, faulty_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = faulty_spec(tmp_path, "s", ["none"], trials=1)
+    first = CliRunner().invoke(main, ["sweep", str(path), "--device", "cpu", "--memory-budget", "2GiB"])
+    assert first.exit_code == 0, first.output
+    again = CliRunner().invoke(main, ["sweep", str(path), "--device", "cpu", "--memory-budget", "3GiB", "--trials", "2"])
+    assert again.exit_code == 2, again.output
+    assert "study 's' measured under memory budget 2 GiB, this run asks for 3 GiB" in again.output
+    assert "--study NAME" in again.output and "Traceback" not in again.output
