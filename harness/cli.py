@@ -110,7 +110,23 @@ def load_specs(path: Path, scenarios: tuple, study_name: str | None, memory_budg
         raise UserError("--study names one study, but this spec runs several scenarios; add --scenario NAME")
     loaded = [specs.load(path, name) if name else base for name in names]
     budget = parse_size(memory_budget, "--memory-budget") if memory_budget else None
-    return [replace(s, study=study_name or s.study, memory_budget=budget or s.memory_budget) for s in loaded]
+    return [quick(replace(s, study=study_name or s.study, memory_budget=budget or s.memory_budget)) for s in loaded]
+
+
+QUICK_ENV = "BENCH_QUICK"
+
+
+def quick(spec):
+    """BENCH_QUICK=N: a smoke run of a spec, as the README test runs every command: at most N trials, a
+    built-in workload's tiny preset, about a second of measuring per trial. Its numbers are not the real ones."""
+    value = os.environ.get(QUICK_ENV)
+    if not value:
+        return spec
+    if not value.isdigit() or int(value) < 1:
+        raise UserError(f"{QUICK_ENV}={value!r}: give the number of trials of a quick smoke run (e.g. 3), or unset it")
+    measure = replace(spec.measure, warmup_steps=1, window_s=0.05, min_windows=2, max_windows=3, max_seconds=1.0)
+    workload = {**spec.workload, "preset": "tiny"} if "name" in spec.workload else spec.workload
+    return replace(spec, trials=min(spec.trials, int(value)), measure=measure, workload=workload)
 
 
 def resolve_device(device: str) -> str:
@@ -145,6 +161,8 @@ def visible_gpus() -> int:
 def run_sweep(spec, device, total, deadline, storage_url, results) -> None:
     base = spec.baseline(apply.read_current(spec.apply) if spec.apply else {})
     spec = studies.including(spec, base)
+    if not storage_url:
+        make_results_folder(results)
     storage = studies.open_storage(storage_url, results, spec.study)
     study = studies.create(spec, storage, device)
     studies.enqueue_baseline(study, spec, base)
@@ -152,6 +170,8 @@ def run_sweep(spec, device, total, deadline, storage_url, results) -> None:
     where = studies.redact(storage_url) if storage_url else str(studies.study_dir(results, spec.study))
     out.print(f"[bold]bench sweep[/bold] {spec.study}: {spec.workload.get('name') or spec.workload.get('factory')} "
               f"on {device}, {spec.space_size()} configs in the space, up to {total} trials → {where}")
+    if os.environ.get(QUICK_ENV):
+        out.print(f"{QUICK_ENV} is set: a quick smoke run (tiny preset, short measurements), not numbers to act on")
     if spec.memory_budget:
         out.print(f"memory budget {gib(spec.memory_budget)}, headroom {spec.headroom:.0%}")
     progress = LiveProgress(spec)
@@ -165,6 +185,13 @@ def run_sweep(spec, device, total, deadline, storage_url, results) -> None:
         err.print("interrupted: the running trial was stopped and recorded as interrupted; "
                   "re-run the same command to resume", soft_wrap=True)  # one line, however narrow the terminal
         sys.exit(130)
+
+
+def make_results_folder(results: Path) -> None:
+    """A results folder bench creates ignores itself in git: measurements are not source."""
+    if not results.exists():
+        results.mkdir(parents=True)
+        (results / ".gitignore").write_text("# written by bench: studies are measurements, not source\n*\n")
 
 
 class LiveProgress(studies.Progress):
@@ -324,7 +351,10 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     plan = apply.plan(spec.apply, row["config"], provenance, to=to, create_keys=create_keys, current_values=current)
     out.print(f"trial {row['number']}: {report.describe(row['config'])}  "
               f"{row['throughput']:.1f} samples/s, peak {gib(row['peak_memory'])}", highlight=False)
-    click.echo(plan.diff or "(no change: the config already has these values)")
+    if not plan.changes and to is None:  # only a new provenance header would change: leave the file alone
+        out.print(f"nothing to change: {plan.path} already holds these values; nothing written")
+        return
+    click.echo(plan.diff)
     if plan.unmapped:
         out.print(f"not written (no key for them in apply.keys): {', '.join(plan.unmapped)}")
     if dry_run:

@@ -19,10 +19,10 @@ def swept(tmp_path_factory):
     """One small real sweep shared by the read-only tests below."""
     import os
     import shutil
-    from tests.conftest import ROOT
+    from tests.conftest import EMBERFORMER_CONFIG
     folder = tmp_path_factory.mktemp("swept")
     (folder / "examples").mkdir()
-    shutil.copy(ROOT / "examples" / "emberformer" / "config.yaml", folder / "examples" / "config.yaml")
+    shutil.copy(EMBERFORMER_CONFIG, folder / "examples" / "config.yaml")
     spec = write_spec(folder, trials=4)
     old = os.getcwd()
     os.chdir(folder)
