@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from harness import __version__, apply, launch, pareto, report, spec as specs, study as studies
 from harness.errors import UserError
@@ -60,8 +61,17 @@ def one_line_usage_errors():
         say_error(exc.format_message().rstrip(".") + where)
 
 
+class WholeHelp(click.Command):
+    """`bench --help` lists each command's whole first paragraph, wrapped, never cut with "..."."""
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return " ".join((self.short_help or self.help or "").split("\n\n")[0].split())
+
+
 class Bench(click.Group):
     """Usage errors (a bad option value, an unknown option) are one line and exit 2 too, not click's block."""
+
+    command_class = WholeHelp
 
     def make_context(self, *args, **kwargs):
         with one_line_usage_errors():
@@ -195,34 +205,93 @@ def make_results_folder(results: Path) -> None:
 
 
 class LiveProgress(studies.Progress):
-    """One line per trial, plus a spinner with the running config (plain lines when not a TTY)."""
+    """One line per trial (duplicates too), plus a spinner with the child's phase and the time it has run.
+
+    On a terminal, lines wrap at words to its width; in pipes and logs each stays whole.
+    """
 
     def __init__(self, spec):
-        self.spec, self.status = spec, None
+        self.spec, self.status, self.running = spec, None, None
+        self.unit = "tokens/s" if spec.objective == "tokens" else "samples/s"
+
+    def say(self, text: str, **style) -> None:
+        out.print(text, highlight=False, soft_wrap=not out.is_terminal, **style)
 
     def started(self, done, total, study):
         if done:
-            out.print(f"resuming: {done} of {total} trials already measured")
+            self.say(f"resuming: {done} of {total} trials already measured")
 
     def trial_started(self, number, done, total, config, baseline):
         label = " (baseline: your current config)" if baseline else ""
-        self.status = out.status(f"trial {done + 1}/{total} (#{number}){label}: {report.describe(config)}")
-        self.status.start()
         self.text = f"[{done + 1}/{total}] #{number}{label} {report.describe(config)}"
+        self.running = RunningTrial(f"trial {done + 1}/{total} (#{number}){label}: {report.describe(config)}",
+                                    config.get("compile", "off") != "off")
+        self.status = out.status(self.running)
+        self.status.start()
+
+    def trial_phase(self, heartbeat):
+        if self.running:
+            self.running.heartbeat = heartbeat
 
     def stop(self):
         if self.status:
             self.status.stop()
+            self.status = None
 
     def trial_finished(self, number, rec, best):
         self.stop()
-        out.print(f"{self.text}\n    → {outcome(rec)}", highlight=False)
+        self.say(f"{self.text}\n    → {outcome(rec)}")
         if best:
-            out.print(f"    best so far: #{best['number']} {best['throughput']:.1f} samples/s, "
-                      f"peak {gib(best['peak_memory'])}", highlight=False, style="dim")
+            self.say(f"    best so far: #{best['number']} {pareto.speed(best, self.spec.objective):.1f} {self.unit}, "
+                     f"peak {gib(best['peak_memory'])}", style="dim")
+            why = self.why_not_best(rec, best)
+            if why:
+                self.say(f"    {why}", style="dim")
+
+    def why_not_best(self, rec: dict, best: dict) -> str | None:
+        """When this trial is faster than best but is not it: the tie rule or the headroom, with the numbers."""
+        objective = self.spec.objective
+        mine, theirs = pareto.speed(rec, objective), pareto.speed(best, objective)
+        if rec["status"] != "ok" or best["number"] == rec["number"] or not mine or mine <= theirs:
+            return None
+        capacity = self.spec.memory_budget or (rec.get("memory") or {}).get("device_total")
+        if capacity and rec["peak_memory"] > capacity * (1 - self.spec.headroom):
+            return (f"#{rec['number']} is faster but its peak {gib(rec['peak_memory'])} leaves less than the "
+                    f"{self.spec.headroom:.0%} headroom of {gib(capacity)}")
+        gap, noise = (mine - theirs) / mine, max(pareto.noise(rec), pareto.noise(best))
+        return (f"#{rec['number']} is {gap:.1%} faster, within the measured noise (±{noise:.1%}): a tie goes to "
+                f"the config with more headroom (#{best['number']} peaks at {gib(best['peak_memory'])}, "
+                f"#{rec['number']} at {gib(rec['peak_memory'])})")
+
+    def duplicate(self, number, of, config):
+        self.say(f"[dup] #{number} {report.describe(config)}\n    → repeats #{of}: not run again, its result reused "
+                 "(does not count toward the trials)", style="dim")
 
     def note(self, message):
-        out.print(message)
+        self.say(message)
+
+
+PHASES = {"start": "build", "first_step": "first step", "warmup": "warm-up", "measure": "measure", "done": "finish"}
+
+
+class RunningTrial:
+    """The spinner's text, re-read on every refresh: elapsed time and the phase from the child's heartbeat."""
+
+    def __init__(self, text: str, compiles: bool):
+        self.text, self.compiles, self.started, self.heartbeat = text, compiles, time.monotonic(), None
+
+    def phase(self) -> str:
+        beat = self.heartbeat
+        if not beat:
+            return "starting"
+        name = PHASES.get(beat.get("phase"), beat.get("phase", "?"))
+        if name == "first step" and self.compiles:
+            return "compile (first step)"
+        return f"{name} step {beat['step']}" if beat.get("step") else name
+
+    def __rich__(self):
+        return Text(f"{time.monotonic() - self.started:.0f}s {self.phase()} · {self.text}",
+                    no_wrap=True, overflow="ellipsis")
 
 
 def outcome(rec: dict) -> str:
