@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import click
+import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
@@ -360,7 +361,8 @@ def report_cmd(study_name, fmt, out_path, scenario, storage, results):
     if fmt == "html":
         from harness import report_html
         text = report_html.render_html(rows, {**info, "budget": info.get("memory_budget"),
-                                              "device_total": choice.capacity})
+                                              "device_total": choice.capacity,
+                                              "size_warning": other_size(info, rows)})
         out_path = out_path or studies.study_dir(results, name) / "report.html"
     else:
         text = report.to_json(rows) if fmt == "json" else report.to_csv(rows)
@@ -420,6 +422,9 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     plan = apply.plan(spec.apply, row["config"], provenance, to=to, create_keys=create_keys, current_values=current)
     out.print(f"trial {row['number']}: {report.describe(row['config'])}  "
               f"{row['throughput']:.1f} samples/s, peak {gib(row['peak_memory'])}", highlight=False)
+    warning = other_size(info, rows)
+    if warning:
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
     if not plan.changes and to is None:  # only a new provenance header would change: leave the file alone
         out.print(f"nothing to change: {plan.path} already holds these values; nothing written")
         return
@@ -439,6 +444,43 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
         click.echo(profile.diff)
         apply.write(profile)
         out.print(f"wrote hardware profile {profile.path}")
+
+
+def other_size(info: dict, rows: list) -> str | None:
+    """When the apply target describes another model size than the trials measured (a CPU preset's
+    stand-in vs the config of the GPU model): the target's numeric keys named like a measured
+    workload parameter (model.d_model ~ d_model) that hold another value. Searched knobs excluded."""
+    workload = next((r["workload"] for r in rows if r.get("workload")), None)
+    try:
+        spec = specs.load(info["spec_path"], info.get("scenario"))
+        target = yaml.safe_load(spec.apply.file.read_text()) if spec.apply and spec.apply.format == "yaml" else None
+    except (UserError, OSError, KeyError, yaml.YAMLError):
+        return None
+    if not workload or not isinstance(target, dict):
+        return None
+    searched = set(rows[0].get("config") or {})
+    params = {k: v for k, v in (workload.get("params") or {}).items() if k not in searched and is_number(v)}
+    differ = [(key, value, params[key.rsplit(".", 1)[-1]]) for key, value in flatten(target).items()
+              if key.rsplit(".", 1)[-1] in params and is_number(value) and value != params[key.rsplit(".", 1)[-1]]]
+    if not differ:
+        return None
+    preset = f"preset {workload['preset']}" if workload.get("preset") else "the workload"
+    theirs = ", ".join(f"{key} {value}" for key, value, _ in differ)
+    ours = ", ".join(f"{key.rsplit('.', 1)[-1]} {measured}" for key, _, measured in differ)
+    return (f"{spec.apply.file.name} describes {theirs}, but {preset} measured {ours}: these numbers are for "
+            "another model size; sweep that size (e.g. on its device, or a preset that matches) before trusting them")
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        out.update(flatten(value, name + ".") if isinstance(value, dict) else {name: value})
+    return out
 
 
 def chosen_row(which: str, rows: list, choice: pareto.Choice, info: dict, budget: str | None) -> dict:

@@ -208,3 +208,27 @@ def test_scenarios_run_as_separate_studies_and_report_and_apply_take_them(projec
     dry = bench("apply", "--scenario", "wide", "--dry-run")
     assert dry.exit_code == 0, dry.output
     assert "nothing written" in dry.output
+
+
+def test_apply_and_the_html_report_warn_when_the_target_describes_another_size(swept):
+    """The tiny preset was measured; the emberformer config describes the GPU model (d_model 128, 6 layers)."""
+    folder, _, _ = swept
+    dry = in_folder(folder, "apply", "best", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "warning: config.yaml describes model.d_model 128, model.layers 6" in dry.stderr
+    assert "but preset tiny measured d_model 32, layers 1" in dry.stderr
+    html = in_folder(folder, "report", "--format", "html", "--out", folder / "r.html")
+    assert html.exit_code == 0, html.output
+    page = (folder / "r.html").read_text()
+    assert "measured: emberformer preset tiny on " in page and 'class="size-warning"' in page
+
+
+def test_no_size_warning_when_the_target_matches_what_was_measured(project):
+    (project / "examples" / "config.yaml").write_text(
+        "model:\n  d_model: 32   # the tiny preset's size\n  layers: 1\n  activation_checkpointing: false\n"
+        "  compile: false\ndata_loader:\n  batch_size: 8\noptimizer:\n  lr: 0.001\n"
+        "trainer:\n  precision: 32-true\n  accumulate_grad_batches: 1\n")
+    spec = write_spec(project, trials=1)
+    assert bench("sweep", spec, "--device", "cpu").exit_code == 0
+    dry = bench("apply", "best", "--dry-run")
+    assert dry.exit_code == 0 and "warning" not in dry.stderr, dry.output
