@@ -200,9 +200,13 @@ def run_sweep(spec, device, total, deadline, storage_url, results) -> None:
 
 def make_results_folder(results: Path) -> None:
     """A results folder bench creates ignores itself in git: measurements are not source."""
-    if not results.exists():
+    if results.exists():
+        return
+    try:
         results.mkdir(parents=True)
         (results / ".gitignore").write_text("# written by bench: studies are measurements, not source\n*\n")
+    except OSError:
+        return  # not writable: opening the storage there says so, in one line
 
 
 class LiveProgress(studies.Progress):
