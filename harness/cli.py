@@ -220,7 +220,7 @@ class LiveProgress(studies.Progress):
         self.unit = "tokens/s" if spec.objective == "tokens" else "samples/s"
 
     def say(self, text: str, **style) -> None:
-        out.print(text, highlight=False, soft_wrap=not out.is_terminal, **style)
+        out.print(text, markup=False, highlight=False, soft_wrap=not out.is_terminal, **style)
 
     def started(self, done, total, study):
         if done:
@@ -269,8 +269,8 @@ class LiveProgress(studies.Progress):
                 f"#{rec['number']} at {gib(rec['peak_memory'])})")
 
     def duplicate(self, number, of, config):
-        self.say(f"[dup] #{number} {report.describe(config)}\n    → repeats #{of}: not run again, its result reused "
-                 "(does not count toward the trials)", style="dim")
+        self.say(f"[dup] #{number} repeats #{of}, not run again (its result is reused; it does not count toward "
+                 f"the trials): {report.describe(config)}", style="dim")
 
     def note(self, message):
         self.say(message)

@@ -94,7 +94,7 @@ def test_lines_fit_the_terminal_and_wrap_at_words(project, terminal):
     assert max(map(len, lines)) <= 60
     words = set(printed.split())
     assert {f"knob_{i}=value_{i}" for i in range(12)} <= words  # wrapped between words, none cut
-    assert "repeats #7: not run again" in " ".join(printed.split())
+    assert "[dup] #8 repeats #7, not run again" in " ".join(printed.split())
 
 
 @pytest.mark.parametrize("beat, compiles, phase", [
