@@ -13,8 +13,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import click
+import yaml
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from harness import __version__, apply, launch, pareto, report, spec as specs, study as studies
 from harness.errors import UserError
@@ -60,8 +62,17 @@ def one_line_usage_errors():
         say_error(exc.format_message().rstrip(".") + where)
 
 
+class WholeHelp(click.Command):
+    """`bench --help` lists each command's whole first paragraph, wrapped, never cut with "..."."""
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return " ".join((self.short_help or self.help or "").split("\n\n")[0].split())
+
+
 class Bench(click.Group):
     """Usage errors (a bad option value, an unknown option) are one line and exit 2 too, not click's block."""
+
+    command_class = WholeHelp
 
     def make_context(self, *args, **kwargs):
         with one_line_usage_errors():
@@ -110,7 +121,23 @@ def load_specs(path: Path, scenarios: tuple, study_name: str | None, memory_budg
         raise UserError("--study names one study, but this spec runs several scenarios; add --scenario NAME")
     loaded = [specs.load(path, name) if name else base for name in names]
     budget = parse_size(memory_budget, "--memory-budget") if memory_budget else None
-    return [replace(s, study=study_name or s.study, memory_budget=budget or s.memory_budget) for s in loaded]
+    return [quick(replace(s, study=study_name or s.study, memory_budget=budget or s.memory_budget)) for s in loaded]
+
+
+QUICK_ENV = "BENCH_QUICK"
+
+
+def quick(spec):
+    """BENCH_QUICK=N: a smoke run of a spec, as the README test runs every command: at most N trials, a
+    built-in workload's tiny preset, about a second of measuring per trial. Its numbers are not the real ones."""
+    value = os.environ.get(QUICK_ENV)
+    if not value:
+        return spec
+    if not value.isdigit() or int(value) < 1:
+        raise UserError(f"{QUICK_ENV}={value!r}: give the number of trials of a quick smoke run (e.g. 3), or unset it")
+    measure = replace(spec.measure, warmup_steps=1, window_s=0.05, min_windows=2, max_windows=3, max_seconds=1.0)
+    workload = {**spec.workload, "preset": "tiny"} if "name" in spec.workload else spec.workload
+    return replace(spec, trials=min(spec.trials, int(value)), measure=measure, workload=workload)
 
 
 def device_spec(spec, device: str):
@@ -152,6 +179,8 @@ def visible_gpus() -> int:
 
 def run_sweep(spec, device, total, deadline, storage_url, results) -> None:
     base = spec.baseline(apply.read_current(spec.apply) if spec.apply else {})
+    if not storage_url:
+        make_results_folder(results)
     storage = studies.open_storage(storage_url, results, spec.study)
     study = studies.create(studies.including(spec, base), storage, device)
     if study.get_trials(deepcopy=False):  # a resume: the study's own space, device kind and budget
@@ -163,6 +192,8 @@ def run_sweep(spec, device, total, deadline, storage_url, results) -> None:
     where = studies.redact(storage_url) if storage_url else str(studies.study_dir(results, spec.study))
     out.print(f"[bold]bench sweep[/bold] {spec.study}: {spec.workload.get('name') or spec.workload.get('factory')} "
               f"on {device}, {spec.space_size()} configs in the space, up to {total} trials → {where}")
+    if os.environ.get(QUICK_ENV):
+        out.print(f"{QUICK_ENV} is set: a quick smoke run (tiny preset, short measurements), not numbers to act on")
     if spec.memory_budget:
         out.print(f"memory budget {gib(spec.memory_budget)}, headroom {spec.headroom:.0%}")
     progress = LiveProgress(spec)
@@ -178,36 +209,105 @@ def run_sweep(spec, device, total, deadline, storage_url, results) -> None:
         sys.exit(130)
 
 
+def make_results_folder(results: Path) -> None:
+    """A results folder bench creates ignores itself in git: measurements are not source."""
+    if results.exists():
+        return
+    try:
+        results.mkdir(parents=True)
+        (results / ".gitignore").write_text("# written by bench: studies are measurements, not source\n*\n")
+    except OSError:
+        return  # not writable: opening the storage there says so, in one line
+
+
 class LiveProgress(studies.Progress):
-    """One line per trial, plus a spinner with the running config (plain lines when not a TTY)."""
+    """One line per trial (duplicates too), plus a spinner with the child's phase and the time it has run.
+
+    On a terminal, lines wrap at words to its width; in pipes and logs each stays whole.
+    """
 
     def __init__(self, spec):
-        self.spec, self.status = spec, None
+        self.spec, self.status, self.running = spec, None, None
+        self.unit = "tokens/s" if spec.objective == "tokens" else "samples/s"
+
+    def say(self, text: str, **style) -> None:
+        out.print(text, markup=False, highlight=False, soft_wrap=not out.is_terminal, **style)
 
     def started(self, done, total, study):
         if done:
-            out.print(f"resuming: {done} of {total} trials already measured")
+            self.say(f"resuming: {done} of {total} trials already measured")
 
     def trial_started(self, number, done, total, config, baseline):
         label = " (baseline: your current config)" if baseline else ""
-        self.status = out.status(f"trial {done + 1}/{total} (#{number}){label}: {report.describe(config)}")
-        self.status.start()
         self.text = f"[{done + 1}/{total}] #{number}{label} {report.describe(config)}"
+        self.running = RunningTrial(f"trial {done + 1}/{total} (#{number}){label}: {report.describe(config)}",
+                                    config.get("compile", "off") != "off")
+        self.status = out.status(self.running)
+        self.status.start()
+
+    def trial_phase(self, heartbeat):
+        if self.running:
+            self.running.heartbeat = heartbeat
 
     def stop(self):
         if self.status:
             self.status.stop()
+            self.status = None
 
     def trial_finished(self, number, rec, best):
         self.stop()
-        out.print(f"{self.text}\n    → {outcome(rec)}", highlight=False)
+        self.say(f"{self.text}\n    → {outcome(rec)}")
         if best:
-            objective = self.spec.objective  # best was chosen on it: samples/s or tokens/s
-            out.print(f"    best so far: #{best['number']} {pareto.speed(best, objective):.1f} {objective}/s, "
-                      f"peak {gib(best['peak_memory'])}", highlight=False, style="dim")
+            self.say(f"    best so far: #{best['number']} {pareto.speed(best, self.spec.objective):.1f} {self.unit}, "
+                     f"peak {gib(best['peak_memory'])}", style="dim")
+            why = self.why_not_best(rec, best)
+            if why:
+                self.say(f"    {why}", style="dim")
+
+    def why_not_best(self, rec: dict, best: dict) -> str | None:
+        """When this trial is faster than best but is not it: the tie rule or the headroom, with the numbers."""
+        objective = self.spec.objective
+        mine, theirs = pareto.speed(rec, objective), pareto.speed(best, objective)
+        if rec["status"] != "ok" or best["number"] == rec["number"] or not mine or mine <= theirs:
+            return None
+        capacity = self.spec.memory_budget or (rec.get("memory") or {}).get("device_total")
+        if capacity and rec["peak_memory"] > capacity * (1 - self.spec.headroom):
+            return (f"#{rec['number']} is faster but its peak {gib(rec['peak_memory'])} leaves less than the "
+                    f"{self.spec.headroom:.0%} headroom of {gib(capacity)}")
+        gap, noise = (mine - theirs) / mine, max(pareto.noise(rec), pareto.noise(best))
+        return (f"#{rec['number']} is {gap:.1%} faster, within the measured noise (±{noise:.1%}): a tie goes to "
+                f"the config with more headroom (#{best['number']} peaks at {gib(best['peak_memory'])}, "
+                f"#{rec['number']} at {gib(rec['peak_memory'])})")
+
+    def duplicate(self, number, of, config):
+        self.say(f"[dup] #{number} repeats #{of}, not run again (its result is reused; it does not count toward "
+                 f"the trials): {report.describe(config)}", style="dim")
 
     def note(self, message):
-        out.print(message)
+        self.say(message)
+
+
+PHASES = {"start": "build", "first_step": "first step", "warmup": "warm-up", "measure": "measure", "done": "finish"}
+
+
+class RunningTrial:
+    """The spinner's text, re-read on every refresh: elapsed time and the phase from the child's heartbeat."""
+
+    def __init__(self, text: str, compiles: bool):
+        self.text, self.compiles, self.started, self.heartbeat = text, compiles, time.monotonic(), None
+
+    def phase(self) -> str:
+        beat = self.heartbeat
+        if not beat:
+            return "starting"
+        name = PHASES.get(beat.get("phase"), beat.get("phase", "?"))
+        if name == "first step" and self.compiles:
+            return "compile (first step)"
+        return f"{name} step {beat['step']}" if beat.get("step") else name
+
+    def __rich__(self):
+        return Text(f"{time.monotonic() - self.started:.0f}s {self.phase()} · {self.text}",
+                    no_wrap=True, overflow="ellipsis")
 
 
 def outcome(rec: dict) -> str:
@@ -277,7 +377,8 @@ def report_cmd(study_name, fmt, out_path, scenario, storage, results):
     if fmt == "html":
         from harness import report_html
         text = report_html.render_html(rows, {**info, "budget": info.get("memory_budget"),
-                                              "device_total": choice.capacity})
+                                              "device_total": choice.capacity,
+                                              "size_warning": other_size(info, rows)})
         out_path = out_path or studies.study_dir(results, name) / "report.html"
     else:
         text = report.to_json(rows) if fmt == "json" else report.to_csv(rows)
@@ -338,7 +439,13 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     objective = info.get("objective", "samples")  # the throughput best was chosen on
     out.print(f"trial {row['number']}: {report.describe(row['config'])}  "
               f"{pareto.speed(row, objective):.1f} {objective}/s, peak {gib(row['peak_memory'])}", highlight=False)
-    click.echo(plan.diff or "(no change: the config already has these values)")
+    warning = other_size(info, rows)
+    if warning:
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
+    if not plan.changes and to is None:  # only a new provenance header would change: leave the file alone
+        out.print(f"nothing to change: {plan.path} already holds these values; nothing written")
+        return
+    click.echo(plan.diff)
     if plan.unmapped:
         out.print(f"not written (no key for them in apply.keys): {', '.join(plan.unmapped)}")
     if dry_run:
@@ -354,6 +461,43 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
         click.echo(profile.diff)
         apply.write(profile)
         out.print(f"wrote hardware profile {profile.path}")
+
+
+def other_size(info: dict, rows: list) -> str | None:
+    """When the apply target describes another model size than the trials measured (a CPU preset's
+    stand-in vs the config of the GPU model): the target's numeric keys named like a measured
+    workload parameter (model.d_model ~ d_model) that hold another value. Searched knobs excluded."""
+    workload = next((r["workload"] for r in rows if r.get("workload")), None)
+    try:
+        spec = specs.load(info["spec_path"], info.get("scenario"))
+        target = yaml.safe_load(spec.apply.file.read_text()) if spec.apply and spec.apply.format == "yaml" else None
+    except (UserError, OSError, KeyError, yaml.YAMLError):
+        return None
+    if not workload or not isinstance(target, dict):
+        return None
+    searched = set(rows[0].get("config") or {})
+    params = {k: v for k, v in (workload.get("params") or {}).items() if k not in searched and is_number(v)}
+    differ = [(key, value, params[key.rsplit(".", 1)[-1]]) for key, value in flatten(target).items()
+              if key.rsplit(".", 1)[-1] in params and is_number(value) and value != params[key.rsplit(".", 1)[-1]]]
+    if not differ:
+        return None
+    preset = f"preset {workload['preset']}" if workload.get("preset") else "the workload"
+    theirs = ", ".join(f"{key} {value}" for key, value, _ in differ)
+    ours = ", ".join(f"{key.rsplit('.', 1)[-1]} {measured}" for key, _, measured in differ)
+    return (f"{spec.apply.file.name} describes {theirs}, but {preset} measured {ours}: these numbers are for "
+            "another model size; sweep that size (e.g. on its device, or a preset that matches) before trusting them")
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        out.update(flatten(value, name + ".") if isinstance(value, dict) else {name: value})
+    return out
 
 
 def chosen_row(which: str, rows: list, choice: pareto.Choice, info: dict, budget: str | None) -> dict:

@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -27,6 +28,11 @@ from rich.text import Text
 from harness.units import gib
 
 GiB = 1024**3
+# How long doctor watches the machine to see what else is running, and the CPU share (of one core)
+# from which another process is named: enough to move a trial's step time on a small box.
+LOAD_INTERVAL_S = 1.0
+BUSY_PERCENT = 10.0
+MAX_STEAL_PERCENT = 2.0
 # Importing torch takes ~1.5 s and initialising CUDA a few more; a probe past this is wedged.
 PROBE_TIMEOUT_S = 120
 # NVML's clock-event ("throttle") reasons: name -> (bit in nvml.h, what it means). The bits are fixed
@@ -52,6 +58,7 @@ def collect(results_dir: Path) -> dict:
     facts = {
         "host": _host(),
         "cpu": _cpu(),
+        "load": _load(),
         "disk": _disk(Path(results_dir)),
         "torch": _probe_torch(),
     }
@@ -118,6 +125,66 @@ def _disk(results_dir: Path) -> dict:
         existing = existing.parent
     usage = shutil.disk_usage(existing)
     return {"path": str(results_dir), "total": usage.total, "free": usage.free}
+
+
+# ---- what is running now ------------------------------------------------------------------------
+
+def _load(interval_s: float = LOAD_INTERVAL_S) -> dict:
+    """What competes with a trial right now, measured over `interval_s`: other busy processes (% of one
+    core), CPU busy and hypervisor steal time from /proc/stat, the load average, the frequency governors."""
+    mine = {os.getpid(), *(p.pid for p in psutil.Process().children(recursive=True))}
+    procs = [p for p in psutil.process_iter(["name", "cmdline"]) if p.pid not in mine]
+    for proc in procs:
+        _optional_cpu(proc)
+    before = _proc_stat()
+    time.sleep(interval_s)
+    after = _proc_stat()
+    busy = []
+    for proc in procs:
+        percent = _optional_cpu(proc)
+        if percent is not None and percent >= BUSY_PERCENT:
+            command = " ".join(proc.info.get("cmdline") or [])[:80] or proc.info.get("name") or "?"
+            busy.append({"pid": proc.pid, "name": proc.info.get("name") or "?", "command": command,
+                         "cpu_percent": round(percent, 1)})
+    total = {k: after[k] - before[k] for k in after} if before and after else None
+    jiffies = sum(total.values()) if total else 0
+    return {
+        "interval_s": interval_s,
+        "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "busy_processes": sorted(busy, key=lambda p: -p["cpu_percent"]),
+        "cpu_busy_percent": round(100 * (jiffies - total["idle"] - total["iowait"]) / jiffies, 1) if jiffies else None,
+        "steal_percent": round(100 * total["steal"] / jiffies, 1) if jiffies else None,
+        "governors": _governors(),
+    }
+
+
+def _optional_cpu(proc: psutil.Process) -> float | None:
+    try:
+        return proc.cpu_percent(None)
+    except psutil.Error:
+        return None
+
+
+def _proc_stat() -> dict | None:
+    """The machine-wide CPU time counters (Linux), in jiffies."""
+    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    try:
+        with open("/proc/stat") as f:
+            values = f.readline().split()[1:1 + len(names)]
+    except OSError:
+        return None
+    return dict(zip(names, map(int, values))) if len(values) == len(names) else None
+
+
+def _governors() -> list[str]:
+    """cpufreq scaling governors in use (none on most VMs, which do not expose cpufreq)."""
+    found = set()
+    for path in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_governor"):
+        try:
+            found.add(path.read_text().strip())
+        except OSError:
+            pass
+    return sorted(found)
 
 
 # ---- torch, from a child process ----------------------------------------------------------------
@@ -278,6 +345,7 @@ def warnings(facts: dict, min_free_disk: int = 10 * GiB, min_free_memory: int = 
         *_torch_warnings(facts),
         *(w for device in gpus for w in _gpu_warnings(device, max_gpu_used)),
         *_host_warnings(facts, min_free_disk, min_free_memory),
+        *_load_warnings(facts),
     ]
 
 
@@ -330,6 +398,26 @@ def _host_warnings(facts: dict, min_free_disk: int, min_free_memory: int) -> lis
     return out
 
 
+def _load_warnings(facts: dict) -> list[str]:
+    load, cores = facts.get("load") or {}, facts["cpu"]["cores_usable"] or facts["cpu"]["cores_logical"]
+    out = [f"pid {p['pid']} {p['name']} is using {p['cpu_percent']:.0f}% of a core ({p['command']}): "
+           "trials would share the CPU with it and measure less, and noisier, throughput"
+           for p in load.get("busy_processes", [])[:5]]
+    if len(load.get("busy_processes", [])) > 5:
+        out.append(f"...and {len(load['busy_processes']) - 5} more busy processes (`bench doctor --json` lists them)")
+    if load.get("loadavg") and load["loadavg"][0] >= max(1.0, cores / 2):
+        out.append(f"load average {load['loadavg'][0]:.2f} on {cores} usable cores: the machine is busy, "
+                   "so step times will vary between and within trials")
+    if (load.get("steal_percent") or 0) >= MAX_STEAL_PERCENT:
+        out.append(f"{load['steal_percent']:.1f}% of CPU time was stolen by the hypervisor over "
+                   f"{load['interval_s']:.0f}s: this VM shares its cores, so timings will vary")
+    scaling = [g for g in load.get("governors", []) if g != "performance"]
+    if scaling:
+        out.append(f"CPU frequency scaling governor {', '.join(scaling)}: clocks change with load, so "
+                   "throughput can drift between trials (the `performance` governor holds them)")
+    return out
+
+
 # ---- terminal output ----------------------------------------------------------------------------
 
 def render(facts: dict, found: list[str] | None = None) -> Group:
@@ -354,6 +442,7 @@ def _machine_table(facts: dict) -> Table:
     table.add_row("driver", _plain(driver))
     table.add_row("CPU", _plain(_cpu_line(cpu)))
     table.add_row("memory", _plain(_memory_line(cpu)))
+    table.add_row("load", _plain(_load_line(facts.get("load") or {})))
     table.add_row("disk", _plain(f"{gib(disk['free'])} free of {gib(disk['total'])} under {disk['path']}"))
     return table
 
@@ -378,6 +467,19 @@ def _cpu_line(cpu: dict) -> str:
     usable = f", {cpu['cores_usable']} usable" if pinned else ""
     bf16 = "native bf16" if cpu["bf16_native"] else "no native bf16"
     return f"{cpu['model']}: {cores}{cpu['cores_logical']} threads{usable}; {bf16}"
+
+
+def _load_line(load: dict) -> str:
+    parts = []
+    if load.get("loadavg"):
+        parts.append("load average " + " ".join(f"{x:.2f}" for x in load["loadavg"]))
+    if load.get("cpu_busy_percent") is not None:
+        parts.append(f"CPU {load['cpu_busy_percent']:.0f}% busy, steal {load['steal_percent']:.1f}% "
+                     f"over {load['interval_s']:.0f}s")
+    parts.append(f"{len(load.get('busy_processes', []))} other busy process(es)")
+    if load.get("governors"):
+        parts.append(f"governor {', '.join(load['governors'])}")
+    return "; ".join(parts)
 
 
 def _memory_line(cpu: dict) -> str:
@@ -414,7 +516,7 @@ def _process_table(nvml: dict) -> Table:
 
 def _warning_text(found: list[str]) -> Text:
     if not found:
-        return Text("✓ nothing here would spoil a measurement", style="green")
+        return Text("✓ nothing here would spoil a measurement now (watched for a second)", style="green")
     text = Text()
     for line in found:
         text.append(f"⚠ {line}\n", style="yellow")

@@ -84,10 +84,11 @@ def allocator_conf(environ: dict, expandable: bool) -> dict:
     return {name: ",".join([*options, f"expandable_segments:{expandable}"])}
 
 
-def run(job: dict, limits: Limits, log_path: Path) -> dict:
+def run(job: dict, limits: Limits, log_path: Path, on_beat=None) -> dict:
     """Run `job` in a child; return its record with `status` classified. Never raises for a bad trial.
 
     KeyboardInterrupt kills the child and propagates: the caller records the trial as interrupted.
+    `on_beat(heartbeat or None)` is called on every poll, so a display can show the child's phase.
     """
     with tempfile.TemporaryDirectory(prefix="bench-trial-") as tmp:
         workdir = Path(tmp)
@@ -103,7 +104,7 @@ def run(job: dict, limits: Limits, log_path: Path) -> dict:
             env=env, start_new_session=True, cwd=os.getcwd())
         tail = TailBuffer(proc.stdout)
         try:
-            killed_for = watch(proc, limits, Path(job["heartbeat"]))
+            killed_for = watch(proc, limits, Path(job["heartbeat"]), on_beat)
         finally:
             kill_group(proc)  # also on KeyboardInterrupt, and always: no grandchild outlives a trial
         log = tail.text()
@@ -114,7 +115,7 @@ def run(job: dict, limits: Limits, log_path: Path) -> dict:
         return outcome
 
 
-def watch(proc: subprocess.Popen, limits: Limits, heartbeat: Path) -> str | None:
+def watch(proc: subprocess.Popen, limits: Limits, heartbeat: Path, on_beat=None) -> str | None:
     """Wait for the child; return why we killed it ('timeout', 'stall'), or None if it ended itself."""
     started = time.monotonic()
     while proc.poll() is None:
@@ -122,6 +123,8 @@ def watch(proc: subprocess.Popen, limits: Limits, heartbeat: Path) -> str | None
         if time.monotonic() - started > limits.timeout_s:
             return f"exceeded the trial time limit of {limits.timeout_s:.0f}s"
         beat = read_heartbeat(heartbeat)
+        if on_beat:
+            on_beat(beat)
         if beat and beat["phase"] in ("warmup", "measure") and time.time() - beat["time"] > limits.stall_s:
             return f"no progress for {limits.stall_s:.0f}s (stuck after step {beat['step']} of {beat['phase']})"
     return None

@@ -9,7 +9,8 @@ Input is what the report module hands over; this module decides nothing, it only
 
     rows   one dict per trial: number, status, config, throughput, peak_memory, pareto, best,
            baseline, tier, timing, memory, flops, tokens_per_s, env, error (see harness.record)
-    study  name, budget, headroom, device_total, env, created, and optionally counts by status
+    study  name, budget, headroom, device_total, env, created, objective, and optionally counts by
+           status and `size_warning` (the apply target describes another model size than was measured)
 """
 from __future__ import annotations
 
@@ -29,21 +30,33 @@ def render_html(rows: list[dict], study: dict) -> str:
     best = flagged(rows, "best")
     baseline = flagged(rows, "baseline")
     budget, label = capacity(study)
+    unit = _unit(study)
     sections = [
         _header(rows, study),
-        _summary(best, baseline, budget, label),
-        _tiers(rows),
+        _summary(best, baseline, budget, label, unit),
+        _tiers(rows, unit),
         _card("Throughput vs peak memory", frontier_plot(rows, study),
               note="up and left is better; the staircase is the most throughput measured within each memory"),
         '<div class="two">'
-        + _card("Throughput vs batch size", batch_plot(rows))
+        + _card("Throughput vs batch size", batch_plot(rows),
+                note="a line joins trials that differ only in batch size")
         + _card("Where the best config's memory goes", breakdown_plot(best, budget, label))
         + "</div>",
-        _card(f"All trials ({len(rows)})", _table(rows), note="click a column header to sort"),
+        _card(f"All trials ({len(rows)})", _table(rows, unit), note="click a column header to sort"),
         _card("Environment", _environment(study, rows)),
     ]
     title = f"bench report: {study.get('name', 'study')}"
     return _PAGE.format(title=esc(title), css=_CSS, body="\n".join(sections), js=_JS)
+
+
+def _unit(study: dict) -> str:
+    """The throughput the study optimized; every number shown with it is samples/s unless stated."""
+    return "tokens/s" if study.get("objective") == "tokens" else "samples/s"
+
+
+def _speed(row: dict | None, unit: str) -> float | None:
+    row = row or {}
+    return _median(row.get("tokens_per_s")) if unit == "tokens/s" else row.get("throughput")
 
 
 # ---- page sections ------------------------------------------------------------------------------
@@ -58,19 +71,30 @@ def _header(rows: list[dict], study: dict) -> str:
     workload = workload.get("name") if isinstance(workload, dict) else workload
     device = _env(study, rows).get("device")
     meta = " · ".join(esc(x) for x in (workload, device, study.get("created")) if x)
+    warning = study.get("size_warning")
+    warning = f'<p class="size-warning">⚠ {esc(warning)}</p>' if warning else ""
     return (
         f'<header><h1>bench report <span class="name">{esc(study.get("name", "study"))}</span></h1>'
-        f'<div class="meta">{meta}</div><div class="chips">{chips}</div></header>'
+        f'<div class="meta">{meta}</div><p class="measured">{esc(_measured(rows, device))}</p>{warning}'
+        f'<div class="chips">{chips}</div></header>'
     )
 
 
-def _summary(best: dict | None, baseline: dict | None, budget: int | None, label: str) -> str:
+def _measured(rows: list[dict], device: str | None) -> str:
+    """What the numbers are of: the workload preset (a CPU preset is a smaller stand-in) and the device."""
+    workload = next((r["workload"] for r in rows if r.get("workload")), None) or {}
+    what = workload.get("factory") or workload.get("name") or "the workload"
+    preset = f" preset {workload['preset']}" if workload.get("preset") else ""
+    return f"measured: {what}{preset} on {device or 'an unrecorded device'}"
+
+
+def _summary(best: dict | None, baseline: dict | None, budget: int | None, label: str, unit: str) -> str:
     if best is None:
         return '<section class="hero bad"><p>No configuration finished inside the budget.</p></section>'
     cards = [
-        _stat("speedup", *_speedup(best, baseline)),
-        _stat("best throughput", f"{rate(best.get('throughput'))}/s",
-              f"baseline {rate((baseline or {}).get('throughput'))}/s"),
+        _stat("speedup", *_speedup(best, baseline, unit)),
+        _stat(f"best {unit}", f"{rate(_speed(best, unit))} {unit}",
+              f"baseline {rate(_speed(baseline, unit))} {unit}"),
         _stat("peak memory", size(best.get("peak_memory")), _memory_change(best, baseline)),
         _stat("headroom left", *_headroom(best, budget, label)),
     ]
@@ -87,11 +111,11 @@ def _stat(label: str, value: str, detail: str) -> str:
     )
 
 
-def _speedup(best: dict, baseline: dict | None) -> tuple[str, str]:
-    if not baseline or not baseline.get("throughput") or best.get("throughput") is None:
+def _speedup(best: dict, baseline: dict | None, unit: str) -> tuple[str, str]:
+    if not _speed(baseline, unit) or _speed(best, unit) is None:
         return "-", "no baseline measured"
-    speedup = best["throughput"] / baseline["throughput"]
-    return f"{speedup:.2f}×", f"over the baseline, trial #{baseline.get('number')}"
+    speedup = _speed(best, unit) / _speed(baseline, unit)
+    return f"{speedup:.2f}×", f"{unit} over the baseline, trial #{baseline.get('number')}"
 
 
 def _memory_change(best: dict, baseline: dict | None) -> str:
@@ -113,13 +137,13 @@ def _config_chips(config: dict) -> str:
     return "".join(f'<span class="kv"><b>{esc(k)}</b> {esc(v)}</span>' for k, v in ordered(config))
 
 
-def _tiers(rows: list[dict]) -> str:
+def _tiers(rows: list[dict], unit: str) -> str:
     tiered = sorted((r for r in rows if r.get("tier")), key=lambda r: TIER_ORDER.get(r["tier"], len(TIER_ORDER)))
     if not tiered:
         return ""
     cards = "".join(
         f'<div class="tier"><div class="label">{esc(r["tier"])} · #{esc(r.get("number"))}</div>'
-        f'<div class="value">{esc(rate(r.get("throughput")))}/s · {esc(size(r.get("peak_memory")))}</div>'
+        f'<div class="value">{esc(rate(_speed(r, unit)))} {esc(unit)} · {esc(size(r.get("peak_memory")))}</div>'
         f'<div>{_config_chips(r.get("config") or {})}</div></div>'
         for r in tiered
     )
@@ -140,20 +164,36 @@ class _Column:
     cell: Callable[[dict], tuple[str, str]]  # row -> (cell HTML, sort key)
 
 
-def _columns(rows: list[dict]) -> list[_Column]:
+def _columns(rows: list[dict], unit: str) -> list[_Column]:
+    """Measured columns carry their unit in the title; knob columns are the knobs' own names."""
     knobs = sorted({k for r in rows for k in (r.get("config") or {})}, key=lambda k: (knob_rank(k), k))
+    speeds = [_Column("samples/s", True, lambda r: _num(r.get("throughput"), rate)),
+              _Column("tokens/s", True, lambda r: _num(_median(r.get("tokens_per_s")), rate))]
     return [
         _Column("#", True, lambda r: _num(r.get("number"), str)),
         _Column("status", False, _status_cell),
-        _Column("samples/s", True, lambda r: _num(r.get("throughput"), rate)),
-        _Column("peak memory", True, lambda r: _num(r.get("peak_memory"), size)),
-        *(_Column(k, _numeric_knob(rows, k), _knob_cell(k)) for k in knobs),
-        _Column("tokens/s", True, lambda r: _num(_median(r.get("tokens_per_s")), rate)),
-        _Column("TFLOP/s · MFU", True, _flops_cell),
-        _Column("step ms", True, _step_cell),
-        _Column("compile", True, lambda r: _num((r.get("timing") or {}).get("compile_s"), _seconds)),
+        *(speeds if unit == "samples/s" else speeds[::-1]),
+        _Column("peak memory (GiB)", True, lambda r: _num(r.get("peak_memory"), _gib)),
+        *(_Column(_knob_title(k), _numeric_knob(rows, k), _knob_cell(k)) for k in knobs),
+        _Column("TFLOP/s", True, _flops_cell),
+        _Column("MFU", True, _mfu_cell),  # only where the device has a known peak: dropped when all blank
+        _Column("step time (ms)", True, _step_cell),
+        _Column("compile time (s)", True, lambda r: _num((r.get("timing") or {}).get("compile_s"), _seconds)),
         _Column("notes", False, _notes_cell),
     ]
+
+
+MEASURED_TITLES = {"#", "status", "samples/s", "tokens/s", "peak memory (GiB)", "TFLOP/s", "MFU", "step time (ms)",
+                   "compile time (s)", "notes"}
+
+
+def _knob_title(knob: str) -> str:
+    """A knob's name, unless a measured column already has that title (a factory param may be called anything)."""
+    return f"{knob} (knob)" if knob in MEASURED_TITLES else knob
+
+
+def _gib(value: float) -> str:
+    return f"{value / 1024**3:.2f}"
 
 
 def _num(value, fmt) -> tuple[str, str]:
@@ -166,16 +206,16 @@ def _median(value: dict | float | None) -> float | None:
 
 
 def _seconds(value: float) -> str:
-    return f"{value:.1f} s" if value else ""  # no compile: nothing to say
+    return f"{value:.1f}" if value else ""  # no compile: nothing to say
 
 
 def _flops_cell(row: dict) -> tuple[str, str]:
-    """Achieved TFLOP/s with MFU beside it; on one device both sort the same way."""
-    flops = row.get("flops") or {}
-    if flops.get("tflops") is None:
-        return "", ""
-    mfu = f' <span class="minor">{flops["mfu"]:.0%}</span>' if flops.get("mfu") is not None else ""
-    return f"{esc(rate(flops['tflops']))}{mfu}", esc(flops["tflops"])
+    return _num((row.get("flops") or {}).get("tflops"), rate)
+
+
+def _mfu_cell(row: dict) -> tuple[str, str]:
+    mfu = (row.get("flops") or {}).get("mfu")
+    return ("", "") if mfu is None else (f"{mfu:.0%}", esc(mfu))
 
 
 def _step_cell(row: dict) -> tuple[str, str]:
@@ -219,9 +259,10 @@ def _shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _table(rows: list[dict]) -> str:
-    # A column nobody filled (no FLOPs counted, no compile) is noise: leave it out.
-    columns = [c for c in _columns(rows) if any(c.cell(r)[0] for r in rows)]
+def _table(rows: list[dict], unit: str) -> str:
+    # A column nobody filled (no FLOPs counted, no MFU without a known peak, no compile) is noise.
+    columns = [c for c in _columns(rows, unit) if any(c.cell(r)[0] for r in rows)]
+
     head = "".join(f'<th data-type="{"num" if c.numeric else "text"}" class="{"num" if c.numeric else ""}">'
                    f'{esc(c.label)}</th>' for c in columns)
     body = []
@@ -278,7 +319,9 @@ body { margin:0; background:var(--bg); color:var(--ink);
 main { max-width:1360px; margin:0 auto; padding:28px 24px 48px; }
 header h1 { font-size:24px; margin:0 0 4px; font-weight:650; }
 header .name { color:#3b5bdb; }
-header .meta { color:var(--muted); margin-bottom:10px; }
+header .meta { color:var(--muted); margin-bottom:4px; }
+header .measured { margin:0 0 8px; font-weight:600; }
+header .size-warning { margin:0 0 10px; padding:6px 10px; border-radius:8px; background:#fff1d6; color:#7a4a00; }
 .chips { display:flex; gap:6px; flex-wrap:wrap; }
 .chip, .badge, .tag { display:inline-block; border-radius:999px; padding:1px 9px; font-size:12px;
   font-weight:600; background:#eef0f3; color:#374151; }
@@ -318,6 +361,8 @@ svg.plot { width:100%; height:auto; display:block; font-size:12px; }
 .pt { cursor:default; } .pt:hover .shape { stroke:#111; stroke-width:2.5; }
 .pt.diverged .shape { stroke-width:2.2; }
 .pt.best .shape { stroke:#111; stroke-width:2.2; }
+.pt.baseline .shape { stroke:#111; stroke-width:2.2; }
+.series.baseline .dot circle { stroke:#111; stroke-width:2.5; }
 .pareto-front { fill:none; stroke:""" + FRONT_COLOUR + """; stroke-width:2.2; stroke-linejoin:round; }
 .front-area { fill:""" + FRONT_COLOUR + """; opacity:.06; }
 .oom path { stroke:""" + OOM_COLOUR + """; stroke-width:2.6; stroke-linecap:round; }

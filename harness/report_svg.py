@@ -3,7 +3,8 @@ no network.
 
     frontier_plot   throughput against peak memory: a marker per measured trial, the Pareto front as
                     a staircase, the budget and the budget less headroom, OOMs as crosses
-    batch_plot      throughput against micro-batch size, one series per precision
+    batch_plot      throughput against micro-batch size, colour = precision, a line per family of
+                    trials that differ only in batch size
     breakdown_plot  where the best config's memory goes, as one stacked bar
 
 Each returns an HTML fragment (the <svg> and its legend, or a note when there is nothing to draw)
@@ -166,7 +167,7 @@ def _cross(cx: float, cy: float, size: float = 6) -> str:
 
 def _tooltip(row: dict) -> str:
     config = ", ".join(f"{k}={v}" for k, v in ordered(row.get("config") or {}))
-    what = f"{rate(row.get('throughput'))}/s, {size(row.get('peak_memory'))}"
+    what = f"{rate(row.get('throughput'))} samples/s, peak {size(row.get('peak_memory'))}"
     return f"<title>#{esc(row.get('number'))} {esc(row.get('status'))}: {esc(what)}\n{esc(config)}</title>"
 
 
@@ -187,12 +188,17 @@ def frontier_plot(rows: list[dict], study: dict) -> str:
               "peak memory (GiB)", "throughput (samples/s)"),
         _budget_lines(frame, x, budget, label, study.get("headroom") or 0),
         _front(frame, x, y, [r for r in points if r.get("pareto")]),
-        *(_point(r, x, y) for r in points),
+        *(_point(r, x, y) for r in _on_top_last(points)),
         _oom_marks(frame, x, ooms, budget),
         _labels(frame, x, y, points),
     ]
     plot = _svg(frame, "frontier", "".join(body), "throughput against peak memory per trial")
     return plot + _frontier_legend(points, ooms)
+
+
+def _on_top_last(rows: list[dict]) -> list[dict]:
+    """SVG paints in order: the best, then the baseline, last, so no other trial's ring hides them."""
+    return sorted(rows, key=lambda r: (bool(r.get("baseline")), bool(r.get("best"))))
 
 
 def _has_xy(row: dict) -> bool:
@@ -381,10 +387,14 @@ def batch_plot(rows: list[dict]) -> str:
     body = [_axes(frame, x, y, [(p, f"{p:g}") for p in powers], [(t, _tick_label(t)) for t in y_ticks],
                   "micro-batch size (log2)", "throughput (samples/s)")]
     precisions = _precisions(measured + ooms)
-    body += [_series(x, y, precision, measured) for precision in precisions]
+    body += [_family_line(x, y, family) for family in _families(measured)]
+    body += [_batch_dot(x, y, r) for r in _on_top_last(measured)]
     body.append(_batch_ooms(frame, x, ooms, precisions))
-    items = [(_glyph(f'<path d="M2 10H18" stroke="{PRECISION_COLOURS.get(p, OTHER_COLOUR)}" stroke-width="3"/>'),
+    items = [(_glyph(f'<circle cx="10" cy="10" r="5" fill="{PRECISION_COLOURS.get(p, OTHER_COLOUR)}"/>'),
               p) for p in precisions]
+    if any(r.get("baseline") for r in measured):
+        items.append((_glyph('<circle cx="10" cy="10" r="5" fill="#888" stroke="#111" stroke-width="2.5"/>'),
+                      "baseline (dark outline)"))
     if ooms:
         items.append((_glyph('<path d="M5 5L15 15M5 15L15 5" stroke="#777" stroke-width="2"/>'),
                       "OOM at that batch size"))
@@ -399,20 +409,34 @@ def _batch(row: dict) -> float | None:
     return float(value)
 
 
-def _series(x: _Scale, y: _Scale, precision: str, measured: list[dict]) -> str:
-    """One precision: every trial as a dot, a line through the fastest trial at each batch size."""
-    mine = [r for r in measured if _precision(r) == precision]
-    colour = PRECISION_COLOURS.get(precision, OTHER_COLOUR)
+def _family(row: dict) -> tuple:
+    """Every knob but the batch size: trials of one family differ only in batch size."""
+    return tuple(sorted((k, str(v)) for k, v in (row.get("config") or {}).items() if k != "batch_size"))
+
+
+def _families(measured: list[dict]) -> list[list[dict]]:
+    """Trials grouped by family; only a family measured at two or more batch sizes makes a line."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in measured:
+        groups.setdefault(_family(row), []).append(row)
+    return [rows for rows in groups.values() if len({_batch(r) for r in rows}) >= 2]
+
+
+def _family_line(x: _Scale, y: _Scale, family: list[dict]) -> str:
+    """A line through one family's trials by batch size (the fastest where a batch size repeats)."""
     fastest: dict[float, float] = {}
-    for row in mine:
+    for row in family:
         fastest[_batch(row)] = max(fastest.get(_batch(row), 0.0), row["throughput"])
     line = "L".join(f"{x(b)} {y(t)}" for b, t in sorted(fastest.items()))
-    parts = [f'<g class="series" data-precision="{esc(precision)}" style="--c:{colour}">']
-    if line:
-        parts.append(f'<path class="series-line" d="M{line}"/>')
-    parts += [f'<g class="dot">{_tooltip(r)}<circle cx="{x(_batch(r))}" cy="{y(r["throughput"])}" '
-              f'r="4.5"/></g>' for r in mine]
-    return "".join(parts) + "</g>"
+    others = ", ".join(f"{k}={v}" for k, v in _family(family[0]))
+    return (f'<g class="series" data-family="{esc(others)}" style="--c:{_colour(family[0])}">'
+            f'<title>{esc(others)}</title><path class="series-line" d="M{line}"/></g>')
+
+
+def _batch_dot(x: _Scale, y: _Scale, row: dict) -> str:
+    mark = " baseline" if row.get("baseline") else ""
+    return (f'<g class="series{mark}" style="--c:{_colour(row)}"><g class="dot" data-trial="{esc(row.get("number"))}">'
+            f'{_tooltip(row)}<circle cx="{x(_batch(row))}" cy="{y(row["throughput"])}" r="4.5"/></g></g>')
 
 
 def _batch_ooms(frame: _Frame, x: _Scale, ooms: list[dict], precisions: list[str]) -> str:

@@ -132,7 +132,9 @@ class Progress:
 
     def started(self, done: int, total: int, study: str) -> None: ...
     def trial_started(self, number: int, done: int, total: int, config: dict, baseline: bool) -> None: ...
+    def trial_phase(self, heartbeat: dict | None) -> None: ...
     def trial_finished(self, number: int, rec: dict, best: dict | None) -> None: ...
+    def duplicate(self, number: int, of: int, config: dict) -> None: ...
     def note(self, message: str) -> None: ...
 
 
@@ -173,13 +175,14 @@ class Sweep:
             previous = self.measured_configs().get(config_key(config))
         if previous is not None and previous.number != trial.number:
             self.tell_duplicate(trial, previous)
+            self.progress.duplicate(trial.number, previous.number, config)
             self.enqueue_unmeasured(trial.number)
             return False
         baseline = bool(trial.user_attrs.get("baseline"))
         self.progress.trial_started(trial.number, done, self.total, config, baseline)
         try:
             rec = launch.run(self.spec.job(self.device, config), launch.Limits(self.spec.trial_timeout_s, self.spec.stall_s),
-                             self.log_path(trial.number))
+                             self.log_path(trial.number), on_beat=self.progress.trial_phase)
         except KeyboardInterrupt:
             self.tell_interrupted(trial, config, "interrupted by the user (Ctrl-C)")
             raise

@@ -8,6 +8,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULTY_DIR = ROOT / "tests" / "workloads"
+# A pristine copy of examples/emberformer/config.yaml: the README's quickstart rewrites the working
+# tree's copy (`bench apply best`), and the tests must not depend on whether a user ran it.
+EMBERFORMER_CONFIG = ROOT / "tests" / "data" / "projects" / "emberformer-config.yaml"
 
 # Fast measurement: real steps, but only as many as the harness needs to produce its figures.
 FAST_TRIAL = {"timeout": "60s", "stall": "20s", "warmup_steps": 1, "window": 0.05, "min_windows": 2,
@@ -25,6 +28,21 @@ def gpu_count() -> int:
 
 def has_cuda() -> bool:
     return gpu_count() > 0
+
+
+def tree_state(folder: Path) -> dict:
+    """path -> (size, mtime) of every file under folder: enough to see a test write there."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def working_tree_untouched():
+    """Tests run in temp copies: the working tree's examples/ and results/ are the user's, never the suite's."""
+    before = {name: tree_state(ROOT / name) for name in ("examples", "results")}
+    yield
+    for name, state in before.items():
+        assert tree_state(ROOT / name) == state, f"a test wrote into the working tree's {name}/"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -48,7 +66,7 @@ def faulty_path(monkeypatch):
 def project(tmp_path, monkeypatch):
     """A user's project: the emberformer example config and a tiny sweep spec that applies to it."""
     (tmp_path / "examples").mkdir()
-    shutil.copy(ROOT / "examples" / "emberformer" / "config.yaml", tmp_path / "examples" / "config.yaml")
+    shutil.copy(EMBERFORMER_CONFIG, tmp_path / "examples" / "config.yaml")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

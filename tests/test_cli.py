@@ -19,10 +19,10 @@ def swept(tmp_path_factory):
     """One small real sweep shared by the read-only tests below."""
     import os
     import shutil
-    from tests.conftest import ROOT
+    from tests.conftest import EMBERFORMER_CONFIG
     folder = tmp_path_factory.mktemp("swept")
     (folder / "examples").mkdir()
-    shutil.copy(ROOT / "examples" / "emberformer" / "config.yaml", folder / "examples" / "config.yaml")
+    shutil.copy(EMBERFORMER_CONFIG, folder / "examples" / "config.yaml")
     spec = write_spec(folder, trials=4)
     old = os.getcwd()
     os.chdir(folder)
@@ -94,10 +94,15 @@ def test_apply_best_keeps_comments_and_backs_up(swept):
     folder, _, _ = swept
     target = folder / "examples" / "config.yaml"
     before = target.read_text()
-    dry = in_folder(folder, "apply", "best", "--dry-run")
+    rows = json.loads(in_folder(folder, "report", "--format", "json").output)
+    best = next(r for r in rows if r["best"])
+    if best["baseline"]:  # best is what the file holds (nothing to write): write another measured trial
+        best = next(r for r in rows if r["status"] == "ok" and not r["baseline"])
+    which = "best" if best["best"] else str(best["number"])
+    dry = in_folder(folder, "apply", which, "--dry-run")
     assert dry.exit_code == 0, dry.output
     assert target.read_text() == before
-    result = in_folder(folder, "apply", "best")
+    result = in_folder(folder, "apply", which)
     assert result.exit_code == 0, result.output
     after = target.read_text()
     comments = [line.strip() for line in before.splitlines() if line.strip().startswith("#")]
@@ -105,7 +110,6 @@ def test_apply_best_keeps_comments_and_backs_up(swept):
         assert comment in after
     backups = list(target.parent.glob("config.yaml.bench-backup-*"))
     assert len(backups) == 1 and backups[0].read_text() == before
-    best = next(r for r in json.loads(in_folder(folder, "report", "--format", "json").output) if r["best"])
     import yaml
     data = yaml.safe_load(after)
     assert data["data_loader"]["batch_size"] == best["config"]["batch_size"]
@@ -151,15 +155,42 @@ def test_load_study_gives_a_dataframe_for_notebooks(swept):
     assert frame["best"].sum() == 1
 
 
-def test_custom_model_example_runs_through_the_cli(monkeypatch):
+def test_custom_model_example_sweeps_and_applies_through_the_cli(tmp_path, monkeypatch):
+    """The README's `cd examples/custom && bench sweep sweep.yaml && bench apply best`, on a copy."""
+    import shutil
+    import yaml
     from tests.conftest import ROOT
-    monkeypatch.chdir(ROOT / "examples" / "custom")
-    result = bench("trial", "sweep.yaml", "--set", "batch_size=8", "--set", "depth=4", "--device", "cpu",
-                   "--timeout", "60s")
+    folder = tmp_path / "custom"
+    shutil.copytree(ROOT / "examples" / "custom", folder, ignore=shutil.ignore_patterns("results", "*.bench-backup-*"))
+    (folder / "train.yaml").write_text((ROOT / "tests" / "data" / "projects" / "custom-train.yaml").read_text())
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("BENCH_QUICK", "2")
+    result = bench("sweep", "sweep.yaml", "--device", "cpu")
     assert result.exit_code == 0, result.output
-    record = json.loads(result.output)
-    assert record["status"] == "ok" and record["workload"]["factory"] == "tinyvision:build"
-    assert record["config"]["depth"] == 4 and record["throughput"] > 0
+    assert "BENCH_QUICK is set" in result.output and result.output.count("→ ok") == 2
+    assert (folder / "results" / ".gitignore").read_text().splitlines()[-1] == "*"
+    best = next(r for r in json.loads(bench("report", "--format", "json").output) if r["best"])
+    applied = bench("apply", "best")
+    assert applied.exit_code == 0, applied.output
+    data = yaml.safe_load((folder / "train.yaml").read_text())
+    assert data["train"]["batch_size"] == best["config"]["batch_size"] and data["model"]["depth"] == best["config"]["depth"]
+    assert data["model"]["checkpointing"] == (best["config"]["checkpointing"] == "full")
+
+
+def test_apply_with_nothing_to_change_writes_nothing(swept):
+    """The trial's values are what the file holds: no rewrite, no backup, no new header; it says so."""
+    folder, _, _ = swept
+    target = folder / "examples" / "config.yaml"
+    for _ in range(2):  # once to make the file hold a trial's values (unless it did), once with nothing to do
+        first = in_folder(folder, "apply", "1")
+        assert first.exit_code == 0, first.output
+    text, backups = target.read_text(), sorted(target.parent.glob("config.yaml.bench-backup-*"))
+    mtime = target.stat().st_mtime_ns
+    again = in_folder(folder, "apply", "1")
+    assert again.exit_code == 0, again.output
+    assert "nothing to change" in again.output and "wrote" not in again.output
+    assert target.read_text() == text and target.stat().st_mtime_ns == mtime
+    assert sorted(target.parent.glob("config.yaml.bench-backup-*")) == backups
 
 
 def test_scenarios_run_as_separate_studies_and_report_and_apply_take_them(project):
@@ -169,11 +200,35 @@ def test_scenarios_run_as_separate_studies_and_report_and_apply_take_them(projec
     result = bench("sweep", spec, "--device", "cpu")
     assert result.exit_code == 0, result.output
     assert "scen-small-card" in result.output and "scen-wide" in result.output
-    assert {p.name for p in (project / "results").iterdir()} == {"scen-small-card", "scen-wide"}
+    assert {p.name for p in (project / "results").iterdir()} == {"scen-small-card", "scen-wide", ".gitignore"}
     small = json.loads(bench("report", "--scenario", "small-card", "--format", "json").output)
     wide = json.loads(bench("report", "scen-wide", "--format", "json").output)
     assert len(small) == 1 and len(wide) == 1
     assert small[0]["workload"]["params"]["d_model"] == 32 and wide[0]["workload"]["params"]["d_model"] == 48
     dry = bench("apply", "--scenario", "wide", "--dry-run")
     assert dry.exit_code == 0, dry.output
-    assert "dry run: nothing written" in dry.output
+    assert "nothing written" in dry.output
+
+
+def test_apply_and_the_html_report_warn_when_the_target_describes_another_size(swept):
+    """The tiny preset was measured; the emberformer config describes the GPU model (d_model 128, 6 layers)."""
+    folder, _, _ = swept
+    dry = in_folder(folder, "apply", "best", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "warning: config.yaml describes model.d_model 128, model.layers 6" in dry.stderr
+    assert "but preset tiny measured d_model 32, layers 1" in dry.stderr
+    html = in_folder(folder, "report", "--format", "html", "--out", folder / "r.html")
+    assert html.exit_code == 0, html.output
+    page = (folder / "r.html").read_text()
+    assert "measured: emberformer preset tiny on " in page and 'class="size-warning"' in page
+
+
+def test_no_size_warning_when_the_target_matches_what_was_measured(project):
+    (project / "examples" / "config.yaml").write_text(
+        "model:\n  d_model: 32   # the tiny preset's size\n  layers: 1\n  activation_checkpointing: false\n"
+        "  compile: false\ndata_loader:\n  batch_size: 8\noptimizer:\n  lr: 0.001\n"
+        "trainer:\n  precision: 32-true\n  accumulate_grad_batches: 1\n")
+    spec = write_spec(project, trials=1)
+    assert bench("sweep", spec, "--device", "cpu").exit_code == 0
+    dry = bench("apply", "best", "--dry-run")
+    assert dry.exit_code == 0 and "warning" not in dry.stderr, dry.output

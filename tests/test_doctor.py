@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
+import signal
 import subprocess
 import sys
 import types
@@ -153,7 +155,7 @@ def test_gpu_warnings_name_the_other_process_and_the_throttle(monkeypatch, facts
 def test_idle_clocks_and_an_empty_gpu_do_not_warn(monkeypatch, facts):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(0x1, [], used=300 * 1024**2))
     torch = facts["torch"] | {"cuda_available": True, "cuda": "12.6"}
-    assert doctor.warnings(facts | {"torch": torch, "nvml": doctor._nvml()}, 0, 0) == []
+    assert doctor.warnings(facts | {"torch": torch, "nvml": doctor._nvml(), "load": quiet()}, 0, 0) == []
 
 
 def test_torch_that_cannot_use_the_gpu_warns(monkeypatch, facts):
@@ -204,3 +206,47 @@ def test_a_machine_without_a_driver_is_reported_not_raised(monkeypatch):
     nvml = doctor._nvml()
     assert nvml["available"] is False
     assert nvml["reason"] == "no NVIDIA driver (NVML Shared Library Not Found)"
+
+
+# ---- what is running now ------------------------------------------------------------------------
+
+def test_a_busy_process_is_named_with_its_cpu_share(facts):
+    """A real process spinning on a core (not doctor's child: orphaned through a shell) is named."""
+    shell = subprocess.run(["sh", "-c", f"{sys.executable} -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+                           capture_output=True, text=True, check=True)
+    pid = int(shell.stdout)
+    try:
+        load = doctor._load(interval_s=1.0)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    spinner = next(p for p in load["busy_processes"] if p["pid"] == pid)
+    assert spinner["cpu_percent"] >= doctor.BUSY_PERCENT and "while True" in spinner["command"]
+    found = doctor.warnings({**facts, "load": load})
+    assert any(w.startswith(f"pid {pid} python") and "% of a core" in w for w in found), found
+    assert 0 <= load["cpu_busy_percent"] <= 100 and load["steal_percent"] >= 0
+
+
+def quiet(**changes):
+    return {"interval_s": 1.0, "loadavg": [0.1, 0.1, 0.1], "busy_processes": [], "cpu_busy_percent": 3.0,
+            "steal_percent": 0.0, "governors": [], **changes}
+
+
+def test_load_steal_and_frequency_scaling_warn(facts):
+    assert doctor._load_warnings({**facts, "load": quiet()}) == []
+    cores = facts["cpu"]["cores_usable"]
+    found = doctor._load_warnings({**facts, "load": quiet(loadavg=[cores + 1.0, 1, 1], steal_percent=7.5,
+                                                          governors=["powersave"])})
+    assert any(f"load average {cores + 1.0:.2f} on {cores} usable cores" in w for w in found)
+    assert any("7.5% of CPU time was stolen" in w for w in found)
+    assert any("governor powersave" in w for w in found)
+    assert doctor._load_warnings({**facts, "load": quiet(governors=["performance"])}) == []
+
+
+def test_render_shows_the_load(facts):
+    console = Console(record=True, width=200)
+    console.print(doctor.render({**facts, "load": quiet(busy_processes=[
+        {"pid": 7, "name": "spin", "command": "spin --fast", "cpu_percent": 99.0}])}))
+    text = console.export_text()
+    assert "load average 0.10 0.10 0.10" in text and "1 other busy process" in text
+    assert "pid 7 spin is using 99% of a core (spin --fast)" in text
+    assert "nothing here would spoil" not in text

@@ -153,11 +153,56 @@ def test_points_budget_lines_and_labels(page):
     assert "3.26×" in frontier  # 1335 / 410
 
 
-def test_batch_plot_has_one_series_per_precision(page):
+def test_batch_plot_joins_only_trials_that_differ_in_batch_size(page):
     batch = _svg(page, "batch")
-    precisions = re.findall(r'<g class="series" data-precision="([^"]+)"', batch)
-    assert precisions == ["fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true"]
-    assert ">16<" in batch and ">128<" in batch  # power-of-two ticks
+    assert "series-line" not in batch  # no two synthetic trials share every other knob: no line at all
+    assert batch.count('<g class="dot"') == 7 and ">16<" in batch and ">128<" in batch  # power-of-two ticks
+    rows = synthetic_rows() + [_trial(12, "ok", 8, "fp32", throughput=200.0, peak=int(5 * GiB)),
+                               _trial(13, "ok", 32, "fp32", throughput=700.0, peak=int(15 * GiB))]
+    batch = _svg(render_html(rows, synthetic_study()), "batch")
+    lines = re.findall(r'<g class="series" data-family="([^"]+)"[^>]*><title>[^<]*</title><path class="series-line" d="([^"]+)"', batch)
+    assert len(lines) == 1  # trials 0, 12, 13: fp32, eager, no checkpointing, accumulation 1
+    family, path = lines[0]
+    assert "precision=fp32" in family and "compile=off" in family and path.count("L") == 2
+
+
+def test_baseline_and_best_are_painted_last_in_both_plots(page):
+    for cls, mark in (("frontier", '<g class="pt'), ("batch", '<g class="dot"')):
+        plot = _svg(page, cls)
+        trials = re.findall(re.escape(mark) + r'[^>]*data-trial="(\d+)"', plot)
+        assert trials[-2:] == ["3", "0"], (cls, trials)  # best #3, then baseline #0 on top of everything
+
+
+def test_columns_have_unique_titles_with_units_and_mfu_only_with_a_peak(page):
+    titles = re.findall(r"<th [^>]*>([^<]*)</th>", page)
+    assert len(titles) == len(set(titles)), titles
+    assert {"samples/s", "tokens/s", "peak memory (GiB)", "TFLOP/s", "MFU", "step time (ms)",
+            "compile time (s)", "compile"} <= set(titles)
+    rows = synthetic_rows()
+    for r in rows:
+        if r["flops"]:
+            r["flops"] = {"tflops": 0.4, "mfu": None}  # a CPU: no nominal peak, so no MFU
+    cpu_titles = re.findall(r"<th [^>]*>([^<]*)</th>", render_html(rows, synthetic_study()))
+    assert "TFLOP/s" in cpu_titles and "MFU" not in cpu_titles
+
+
+def test_tiles_name_the_objective_unit(page):
+    assert "1,335 samples/s" in page and "baseline 410 samples/s" in page
+    assert not re.search(r"\d/s", page)  # never "182/s": every rate names what it counts
+    tokens = render_html(synthetic_rows(), synthetic_study() | {"objective": "tokens"})
+    assert "best tokens/s" in tokens and "683,520 tokens/s" in tokens  # 1335 samples/s x 512 tokens
+    assert re.findall(r"<th [^>]*>([^<]*)</th>", tokens)[2] == "tokens/s"  # the objective's column first
+
+
+def test_header_names_what_was_measured_and_warns_about_another_size(page):
+    rows = synthetic_rows()
+    for r in rows:
+        r["workload"] = {"name": "emberformer", "preset": "cpu", "params": {"d_model": 64}}
+    warning = "examples/config.yaml describes d_model 128 but preset cpu measured d_model 64"
+    shown = render_html(rows, synthetic_study() | {"size_warning": warning})
+    assert "measured: emberformer preset cpu on NVIDIA H100 80GB HBM3" in shown
+    assert f'<p class="size-warning">⚠ {warning}</p>' in shown
+    assert "size-warning" not in page.split("<style>")[0] + page.split("</style>")[1]
 
 
 def test_breakdown_of_the_best_config(page):
@@ -257,6 +302,7 @@ def test_report_renders_in_chromium(tmp_path):
     assert len(re.findall(r'<g class="oom"', dom)) == 2
     assert 'class="pareto-front"' in dom
     assert len(re.findall(r"<tr class=", dom)) == 12
+    assert 'class="measured"' in dom
 
     shot = tmp_path / "report.png"
     _chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,2400", report.as_uri())
@@ -284,3 +330,22 @@ def test_device_memory_is_not_called_a_budget():
     page = render_html(synthetic_rows(), {"name": "s", "headroom": 0.1, "device_total": 16 * GiB})
     assert "device memory 16.00 GiB" in page
     assert "budget 16.00 GiB" not in page and "16.00 GiB budget" not in page
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="headless browser test needs `chromium` on PATH")
+def test_the_baseline_is_on_top_where_another_trial_overlaps_it(tmp_path):
+    """The point the browser hits at the baseline's centre is the baseline, even under another trial's ring."""
+    rows = synthetic_rows()
+    twin = _trial(12, "ok", 16, "fp32", checkpointing="full", throughput=411.0, peak=int(9.12 * GiB))
+    page = render_html(rows + [twin], synthetic_study())  # painted after the baseline in trial order
+    probe = ("<script>const hits={};for(const g of document.querySelectorAll('g.pt.baseline, g.pt[data-trial=\\'12\\']')){"
+             "const r=g.querySelector('.shape').getBoundingClientRect();"
+             "const top=document.elementFromPoint(r.x+r.width/2,r.y+r.height/2).closest('g.pt');"
+             "hits[g.dataset.trial]=top&&top.dataset.trial;}"
+             "document.body.dataset.hits=JSON.stringify(hits);</script></body>")
+    report = tmp_path / "overlap.html"
+    report.write_text(page.replace("</body>", probe))
+    dom = _chromium(tmp_path, "--window-size=1400,2400", "--dump-dom", report.as_uri())
+    hits = re.search(r'data-hits="([^"]+)"', dom).group(1).replace("&quot;", '"')
+    assert '"0":"0"' in hits, hits  # at the baseline's centre, the baseline is what one sees

@@ -1,0 +1,123 @@
+"""What `bench sweep` shows while it runs: one line per trial (duplicates too), why a faster trial is
+not best, the running trial's phase and elapsed time, lines that fit the terminal, whole --help."""
+import io
+import re
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+from rich.spinner import Spinner
+
+from harness import cli, spec as specs, study as studies
+from harness.cli import LiveProgress, RunningTrial, main
+from tests.conftest import write_spec
+
+GiB = 1024**3
+
+
+class Recorder(studies.Progress):
+    def __init__(self):
+        self.events, self.phases = [], set()
+
+    def trial_phase(self, heartbeat):
+        if heartbeat:
+            self.phases.add(heartbeat["phase"])
+
+    def trial_finished(self, number, rec, best):
+        self.events.append(("finished", number))
+
+    def duplicate(self, number, of, config):
+        self.events.append(("duplicate", number, of))
+
+
+def test_a_duplicate_is_reported_and_the_child_phases_reach_the_display(project):
+    spec = specs.load(write_spec(project, search={"batch_size": [4, 8]}))
+    study = studies.create(spec, studies.open_storage(None, project / "results", spec.study), "cpu")
+    study.enqueue_trial({"batch_size": 4})
+    study.enqueue_trial({"batch_size": 4})  # the same config again: reused, not run, but shown
+    progress = Recorder()
+    studies.Sweep(spec, study, "cpu", project / "results", 2, None, progress).run()
+    assert progress.events == [("finished", 0), ("duplicate", 1, 0), ("finished", 2)]
+    assert "measure" in progress.phases  # real heartbeats of the real child, seen while it ran
+
+
+@pytest.fixture
+def terminal(monkeypatch):
+    """The CLI's console as a 60-column terminal, captured."""
+    console = Console(file=io.StringIO(), force_terminal=True, width=60, color_system=None)
+    monkeypatch.setattr(cli, "out", console)
+    return console
+
+
+def row(number, speed, peak_gib, cv=0.001, status="ok"):
+    return {"number": number, "status": status, "throughput": speed, "peak_memory": int(peak_gib * GiB),
+            "config": {"batch_size": 8}, "timing": {"step_s": {"cv": cv}, "trial_wall_s": 3.0}, "error": None}
+
+
+def progress_for(project, **overrides):
+    return LiveProgress(specs.load(write_spec(project, **overrides)))
+
+
+def test_a_faster_trial_that_lost_on_the_tie_rule_says_so(project, terminal):
+    progress = progress_for(project)
+    progress.text = "[2/3] #1 batch_size=8"
+    progress.trial_finished(1, row(1, 103.0, 2.0, cv=0.02), row(0, 100.0, 1.0, cv=0.02))
+    text = " ".join(terminal.file.getvalue().split())
+    assert "best so far: #0 100.0 samples/s" in text
+    assert "#1 is 2.9% faster, within the measured noise (±4.0%): a tie goes to the config with more headroom" in text
+
+
+def test_a_faster_trial_over_the_headroom_says_so(project, terminal):
+    progress = progress_for(project, memory={"budget": "4GiB", "headroom": 0.1})
+    progress.text = "[2/3] #1 batch_size=8"
+    progress.trial_finished(1, row(1, 300.0, 3.9), row(0, 100.0, 1.0))
+    text = " ".join(terminal.file.getvalue().split())
+    assert "#1 is faster but its peak 3.90 GiB leaves less than the 10% headroom of 4.00 GiB" in text
+
+
+def test_no_hint_when_the_trial_is_slower_or_best(project, terminal):
+    progress = progress_for(project)
+    progress.text = "x"
+    progress.trial_finished(1, row(1, 90.0, 2.0), row(0, 100.0, 1.0))
+    progress.trial_finished(0, row(0, 100.0, 1.0), row(0, 100.0, 1.0))
+    assert "faster" not in terminal.file.getvalue()
+
+
+def test_lines_fit_the_terminal_and_wrap_at_words(project, terminal):
+    progress = progress_for(project)
+    config = {f"knob_{i}": f"value_{i}" for i in range(12)}
+    progress.trial_started(7, 6, 12, config, baseline=True)
+    progress.trial_finished(7, {**row(7, 100.0, 1.0), "config": config}, row(7, 100.0, 1.0))
+    progress.duplicate(8, 7, config)
+    printed = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.file.getvalue())  # the spinner's cursor moves
+    lines = [line for line in printed.splitlines() if line.strip()]
+    assert max(map(len, lines)) <= 60
+    words = set(printed.split())
+    assert {f"knob_{i}=value_{i}" for i in range(12)} <= words  # wrapped between words, none cut
+    assert "[dup] #8 repeats #7, not run again" in " ".join(printed.split())
+
+
+@pytest.mark.parametrize("beat, compiles, phase", [
+    (None, False, "starting"),
+    ({"phase": "start", "step": 0}, False, "build"),
+    ({"phase": "first_step", "step": 0}, True, "compile (first step)"),
+    ({"phase": "first_step", "step": 0}, False, "first step"),
+    ({"phase": "warmup", "step": 2}, False, "warm-up step 2"),
+    ({"phase": "measure", "step": 40}, True, "measure step 40"),
+])
+def test_the_spinner_shows_phase_and_elapsed_time_in_one_line(beat, compiles, phase):
+    running = RunningTrial("trial 3/12 (#4): " + "batch_size=64 " * 10, compiles)
+    running.heartbeat = beat
+    console = Console(file=io.StringIO(), width=50, color_system=None)
+    console.print(Spinner("dots", running))  # what `out.status(...)` draws on every refresh
+    shown = console.file.getvalue().splitlines()
+    assert len(shown) == 1 and len(shown[0]) <= 50
+    assert shown[0][2:].startswith(f"0s {phase} · trial 3/12") and shown[0].endswith("…")
+
+
+def test_help_shows_whole_command_descriptions():
+    shown = CliRunner().invoke(main, ["--help"], terminal_width=80).output.split("Commands:")[1]
+    assert "..." not in shown
+    flat = " ".join(shown.split())
+    for command in main.commands.values():
+        assert " ".join(command.help.split("\n\n")[0].split()) in flat
