@@ -150,7 +150,7 @@ def run_sweep(spec, device, total, deadline, storage_url, results) -> None:
     studies.enqueue_baseline(study, spec, base)
     studies.enqueue_grid(study, spec)
     where = studies.redact(storage_url) if storage_url else str(studies.study_dir(results, spec.study))
-    out.print(f"[bold]bench sweep[/bold] {spec.study}: {spec.workload.get('name') or spec.workload.get('factory')} "
+    out.print(f"[bold]bench sweep[/bold] {spec.study}: {specs.workload_label(spec.workload)} "
               f"on {device}, {spec.space_size()} configs in the space, up to {total} trials → {where}")
     if spec.memory_budget:
         out.print(f"memory budget {gib(spec.memory_budget)}, headroom {spec.headroom:.0%}")
