@@ -325,6 +325,8 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     out.print(f"trial {row['number']}: {report.describe(row['config'])}  "
               f"{row['throughput']:.1f} samples/s, peak {gib(row['peak_memory'])}", highlight=False)
     click.echo(plan.diff or "(no change: the config already has these values)")
+    for warning in plan.warnings:
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
     if plan.unmapped:
         out.print(f"not written (no key for them in apply.keys): {', '.join(plan.unmapped)}")
     if dry_run:

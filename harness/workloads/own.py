@@ -84,7 +84,9 @@ def first_item(items):
 
 def find_blocks(model) -> tuple[tuple, dict]:
     """The repeated blocks to checkpoint: the class with the most same-class children of one
-    nn.ModuleList / nn.Sequential (ties: the larger block). Returns (classes, what was chosen)."""
+    nn.ModuleList / nn.Sequential (ties: the larger block). Blocks built of layers come before bare
+    layers (a Sequential of Conv2d), which are only chosen when nothing else repeats.
+    Returns (classes, what was chosen)."""
     best = None
     for name, container in model.named_modules():
         if not isinstance(container, (torch.nn.ModuleList, torch.nn.Sequential)):
@@ -93,12 +95,13 @@ def find_blocks(model) -> tuple[tuple, dict]:
         for cls, n in counts.items():
             if n < 2:
                 continue
-            size = sum(p.numel() for c in container.children() if type(c) is cls for p in c.parameters())
-            if best is None or (n, size) > best[:2]:
-                best = (n, size, cls, name)
+            same = [c for c in container.children() if type(c) is cls]
+            rank = (any(True for _ in same[0].children()), n, sum(p.numel() for c in same for p in c.parameters()))
+            if best is None or rank > best[0]:
+                best = (rank, cls, name)
     if best is None:
         return (), {"blocks": None, "blocks_reason": "no nn.ModuleList/Sequential holds two blocks of one class"}
-    cls, name = best[2], best[3]
+    cls, name = best[1], best[2]
     return (cls,), {"blocks": f"{cls.__module__}.{cls.__qualname__}",
                     "blocks_count": sum(isinstance(m, cls) for m in model.modules()),
                     "blocks_found_in": name or "(the model itself)"}
