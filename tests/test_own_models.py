@@ -138,7 +138,9 @@ def test_lightning_module_tunes_through_its_own_training_step_and_optimizer(tmp_
     rows = json.loads(run("report", "--format", "json").output)
     assert {r["status"] for r in rows} == {"ok"}, [r.get("error") for r in rows]
     full = [r for r in rows if r["config"]["checkpointing"] == "full"]
-    assert sorted(r["config"]["layers"] for r in full) == [2, 3]
+    baseline = next(r for r in rows if r["baseline"])
+    assert baseline["config"]["layers"] == 4 and baseline["config"]["batch_size"] == 32  # read from config.yaml
+    assert len(full) == 3 and {r["config"]["layers"] for r in full} > {4}
     for r in full:
         assert r["adapter"]["blocks"] == "litmodel.Block" and r["adapter"]["blocks_found_in"] == "blocks"
         assert r["adapter"]["blocks_count"] == r["config"]["layers"] == r["workload"]["params"]["layers"]
