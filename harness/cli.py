@@ -246,11 +246,12 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
 @click.argument("study_name", metavar="[STUDY]", required=False)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "html"]), default="table", show_default=True)
 @click.option("--out", "out_path", type=click.Path(path_type=Path), help="Write to this file instead of stdout.")
+@click.option("--wide", is_flag=True, help="Table: every column, however wide (default: fit the terminal).")
 @scenario_option
 @storage_option
 @results_option
 @user_errors
-def report_cmd(study_name, fmt, out_path, scenario, storage, results):
+def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
     """Show what a study measured (default: the most recent one)."""
     name = pick_study(study_name, scenario, results, storage)
     study = studies.load(studies.existing_storage(storage, results, name), name)
@@ -259,7 +260,9 @@ def report_cmd(study_name, fmt, out_path, scenario, storage, results):
     if fmt == "table":
         if out_path:
             raise UserError("--out takes csv, json or html output; add --format")
-        out.print(report.table(rows, choice, info))
+        # COLUMNS or the terminal, read now (80 when piped); the summary wraps at word boundaries
+        console = Console(soft_wrap=True, width=1 << 16) if wide else Console()
+        console.print(report.table(rows, choice, info, None if wide else console.width))
         return
     if fmt == "html":
         from harness import report_html
