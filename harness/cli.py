@@ -262,7 +262,7 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
             raise UserError("--out takes csv, json or html output; add --format")
         # COLUMNS or the terminal, read now (80 when piped); the summary wraps at word boundaries
         console = Console(soft_wrap=True, width=1 << 16) if wide else Console()
-        console.print(report.table(rows, choice, info, None if wide else console.width))
+        console.print(report.table(rows, choice, info, None if wide else console.width), crop=False)
         return
     if fmt == "html":
         from harness import report_html

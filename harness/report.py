@@ -105,7 +105,19 @@ def table(rows: list[dict], choice: pareto.Choice, info: dict, width: int | None
         cells = [Text(str(c.cells[i]), style=STATUS_STYLE.get(str(c.cells[i]), "")) if c.header == "status"
                  else str(c.cells[i]) for c in columns]
         t.add_row(*cells, style="bold" if r.get("best") else None)
-    return Group(t, Text("\n".join(notes + [legend()])), summary(rows, choice, info))
+    return Group(Whole(t, sum(c.width() + 3 for c in columns) + 4), Text("\n".join(notes + [legend()])),
+                 summary(rows, choice, info))
+
+
+class Whole:
+    """A table rendered at least as wide as its cells: when the terminal is narrower than even the
+    trimmed table, its lines run long (print with crop=False) rather than rich cutting a number."""
+
+    def __init__(self, table: Table, width: int):
+        self.table, self.width = table, width
+
+    def __rich_console__(self, console, options):
+        yield from console.render(self.table, options.update(max_width=max(options.max_width, self.width)))
 
 
 def columns_for(rows: list[dict], cap: float | None) -> list[Column]:
