@@ -84,7 +84,8 @@ class Spec:
     """Study name: the spec's `study:` (default: file stem), suffixed with `-<scenario>`."""
     scenario: str | None
     workload: dict
-    """{name, preset, params} for a built-in workload, or {factory, params} for the user's own."""
+    """{name, preset, params} for a built-in workload; for the user's own {factory|model+loss+batch|
+    lightning|hf, path, params} (see harness.spec_own)."""
     search: dict[str, Dimension]
     fixed: dict
     """Knobs the spec pins to one value."""

@@ -160,12 +160,15 @@ def test_lightning_optimizer_knob_is_refused_not_ignored(tmp_path, monkeypatch):
 def test_transformers_model_tunes_from_a_local_config_with_its_own_checkpointing(tmp_path, monkeypatch):
     pytest.importorskip("transformers")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    copy_example("hf", tmp_path, monkeypatch, trials=3, sampler="grid",  # the baseline + 2
-                 search={"batch_size": [4], "checkpointing": ["none", "full"]})
+    copy_example("hf", tmp_path, monkeypatch, trials=3, sampler="grid",  # the baseline (batch 8, none) is one
+                 search={"batch_size": [8], "checkpointing": ["none", "full", "selective"]})
     result = run("sweep", "sweep.yaml", "--device", "cpu")
     assert result.exit_code == 0, result.output
     rows = json.loads(run("report", "--format", "json").output)
     assert {r["status"] for r in rows} == {"ok"}, [r.get("error") for r in rows]
     full = next(r for r in rows if r["config"]["checkpointing"] == "full")
     assert full["adapter"]["checkpointing"] == "gradient_checkpointing_enable(): True"
+    selective = next(r for r in rows if r["config"]["checkpointing"] == "selective")
+    assert selective["adapter"]["checkpointing"] == "bench wraps every other block"
+    assert selective["adapter"]["blocks"].endswith("LlamaDecoderLayer")
     assert all(r["tokens_per_s"]["median"] == pytest.approx(64 * r["throughput"]) for r in rows)
