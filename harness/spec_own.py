@@ -7,7 +7,7 @@ Forms (exactly one per spec, besides the built-in `name:`):
     hf: {config: path, task: causal-lm}               a transformers model from a local config
 
 Params may come from the apply target (the user's own config) so nothing is written twice:
-`params_from: model` takes a whole section (its `init_args` when it is LightingCLI-style
+`params_from: model` takes a whole section (its `init_args` when it is LightningCLI-style
 `class_path` + `init_args`), `params: {width: {from: model.width}}` one key. A searched param read
 this way is written back to the key it came from, without an `apply.keys` entry.
 Parent side: never imports torch or the user's code.
