@@ -190,7 +190,7 @@ def run_sweep(spec, device, total, deadline, storage_url, results) -> None:
         studies.enqueue_baseline(study, spec, base)
     studies.enqueue_grid(study, spec)
     where = studies.redact(storage_url) if storage_url else str(studies.study_dir(results, spec.study))
-    out.print(f"[bold]bench sweep[/bold] {spec.study}: {spec.workload.get('name') or spec.workload.get('factory')} "
+    out.print(f"[bold]bench sweep[/bold] {spec.study}: {specs.workload_label(spec.workload)} "
               f"on {device}, {spec.space_size()} configs in the space, up to {total} trials → {where}")
     if os.environ.get(QUICK_ENV):
         out.print(f"{QUICK_ENV} is set: a quick smoke run (tiny preset, short measurements), not numbers to act on")
@@ -359,11 +359,12 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
 @click.argument("study_name", metavar="[STUDY]", required=False)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "html"]), default="table", show_default=True)
 @click.option("--out", "out_path", type=click.Path(path_type=Path), help="Write to this file instead of stdout.")
+@click.option("--wide", is_flag=True, help="Table: every column, however wide (default: fit the terminal).")
 @scenario_option
 @storage_option
 @results_option
 @user_errors
-def report_cmd(study_name, fmt, out_path, scenario, storage, results):
+def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
     """Show what a study measured (default: the most recent one)."""
     name = pick_study(study_name, scenario, results, storage)
     study = studies.load(studies.existing_storage(storage, results, name), name)
@@ -372,7 +373,9 @@ def report_cmd(study_name, fmt, out_path, scenario, storage, results):
     if fmt == "table":
         if out_path:
             raise UserError("--out takes csv, json or html output; add --format")
-        out.print(report.table(rows, choice, info))
+        # COLUMNS or the terminal, read now (80 when piped); the summary wraps at word boundaries
+        console = Console(soft_wrap=True, width=1 << 16) if wide else Console()
+        console.print(report.table(rows, choice, info, None if wide else console.width), crop=False)
         return
     if fmt == "html":
         from harness import report_html
@@ -446,6 +449,8 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
         out.print(f"nothing to change: {plan.path} already holds these values; nothing written")
         return
     click.echo(plan.diff)
+    for warning in plan.warnings:
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
     if plan.unmapped:
         out.print(f"not written (no key for them in apply.keys): {', '.join(plan.unmapped)}")
     if dry_run:

@@ -12,7 +12,8 @@ status and stores it whole in the study. Keys every record has:
     memory        every memory reading the trial took (see harness.measure)
     env           where it ran: device, driver, CUDA, torch, Python, OS, host, bench version
 
-Optional: tokens_per_s, flops, loss, error ({type, message, log_tail}), workload.
+Optional: tokens_per_s, flops, loss, error ({type, message, log_tail}), workload, adapter (what bench
+chose when adapting a model brought as it is, e.g. the checkpointed blocks).
 """
 from __future__ import annotations
 

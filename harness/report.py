@@ -8,7 +8,9 @@ import csv
 import io
 import json
 from collections import Counter
+from dataclasses import dataclass
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -17,7 +19,7 @@ from harness import pareto
 from harness.units import gib, size
 
 JSON_KEYS = ("number", "status", "config", "throughput", "peak_memory", "pareto", "best", "baseline", "tier",
-             "samples_per_s", "tokens_per_s", "memory", "timing", "flops", "loss", "env", "error", "workload", "log")
+             "samples_per_s", "tokens_per_s", "memory", "timing", "flops", "loss", "env", "error", "workload", "adapter", "log")
 MAIN_KNOBS = ("batch_size", "accumulation", "precision", "checkpointing", "compile")
 
 
@@ -69,37 +71,106 @@ def knob_columns(rows: list[dict]) -> list[str]:
     return [k for k in MAIN_KNOBS if k in seen] + [k for k in seen if k not in MAIN_KNOBS]
 
 
-def table(rows: list[dict], choice: pareto.Choice, info: dict) -> Group:
-    knobs = knob_columns(rows)
-    t = Table(title=f"study {info.get('name')}: throughput vs peak memory", title_justify="left")
-    t.add_column("#", justify="right")
-    t.add_column("", no_wrap=True)
-    for k in knobs:
-        t.add_column(k.replace("_", " "), justify="right" if k in ("batch_size", "accumulation") else "left")
-    t.add_column("status")
-    objective = info.get("objective", "samples")
-    t.add_column(f"{objective}/s", justify="right")
-    t.add_column("± cv", justify="right")
-    t.add_column("peak", justify="right")
-    t.add_column("% mem", justify="right")
-    for r in sorted(rows, key=lambda r: r["number"]):
-        t.add_row(*row_cells(r, knobs, choice.capacity, objective), style="bold" if r.get("best") else None)
-    return Group(t, Text(legend()), summary(rows, choice, info))
+# Narrow terminals: short headers and values for the knob columns, never for a number.
+SHORT_HEADER = {"batch_size": "batch", "accumulation": "acc", "precision": "prec", "checkpointing": "ckpt",
+                "num_workers": "workers", "optimizer": "opt"}
+SHORT_VALUE = {"bf16-mixed": "bf16m", "fp16-mixed": "fp16m", "bf16-true": "bf16t", "reduce-overhead": "r-o",
+               "max-autotune": "max-at", "max-autotune-no-cudagraphs": "max-at-ncg", "default": "dflt"}
 
 
-def row_cells(r: dict, knobs: list[str], cap: float | None, objective: str = "samples") -> list:
-    marks = ("★" if r.get("best") else "") + ("◆" if r.get("pareto") else "") + ("B" if r.get("baseline") else "")
-    step = (r.get("timing") or {}).get("step_s") or {}
-    peak = r.get("peak_memory") if r["status"] in ("ok", "diverged") else None
-    return [str(r["number"]), marks, *[str((r.get("config") or {}).get(k, "")) for k in knobs],
-            Text(r["status"], style=STATUS_STYLE.get(r["status"], "")),
-            f"{pareto.speed(r, objective):.1f}" if pareto.speed(r, objective) else "-",
-            f"{100 * step['cv']:.1f}%" if step.get("cv") is not None and r.get("throughput") else "-",
-            gib(peak), f"{100 * peak / cap:.0f}%" if peak is not None and cap else "-"]
+@dataclass
+class Column:
+    header: str
+    cells: list
+    number: bool = False
+    knob: str | None = None
+
+    def width(self) -> int:
+        return max([len(self.header)] + [len(str(c)) for c in self.cells])
+
+
+def table(rows: list[dict], choice: pareto.Choice, info: dict, width: int | None = None) -> Group:
+    """The trials as a table that fits `width` columns (None: everything, `--wide`). To fit, knob
+    headers and values are abbreviated, knobs that are the same in every trial move to a line under
+    the table, then `% mem`, then the workload's own knobs go; a number is never cut."""
+    rows = sorted(rows, key=lambda r: r["number"])
+    columns, notes = fit(columns_for(rows, choice.capacity), rows, width)
+    narrow = width is not None
+    t = Table(title=f"study {info.get('name')}: throughput vs peak memory", title_justify="left",
+              box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
+    for c in columns:
+        t.add_column(c.header, justify="right" if c.number or c.knob in ("batch_size", "accumulation") else "left",
+                     no_wrap=True, min_width=c.width())
+    for i, r in enumerate(rows):
+        cells = [Text(str(c.cells[i]), style=STATUS_STYLE.get(str(c.cells[i]), "")) if c.header == "status"
+                 else str(c.cells[i]) for c in columns]
+        t.add_row(*cells, style="bold" if r.get("best") else None)
+    return Group(Whole(t, sum(c.width() + 3 for c in columns) + 4), Text("\n".join(notes + [legend()])),
+                 summary(rows, choice, info))
+
+
+class Whole:
+    """A table rendered at least as wide as its cells: when the terminal is narrower than even the
+    trimmed table, its lines run long (print with crop=False) rather than rich cutting a number."""
+
+    def __init__(self, table: Table, width: int):
+        self.table, self.width = table, width
+
+    def __rich_console__(self, console, options):
+        yield from console.render(self.table, options.update(max_width=max(options.max_width, self.width)))
+
+
+def columns_for(rows: list[dict], cap: float | None) -> list[Column]:
+    peaks = [r.get("peak_memory") if r["status"] in ("ok", "diverged") else None for r in rows]
+    in_gib = any(p is not None and p >= 1024**3 for p in peaks)
+    unit, scale = ("GiB", 1024**3) if in_gib else ("MiB", 1024**2)
+    steps = [(r.get("timing") or {}).get("step_s") or {} for r in rows]
+    return [
+        Column("#", [r["number"] for r in rows], number=True),
+        Column("", [("★" if r.get("best") else "") + ("◆" if r.get("pareto") else "") + ("B" if r.get("baseline") else "")
+                    for r in rows]),
+        *[Column(k.replace("_", " "), [(r.get("config") or {}).get(k, "") for r in rows], knob=k)
+          for k in knob_columns(rows)],
+        Column("status", [r["status"] for r in rows]),
+        Column("samples/s", [f"{r['throughput']:.1f}" if r.get("throughput") else "-" for r in rows], number=True),
+        Column("± cv", [f"{100 * s['cv']:.1f}%" if s.get("cv") is not None and r.get("throughput") else "-"
+                        for r, s in zip(rows, steps)], number=True),
+        Column(f"peak {unit}", [f"{p / scale:.2f}" if in_gib else f"{p / scale:.1f}" if p is not None else "-"
+                                for p in peaks], number=True),
+        Column("% mem", [f"{100 * p / cap:.0f}%" if p is not None and cap else "-" for p in peaks], number=True),
+    ]
+
+
+def fit(columns: list[Column], rows: list[dict], width: int | None) -> tuple[list[Column], list[str]]:
+    """Columns (and notes for what moved out of them) that fit `width`; every number stays whole."""
+    notes: list[str] = []
+    if width is None:
+        return columns, notes
+
+    def fits():
+        return sum(c.width() + 2 for c in columns) + 2 <= width
+
+    for c in columns:  # 1. short knob headers and values
+        if c.knob and not fits():
+            c.header = SHORT_HEADER.get(c.knob, c.header)
+            c.cells = [SHORT_VALUE.get(v, v) if isinstance(v, str) else v for v in c.cells]
+    if not fits():  # 2. a knob with one value in every trial is a line, not a column
+        same = [c for c in columns if c.knob and len({repr(v) for v in c.cells}) == 1 and rows]
+        if same:
+            notes.append("same in every trial: " + ", ".join(f"{c.knob}={c.cells[0]}" for c in same))
+            columns = [c for c in columns if c not in same]
+    for drop in ("% mem", "own knobs"):  # 3. the least needed columns
+        if fits():
+            break
+        gone = [c for c in columns if c.header == drop or (drop == "own knobs" and c.knob and c.knob not in MAIN_KNOBS)]
+        columns = [c for c in columns if c not in gone]
+        if gone and drop == "own knobs":
+            notes.append(f"not shown ({width} columns; --wide shows them): " + ", ".join(c.knob for c in gone))
+    return columns, notes
 
 
 def legend() -> str:
-    return "★ best   ◆ Pareto front   B baseline (your current config)   peak in GiB = 1024³ bytes"
+    return "★ best   ◆ Pareto front   B baseline (your current config)   GiB = 1024³ bytes, MiB = 1024² bytes"
 
 
 def summary(rows: list[dict], choice: pareto.Choice, info: dict) -> Text:

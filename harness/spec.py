@@ -20,6 +20,7 @@ import yaml
 
 from harness import apply
 from harness.errors import UserError
+from harness.spec_own import FORMS, own_form
 from harness.units import parse_duration, parse_size
 from harness.workloads import KNOB_CHOICES, UNIVERSAL_KNOBS, WORKLOADS, resolve_preset
 
@@ -41,7 +42,8 @@ _POSITIVE_INTS = ("batch_size", "accumulation")
 TOP_KEYS = ("study", "workload", "search", "objective", "trials", "timeout", "trial", "memory", "sampler", "seed",
             "apply", "scenarios")
 OBJECTIVES = ("samples", "tokens")
-WORKLOAD_KEYS = ("name", "factory", "path", "preset", "params")
+WORKLOAD_KEYS = ("name", "factory", "model", "loss", "batch", "lightning", "hf", "path", "preset", "params",
+                 "params_from")
 TRIAL_KEYS = ("timeout", "stall", "warmup_steps", "window", "min_windows", "max_windows", "target_cv",
               "max_seconds", "loss_tolerance")
 MEMORY_KEYS = ("budget", "headroom")
@@ -87,7 +89,8 @@ class Spec:
     """Study name: the spec's `study:` (default: file stem), suffixed with `-<scenario>`."""
     scenario: str | None
     workload: dict
-    """{name, preset, params} for a built-in workload, or {factory, params} for the user's own."""
+    """{name, preset, params} for a built-in workload; for the user's own {factory|model+loss+batch|
+    lightning|hf, path, params} (see harness.spec_own)."""
     search: dict[str, Dimension]
     fixed: dict
     """Knobs the spec pins to one value."""
@@ -152,7 +155,9 @@ class Spec:
             params.update(info.presets[preset])
         params.update(self.workload.get("params") or {})
         params.update({k: v for k, v in config.items() if k not in UNIVERSAL_KNOBS})
-        section = {k: v for k, v in self.workload.items() if k in ("name", "factory", "path")}
+        section = {k: v for k, v in self.workload.items() if k not in ("params", "preset", "origins")}
+        if "strict" in section:  # searched params are the user's too: none may go unused
+            section["strict"] = list(dict.fromkeys([*section["strict"], *(k for k in config if k not in UNIVERSAL_KNOBS)]))
         if "name" in self.workload:
             section["preset"] = preset
         return {**section, "params": params}
@@ -218,7 +223,7 @@ def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec
     study = raw.get("study", path.stem)
     if not isinstance(study, str) or not study.strip() or "/" in study:
         raise UserError(f"{where}: study must be a name without '/', got {study!r}")
-    workload = parse_workload(raw.get("workload"), where, path.parent)
+    workload = parse_workload(raw.get("workload"), where, path.parent, raw.get("apply"))
     search, fixed, effective = parse_search(raw.get("search"), workload, where)
     trial = as_mapping(raw.get("trial", {}), f"{where}: trial")
     check_keys(trial, TRIAL_KEYS, f"{where}: trial")
@@ -245,19 +250,31 @@ def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec
         memory_budget=parse_size(memory["budget"], f"{where}: memory.budget") if memory.get("budget") else None,
         headroom=float(headroom), sampler=sampler,
         seed=int_value(raw.get("seed", 0), f"{where}: seed"),
-        apply=apply.parse_apply_section(raw["apply"], path.parent, where, known_knobs=supported_knobs(workload))
+        apply=apply.parse_apply_section(with_origin_keys(raw["apply"], workload, {**search, **fixed}), path.parent, where,
+                                        known_knobs=supported_knobs(workload))
         if raw.get("apply") else None,
         scenarios=scenarios, objective=objective,
     )
 
 
-def parse_workload(raw, where: str, base_dir: Path) -> dict:
+def parse_workload(raw, where: str, base_dir: Path, raw_apply=None) -> dict:
     wl = as_mapping(raw, f"{where}: workload")
     check_keys(wl, WORKLOAD_KEYS, f"{where}: workload")
-    if ("name" in wl) == ("factory" in wl):
-        raise UserError(f"{where}: workload needs exactly one of `name` (built-in: {', '.join(WORKLOADS)}) "
-                        "or `factory` (\"package.module:function\")")
+    if sum(form in wl for form in FORMS) != 1:
+        raise UserError(f"{where}: workload needs exactly one of `name` (built-in: {', '.join(WORKLOADS)}), "
+                        "`factory` (\"package.module:function\"), `model` (+ `loss`, `batch`), `lightning` or `hf`; "
+                        "see README, \"Bring your own model\"")
     params = as_mapping(wl.get("params") or {}, f"{where}: workload.params")
+    if any(form in wl for form in ("model", "lightning", "hf")):
+        paths = import_paths(wl.get("path", []), base_dir, where)
+
+        def check_ref(ref, at):
+            check_factory(ref, paths, where, at)
+            return ref
+        return {**own_form(wl, where, base_dir, raw_apply, check_ref), "path": paths}
+    if "params_from" in wl or any(isinstance(v, dict) and set(v) == {"from"} for v in params.values()):
+        raise UserError(f"{where}: workload.params_from and `from:` params work with the model, lightning and hf "
+                        "forms; a factory or built-in workload takes plain params")
     if "factory" in wl:
         paths = import_paths(wl.get("path", []), base_dir, where)
         check_factory(wl["factory"], paths, where)
@@ -288,10 +305,10 @@ def import_paths(raw, base_dir: Path, where: str) -> list[str]:
     return out
 
 
-def check_factory(factory, paths: list[str], where: str) -> None:
+def check_factory(factory, paths: list[str], where: str, at: str = "workload.factory") -> None:
     """The factory's module must exist; it is imported (user code runs) only in the trial child."""
     if not isinstance(factory, str) or factory.count(":") != 1 or not all(factory.split(":")):
-        raise UserError(f"{where}: workload.factory must look like \"package.module:function\", got {factory!r}")
+        raise UserError(f"{where}: {at} must look like \"package.module:function\", got {factory!r}")
     module = factory.split(":")[0].partition(".")[0]  # finding a submodule imports its package: user code
     saved = list(sys.path)
     sys.path[:0] = paths
@@ -302,8 +319,28 @@ def check_factory(factory, paths: list[str], where: str) -> None:
     finally:
         sys.path[:] = saved
     if found is None:
-        raise UserError(f"{where}: workload.factory: cannot find module {module!r}; "
+        raise UserError(f"{where}: {at}: cannot find module {module!r}; "
                         "install your package or add its folder to PYTHONPATH")
+
+
+def workload_label(workload: dict) -> str:
+    """How messages name the workload: the built-in's name, else the user's factory or class."""
+    for key in ("name", "factory", "model"):
+        if workload.get(key):
+            return workload[key]
+    if workload.get("lightning"):
+        return workload["lightning"]["model"]
+    return f"hf {Path(workload['hf']['config']).name}"
+
+
+def with_origin_keys(raw_apply, workload: dict, search: dict) -> dict:
+    """A searched param read from the apply target is written back where it was read."""
+    origins = workload.get("origins") or {}
+    searched = {k: v for k, v in origins.items() if k in search}
+    if not searched or not isinstance(raw_apply, dict):
+        return raw_apply
+    keys = raw_apply.get("keys") if isinstance(raw_apply.get("keys"), dict) else {}
+    return {**raw_apply, "keys": {**searched, **keys}}
 
 
 def supported_knobs(workload: dict) -> frozenset:
@@ -321,7 +358,7 @@ def parse_search(raw, workload: dict, where: str):
     for name, value in search.items():
         at = f"{where}: search.{name}"
         if name not in allowed:
-            label = workload.get("name") or workload["factory"]
+            label = workload_label(workload)
             raise UserError(f"{at}: {label} has no knob {name!r}{did_you_mean(name, allowed)}; "
                             f"its knobs: {', '.join(sorted(allowed))}")
         if name == "accumulation" and isinstance(value, dict) and "effective_batch" in value:

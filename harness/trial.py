@@ -105,8 +105,8 @@ class Trial:
         elif budget:
             measure.limit_cpu_memory(budget)
         torch.manual_seed(self.job.get("seed", 0))
-        if self.job["workload"].get("factory"):
-            import_factory(self.job["workload"]["factory"])
+        for ref in workloads.user_refs(self.job["workload"]):
+            import_factory(ref)
         t0 = time.perf_counter()
         self.wl = workloads.build(self.job["workload"])
         self.timing["build_s"] = time.perf_counter() - t0
@@ -114,7 +114,10 @@ class Trial:
         self.flops_per_micro, self.flops_error = self.count_flops()
 
     def check_knobs(self) -> None:
-        if self.config.get("checkpointing", "none") != "none" and not self.wl.blocks:
+        if self.wl.optimizer and self.config.get("optimizer", "default") != "default":
+            raise UserFacingError("the optimizer knob picks AdamW's kernels; this workload brings its own "
+                                  "optimizer (configure_optimizers): search optimizer: default only")
+        if self.config.get("checkpointing", "none") != "none" and not (self.wl.blocks or self.wl.checkpoint):
             raise UserFacingError("checkpointing needs the workload to name its repeated blocks (Workload.blocks); "
                                   "set checkpointing: none or add blocks to the factory")
 
@@ -143,14 +146,17 @@ class Trial:
         knobs.set_numerics(self.precision, self.config.get("cudnn_benchmark", False))
         model = knobs.place(wl.model, self.device, self.precision)
         self.memory["weights"] = measure.tensor_bytes(list(model.parameters()) + list(model.buffers()))
-        self.eager = knobs.apply_checkpointing(model, wl.blocks, self.config.get("checkpointing", "none"))
+        mode = self.config.get("checkpointing", "none")
+        self.eager = (wl.checkpoint(model, mode) if wl.checkpoint and mode != "none"
+                      else knobs.apply_checkpointing(model, wl.blocks, mode))
         self.model = knobs.apply_compile(self.eager, self.config.get("compile", "off"))
         params = wl.trainable(model) if wl.trainable else [p for p in model.parameters() if p.requires_grad]
         self.params = params
         self.cuda_graphs = knobs.uses_cuda_graphs(self.config.get("compile", "off"), self.device)
         if self.cuda_graphs:
             knobs.own_gradients(params)
-        self.opt = knobs.optimizer(params, wl.lr, self.config.get("optimizer", "default"), self.device)
+        self.opt = (wl.optimizer(model) if wl.optimizer
+                    else knobs.optimizer(params, wl.lr, self.config.get("optimizer", "default"), self.device))
         self.scaler = knobs.grad_scaler(self.precision, self.device)
         self.autocast = knobs.autocast(self.precision, self.device)
         self.loader = knobs.loader(wl.dataset, self.config, wl.collate, self.device)
@@ -309,6 +315,7 @@ class Trial:
             "tokens_per_s": {k: v * tokens for k, v in samples.items()} if tokens else None,
             "peak_memory": peak, "memory": self.memory, "timing": self.timing, "cuda_graphs": self.graphs_used(),
             "flops": self.flops(step["median"], env), "env": env, "workload": self.job["workload"],
+            "adapter": self.wl.about or None,
             "loss": {"reference": reference, "first": losses[0] if losses else None,
                      "last": losses[-1] if losses else None, "finite": all(map(math.isfinite, losses)),
                      "steps": len(losses)},

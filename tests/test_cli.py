@@ -232,3 +232,58 @@ def test_no_size_warning_when_the_target_matches_what_was_measured(project):
     assert bench("sweep", spec, "--device", "cpu").exit_code == 0
     dry = bench("apply", "best", "--dry-run")
     assert dry.exit_code == 0 and "warning" not in dry.stderr, dry.output
+
+
+def table_lines(output: str, rows: list[dict]) -> dict[int, str]:
+    """Each trial's line of the terminal table, by trial number."""
+    lines = {}
+    for line in output.splitlines():
+        first = line.split()[0] if line.split() else ""
+        if first.isdigit() and int(first) in {r["number"] for r in rows} and int(first) not in lines:
+            lines[int(first)] = line
+    return lines
+
+
+@pytest.mark.parametrize("columns", ["80", None])  # an 80-column terminal; piped (CliRunner is not a tty)
+def test_report_fits_the_terminal_and_never_cuts_a_number(swept, monkeypatch, columns):
+    folder, _, _ = swept
+    if columns:
+        monkeypatch.setenv("COLUMNS", columns)
+    else:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    table = in_folder(folder, "report")
+    rows = json.loads(in_folder(folder, "report", "--format", "json").output)
+    assert table.exit_code == 0 and "…" not in table.output
+    assert max(len(line) for line in table.output.splitlines()) <= 80
+    lines = table_lines(table.output, rows)
+    for r in rows:
+        cells = lines[r["number"]].split()
+        assert str(r["config"]["batch_size"]) in cells and f"{r['throughput']:.1f}" in cells
+        assert f"{r['peak_memory'] / 1024**2:.1f}" in cells  # peaks under 1 GiB are shown in MiB
+    wide = in_folder(folder, "report", "--wide")
+    assert "checkpointing" in wide.output and "% mem" in wide.output
+
+
+def test_narrow_table_abbreviates_and_drops_columns_but_keeps_every_number():
+    import io
+    from rich.console import Console
+    from harness import pareto, report
+    rows = [{"number": n, "status": "ok", "throughput": 123456.7 + n, "peak_memory": (70 + n) * 1024**3,
+             "config": {"batch_size": 1024 * (n + 1), "accumulation": 16, "precision": "bf16-mixed",
+                        "checkpointing": "selective", "compile": "max-autotune-no-cudagraphs", "num_workers": 8,
+                        "seq_len": 4096 * (n + 1), "optimizer": "fused"},
+             "timing": {"step_s": {"median": 0.1, "cv": 0.0123}}} for n in range(3)]
+    choice = pareto.choose(rows, 80 * 1024**3, 0.1, "samples")
+    for width in (40, 60, 80):  # 80 fits; narrower runs long rather than lose a number
+        buf = io.StringIO()
+        Console(file=buf, width=width).print(report.table(rows, choice, {"name": "x"}, width), crop=False)
+        text = buf.getvalue()
+        lines = table_lines(text, rows)
+        assert "…" not in text and (width < 80 or all(len(line) <= width for line in lines.values()))
+        for r in rows:
+            assert str(r["config"]["batch_size"]) in lines[r["number"]].split()
+            assert f"{r['throughput']:.1f}" in lines[r["number"]] and f"{r['peak_memory'] / 1024**3:.2f}" in lines[r["number"]]
+        assert "same in every trial: accumulation=16" in text
+    buf = io.StringIO()
+    Console(file=buf, width=1 << 16, soft_wrap=True).print(report.table(rows, choice, {"name": "x"}, None))
+    assert "max-autotune-no-cudagraphs" in buf.getvalue() and "seq len" in buf.getvalue()

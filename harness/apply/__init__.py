@@ -25,7 +25,7 @@ every apply can be undone, not only the last one.
 Inside, one module per step, each importing only the steps before it:
 `_keymaps` (the spec's `apply:` section, presets) -> `_document` (the file: text, values, nodes;
 current knob values) -> `_edit` (splicing values into the text) -> `_plan` (assignments, the new
-text, provenance, verification, diff) -> `_write` (backup, atomic replace); `_hydra` plans per-device
+text, provenance, verification, diff) -> `_write` (backup, atomic replace); `_comments` finds inline comments a plan makes stale; `_hydra` plans per-device
 Hydra profiles from the same pieces.
 """
 from __future__ import annotations

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.apply._comments import stale_comments
 from harness.apply._document import _Document, _load_document, _lookup, _parse_data, _read_knobs, _same, _set
 from harness.apply._edit import _insert_keys, _replace_value
 from harness.apply._keymaps import ABSENT, FORMATS, PRESETS, ApplyTarget, KeyMap, LrRule
@@ -39,6 +40,8 @@ class Plan:
     sidecar: Path | None = None
     """JSON targets: the provenance file written next to `path`."""
     sidecar_text: str | None = None
+    warnings: tuple[str, ...] = ()
+    """One line per changed key whose inline comment quotes an old value (see _comments)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -86,7 +89,8 @@ def plan(target: ApplyTarget, values: dict, provenance: dict, *, to: Path | None
     _verify(doc, new_text, assignments)
     return Plan(source=target.file, path=destination, old_text=doc.text, new_text=new_text,
                 diff=_diff(doc.text, new_text, target.file, destination), changes=changes,
-                unmapped=unmapped, sidecar=sidecar, sidecar_text=sidecar_text)
+                unmapped=unmapped, sidecar=sidecar, sidecar_text=sidecar_text,
+                warnings=tuple(stale_comments(doc, edits, new_text)))
 
 
 def _assignments(target: ApplyTarget, values: dict, doc: _Document,

@@ -6,6 +6,9 @@ the trial child calls `build`.
 A workload is a function `build(params: dict) -> Workload`. Built-in ones live one file each in
 this folder and are listed in WORKLOADS; a user's own is named in a spec as
 `workload: {factory: "package.module:function", params: {...}}` and follows the same protocol.
+A user's model as it is (a model class with a loss and a batch function, a LightningModule, a
+Hugging Face config) is adapted to the same protocol by `own`, `lightning` and `hf` in this folder,
+so the trial loop only ever sees a Workload.
 """
 from __future__ import annotations
 
@@ -49,6 +52,15 @@ class Workload:
     """Parameters the optimizer updates; default: every parameter with requires_grad."""
     lr: float = 1e-3
     """AdamW learning rate for the trial's optimizer steps."""
+    optimizer: Callable[[Any], Any] | None = None
+    """optimizer(model) -> the model's own torch optimizer, built after placement (e.g. a
+    LightningModule's configure_optimizers); default: AdamW(lr) as the `optimizer` knob says."""
+    checkpoint: Callable[[Any, str], Any] | None = None
+    """checkpoint(model, mode) -> model: the model's own activation checkpointing (e.g. Hugging
+    Face's gradient_checkpointing_enable) used instead of wrapping `blocks`."""
+    about: dict = field(default_factory=dict)
+    """What bench chose when adapting the user's model (e.g. which blocks it checkpoints); kept in
+    the trial record as `adapter`."""
 
 
 @dataclass(frozen=True)
@@ -168,9 +180,17 @@ def resolve_preset(info: WorkloadInfo, preset: str, device: str) -> str:
     return preset
 
 
+# Spec forms of a user's model as it is: the workload-section key -> the adapter module (child only).
+ADAPTERS = {"model": "harness.workloads.own", "lightning": "harness.workloads.lightning",
+            "hf": "harness.workloads.hf"}
+
+
 def build(workload: dict) -> Workload:
-    """Build a workload from a job's `workload` section: {name|factory, params}. Child only."""
-    if workload.get("factory"):
+    """Build a workload from a job's `workload` section: {name|factory|model|lightning|hf, params}. Child only."""
+    form = next((key for key in ADAPTERS if workload.get(key)), None)
+    if form:
+        fn = importlib.import_module(ADAPTERS[form]).adapter(workload)
+    elif workload.get("factory"):
         fn = load_factory(workload["factory"])
     else:
         fn = importlib.import_module(WORKLOADS[workload["name"]].module).build
@@ -181,7 +201,17 @@ def build(workload: dict) -> Workload:
 
 
 def load_factory(path: str) -> Callable[[dict], Workload]:
-    """'package.module:function' -> the function. The one place bench runs the user's code."""
+    """'package.module:function' -> the function (or class). The one place bench runs the user's code."""
     module_name, _, attr = path.partition(":")
     module = importlib.import_module(module_name)
-    return getattr(module, attr)
+    obj = module
+    for part in attr.split("."):  # "module:Class.method" and nested names too
+        obj = getattr(obj, part)
+    return obj
+
+
+def user_refs(workload: dict) -> list[str]:
+    """Every "module:name" of the user's code a workload section names, to import before building."""
+    refs = [workload.get(key) for key in ("factory", "model", "loss", "batch")]
+    refs += list((workload.get("lightning") or {}).values()) if isinstance(workload.get("lightning"), dict) else []
+    return [r for r in refs if isinstance(r, str)]

@@ -1,0 +1,48 @@
+"""Inline comments that a write makes stale: `batch_size: 32  # effective batch 32` still says 32
+after the batch changed. bench keeps every comment byte as it was, so it says which ones now quote
+an old value, one line per key, and leaves the wording to the user."""
+from __future__ import annotations
+
+import re
+
+from harness.apply._document import _Document
+from harness.apply._edit import _replace_value
+from harness.apply._keymaps import ABSENT
+
+
+def stale_comments(doc: _Document, edits: list, new_text: str) -> list[str]:
+    """For each changed key whose line's comment quotes an old value of any changed key: one warning,
+    with the line number in the new text (the provenance block above it shifts lines)."""
+    if doc.format != "yaml":
+        return []
+    olds = [(a.key, old) for a, old in edits if old is not ABSENT and not isinstance(old, bool)]
+    out = []
+    for a, old in edits:
+        if old is ABSENT:
+            continue
+        start, end, _ = _replace_value(doc, a.key, a.value)
+        comment = _comment_after(doc.text, end)
+        quoted = next(((key, value) for key, value in olds if _quotes(comment, value)), None) if comment else None
+        if quoted:
+            line = _line_of(new_text, a.key.rpartition(".")[2], comment) or doc.text.count("\n", 0, start) + 1
+            whose = "its old value" if quoted[0] == a.key else f"the old {quoted[0]}"
+            out.append(f"{doc.path.name}:{line}: {a.key}: the comment {comment!r} quotes {quoted[1]}, {whose}; "
+                       "update the comment")
+    return out
+
+
+def _comment_after(text: str, end: int) -> str | None:
+    line_end = text.find("\n", end)
+    rest = text[end:line_end if line_end >= 0 else len(text)].strip()
+    return rest if rest.startswith("#") else None
+
+
+def _quotes(comment: str, value: object) -> bool:
+    """The value as a whole token of the comment (32 in "batch 32", not in "320" or "3.2")."""
+    token = str(value)
+    return bool(token) and re.search(rf"(?<![\w.]){re.escape(token)}(?![\w]|\.\d)", comment) is not None
+
+
+def _line_of(text: str, leaf: str, comment: str) -> int | None:
+    return next((i for i, line in enumerate(text.splitlines(), 1)
+                 if line.lstrip().startswith(f"{leaf}:") and line.rstrip().endswith(comment)), None)

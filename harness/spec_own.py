@@ -1,0 +1,178 @@
+"""The spec's `workload:` forms for a user's model as it is, and params read from the apply target.
+
+Forms (exactly one per spec, besides the built-in `name:`):
+    factory: "pkg.mod:build"                          build(params) -> harness.workloads.Workload
+    model: "pkg.mod:Class", loss: "...", batch: "..." a model class, loss(out, y), batch(batch_size) -> (x, y)
+    lightning: {model: "pkg.mod:Lit", data: "..."}   a LightningModule (+ LightningDataModule)
+    hf: {config: path, task: causal-lm}               a transformers model from a local config
+
+Params may come from the apply target (the user's own config) so nothing is written twice:
+`params_from: model` takes a whole section (its `init_args` when it is LightningCLI-style
+`class_path` + `init_args`), `params: {width: {from: model.width}}` one key. A searched param read
+this way is written back to the key it came from, without an `apply.keys` entry.
+Parent side: never imports torch or the user's code.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.errors import UserError
+
+FORMS = ("name", "factory", "model", "lightning", "hf")
+HF_TASKS = ("causal-lm", "masked-lm", "sequence-classification")
+_MISSING = object()
+
+
+def own_form(wl: dict, where: str, base_dir: Path, raw_apply, check_ref) -> dict:
+    """The child's workload section for the `model` / `lightning` / `hf` forms, params resolved."""
+    target = Target(raw_apply, base_dir, where)
+    section: dict = {}
+    if "model" in wl:
+        for key in ("model", "loss", "batch"):
+            if key not in wl:
+                raise UserError(f"{where}: workload.{key} is missing; the model form needs model (a class), "
+                                "loss (loss(output, target)) and batch (batch(batch_size) -> (inputs, target))")
+            section[key] = check_ref(wl[key], f"workload.{key}")
+    elif "lightning" in wl:
+        section["lightning"] = lightning_refs(wl["lightning"], target, where, check_ref)
+        data_section = target.section("data") if target.has("data") else {}
+        section["data_params"] = {k: v for k, v in data_section.items()}
+    else:
+        section["hf"] = hf_section(wl["hf"], base_dir, where)
+    if "batch" in wl and "batch" not in section:
+        section["batch"] = check_ref(wl["batch"], "workload.batch")
+    default_from = "model" if "lightning" in wl else None
+    params, origins = resolve_params(wl, target, where, default_from)
+    section["params"] = params
+    section["strict"] = [k for k in (wl.get("params") or {})]
+    section["origins"] = origins
+    return section
+
+
+def lightning_refs(raw, target: "Target", where: str, check_ref) -> dict:
+    refs = {"model": raw} if isinstance(raw, str) else {} if raw is True else raw
+    if not isinstance(refs, dict) or set(refs) - {"model", "data"}:
+        raise UserError(f"{where}: workload.lightning must be \"module:Class\", {{model: \"module:Class\", "
+                        f"data: \"module:DataModule\"}}, or true (the classes of the config's class_path), got {raw!r}")
+    out = {}
+    for part in ("model", "data"):
+        ref = refs.get(part) or target.class_path(part)
+        if ref:
+            out[part] = check_ref(ref, f"workload.lightning.{part}")
+    if "model" not in out:
+        raise UserError(f"{where}: workload.lightning.model: name the LightningModule class (\"module:Class\"), "
+                        f"or give {target.file}'s model section a class_path")
+    return out
+
+
+def hf_section(raw, base_dir: Path, where: str) -> dict:
+    if not isinstance(raw, dict) or "config" not in raw or set(raw) - {"config", "task"}:
+        raise UserError(f"{where}: workload.hf must be {{config: path/to/config.json, task: causal-lm}}, got {raw!r}")
+    config = (base_dir / str(raw["config"])).resolve()
+    if not config.exists():
+        raise UserError(f"{where}: workload.hf.config: {config} not found; give a local config.json (or its folder) "
+                        "relative to the spec; bench never downloads one")
+    task = raw.get("task", "causal-lm")
+    if task not in HF_TASKS:
+        raise UserError(f"{where}: workload.hf.task: {task!r} unknown; use one of {', '.join(HF_TASKS)}")
+    return {"config": str(config), "task": task}
+
+
+def resolve_params(wl: dict, target: "Target", where: str, default_from: str | None) -> tuple[dict, dict]:
+    """params (with `from:` references read) over the `params_from` section; and param -> key path."""
+    params, origins = {}, {}
+    section_key = wl.get("params_from", default_from)
+    if section_key is not None and (section_key != default_from or target.has(section_key)):
+        if not isinstance(section_key, str):
+            raise UserError(f"{where}: workload.params_from must be a key path of the apply target, like model")
+        section = target.section(section_key)
+        prefix = target.args_path(section_key)
+        params.update(section)
+        origins.update({k: f"{prefix}.{k}" for k in section})
+    for name, value in (wl.get("params") or {}).items():
+        if isinstance(value, dict) and set(value) == {"from"}:
+            path = value["from"]
+            params[name], origins[name] = target.value(path, f"workload.params.{name}"), target.real_path(path)
+        else:
+            params[name] = value
+            origins.pop(name, None)
+    return params, origins
+
+
+class Target:
+    """The apply target as plain values, read only when the workload section refers to it."""
+
+    def __init__(self, raw_apply, base_dir: Path, where: str):
+        self.raw_apply, self.base_dir, self.where = raw_apply, base_dir, where
+        self._data = None
+
+    @property
+    def file(self) -> Path | None:
+        if isinstance(self.raw_apply, dict) and isinstance(self.raw_apply.get("file"), str):
+            return (self.base_dir / self.raw_apply["file"]).resolve()
+        return None
+
+    def data(self) -> dict:
+        if self._data is None:
+            if self.file is None:
+                raise UserError(f"{self.where}: workload params read from the user's config need apply.file; "
+                                "name the config file there")
+            from harness.spec import read_yaml  # the spec's safe loader (YAML 1.2 booleans)
+            self._data = read_yaml(self.file, "apply target")
+        return self._data
+
+    def has(self, path: str) -> bool:
+        return self.file is not None and self.file.exists() and self._walk(path) is not _MISSING
+
+    def _walk(self, path: str):
+        """The value at a dotted path; a LightningCLI `init_args` level may be left out of it."""
+        node = self.data()
+        for part in str(path).split("."):
+            if isinstance(node, dict) and part not in node and isinstance(node.get("init_args"), dict):
+                node = node["init_args"]
+            if not isinstance(node, dict) or part not in node:
+                return _MISSING
+            node = node[part]
+        return node
+
+    def real_path(self, path: str) -> str:
+        """The dotted path with the `init_args` levels it passes through, as apply writes it."""
+        node, out = self.data(), []
+        for part in str(path).split("."):
+            if isinstance(node, dict) and part not in node and isinstance(node.get("init_args"), dict):
+                node, out = node["init_args"], out + ["init_args"]
+            node, out = node[part], out + [part]
+        return ".".join(out)
+
+    def value(self, path, at: str):
+        if not isinstance(path, str) or not path:
+            raise UserError(f"{self.where}: {at}.from must be a dotted key path like model.width, got {path!r}")
+        found = self._walk(path)
+        if found is _MISSING:
+            raise UserError(f"{self.where}: {at}: from {path}: no such key in {self.file}; "
+                            "check the key path (dotted, like model.width)")
+        return found
+
+    def section(self, path: str) -> dict:
+        found = self.value(path, f"workload.params_from {path}")
+        if isinstance(found, dict) and "class_path" in found:
+            found = found.get("init_args") or {}
+        if not isinstance(found, dict):
+            raise UserError(f"{self.where}: workload.params_from: {path} in {self.file} is a "
+                            f"{type(found).__name__}, not a mapping of arguments")
+        return found
+
+    def args_path(self, path: str) -> str:
+        found = self._walk(path)
+        real = self.real_path(path)
+        return f"{real}.init_args" if isinstance(found, dict) and "class_path" in found else real
+
+    def class_path(self, path: str) -> str | None:
+        """LightningCLI's class_path ("pkg.mod.Class") as "pkg.mod:Class", when the section has one."""
+        if not self.has(path):
+            return None
+        found = self._walk(path)
+        if isinstance(found, dict) and isinstance(found.get("class_path"), str):
+            module, _, name = found["class_path"].rpartition(".")
+            return f"{module}:{name}"
+        return None

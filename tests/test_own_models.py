@@ -1,0 +1,174 @@
+"""A model brought as it is — a model class + loss + batch function, a LightningModule, a transformers
+config — tunes in real child trials and applies to the user's own config with no wrapper code."""
+import json
+import re
+import shutil
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from harness import spec as specs
+from harness.cli import main
+from harness.errors import UserError
+from tests.conftest import FAST_TRIAL, ROOT
+
+
+def copy_example(name: str, tmp_path, monkeypatch, **spec_overrides):
+    folder = tmp_path / name
+    shutil.copytree(ROOT / "examples" / name, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
+    spec.update(trial=dict(FAST_TRIAL), **spec_overrides)
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    monkeypatch.chdir(folder)
+    return folder
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def trial(*sets):
+    result = run("trial", "sweep.yaml", "--device", "cpu", *[a for s in sets for a in ("--set", s)])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output[result.output.index("{"):])
+
+
+# ---- the U-Net case: model class, loss function, batch function; a commented Lightning-style config
+
+SMALL_UNET = """\
+# U-Net segmentation, Lightning-style config read by our own train.py.
+model:
+  in_channels: 3
+  width: 4
+  depth: 2
+data:
+  image_size: 16
+  batch_size: 8             # effective batch 8 on one GPU
+trainer:
+  precision: 32-true
+  accumulate_grad_batches: 1
+optimizer:
+  lr: 0.001                 # tuned for effective batch 8
+"""
+
+
+def test_unet_tunes_and_applies_with_no_wrapper_code(tmp_path, monkeypatch):
+    folder = copy_example("unet", tmp_path, monkeypatch, trials=4, sampler="grid",
+                          search={"batch_size": [8, 16], "checkpointing": ["none", "full"]})
+    (folder / "config.yaml").write_text(SMALL_UNET)
+    result = run("sweep", "sweep.yaml", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(run("report", "--format", "json").output)
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}, [r.get("error") for r in rows]
+    # the model was built from config.yaml's model: section, the batch from data.image_size
+    assert rows[0]["workload"]["params"] == {"in_channels": 3, "width": 4, "depth": 2, "image_size": 16}
+    ckpt = next(r for r in rows if r["config"]["checkpointing"] == "full")
+    assert ckpt["adapter"]["blocks"] == "unet.DoubleConv" and ckpt["adapter"]["blocks_count"] == 5
+    big = next(r for r in rows if r["config"] == {**r["config"], "batch_size": 16, "checkpointing": "none"})
+    applied = CliRunner().invoke(main, ["apply", str(big["number"])], catch_exceptions=False)
+    assert applied.exit_code == 0, applied.output + applied.stderr
+    text = (folder / "config.yaml").read_text()
+    assert re.search(r"\n  batch_size: 16 +# effective batch 8 on one GPU\n", text)  # comments stay as they were...
+    assert "lr: 0.00141421" in text  # sqrt rule: 0.001 * sqrt(16 / 8)
+    warnings = [line for line in applied.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2, applied.stderr  # ...and bench says which now quote the old batch, one per key
+    lines = text.splitlines()
+    where = [int(re.search(r"config\.yaml:(\d+):", w).group(1)) for w in warnings]
+    assert "data.batch_size" in warnings[0] and "quotes 8, its old value" in warnings[0]
+    assert "optimizer.lr" in warnings[1] and "the old data.batch_size" in warnings[1]
+    assert "# effective batch 8" in lines[where[0] - 1] and "# tuned for effective batch 8" in lines[where[1] - 1]
+
+
+def test_params_read_from_the_target_are_searched_and_written_back_where_they_were_read(tmp_path, monkeypatch):
+    folder = copy_example("unet", tmp_path, monkeypatch, search={"batch_size": [8], "width": [4, 6]})
+    (folder / "config.yaml").write_text(SMALL_UNET)
+    spec = specs.load("sweep.yaml")
+    assert [m.key for m in spec.apply.keys["width"]] == ["model.width"]  # no apply.keys entry needed
+    record = trial("width=6")
+    assert record["status"] == "ok" and record["workload"]["params"]["width"] == 6
+
+
+def test_a_param_no_function_takes_is_an_error_not_ignored(tmp_path, monkeypatch):
+    folder = copy_example("unet", tmp_path, monkeypatch, search={"batch_size": [4]})
+    (folder / "config.yaml").write_text(SMALL_UNET)
+    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
+    spec["workload"]["params"]["widht"] = 8
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    result = run("trial", "sweep.yaml", "--device", "cpu")
+    record = json.loads(result.output[result.output.index("{"):])
+    assert record["status"] == "error" and "widht: taken by none of UNet, random_batch" in record["error"]["message"]
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"image_size": {"from": "data.imagesize"}}, "workload.params.image_size: from data.imagesize: no such key in .*config.yaml"),
+    ({"image_size": {"from": 3}}, "workload.params.image_size.from must be a dotted key path"),
+    ({"image_size": {"from": "data.image_size"}, "width": {"from": "model.width.x"}}, "from model.width.x: no such key"),
+])
+def test_a_wrong_key_path_names_the_path_and_the_file(tmp_path, monkeypatch, params, message):
+    folder = copy_example("unet", tmp_path, monkeypatch)
+    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
+    spec["workload"]["params"] = params
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(UserError, match=message) as err:
+        specs.load("sweep.yaml")
+    assert str(err.value).startswith("sweep.yaml: ")
+
+
+def test_the_model_form_needs_its_three_pieces(tmp_path, monkeypatch):
+    folder = copy_example("unet", tmp_path, monkeypatch)
+    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
+    del spec["workload"]["batch"]
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    result = run("trial", "sweep.yaml")
+    assert result.exit_code == 2 and "workload.batch is missing" in result.output
+
+
+# ---- a LightningModule + LightningDataModule from a LightningCLI config ---------------------------
+
+def test_lightning_module_tunes_through_its_own_training_step_and_optimizer(tmp_path, monkeypatch):
+    pytest.importorskip("lightning")
+    copy_example("lightning", tmp_path, monkeypatch, trials=3, sampler="grid",  # the baseline + 2
+                 search={"batch_size": [16], "checkpointing": "full", "layers": [2, 3]})
+    spec = specs.load("sweep.yaml")
+    assert spec.workload["lightning"] == {"model": "litmodel:LitClassifier", "data": "litmodel:Clusters"}
+    assert [m.key for m in spec.apply.keys["layers"]] == ["model.init_args.layers"]
+    result = run("sweep", "sweep.yaml", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(run("report", "--format", "json").output)
+    assert {r["status"] for r in rows} == {"ok"}, [r.get("error") for r in rows]
+    full = [r for r in rows if r["config"]["checkpointing"] == "full"]
+    baseline = next(r for r in rows if r["baseline"])
+    assert baseline["config"]["layers"] == 4 and baseline["config"]["batch_size"] == 32  # read from config.yaml
+    assert len(full) == 3 and {r["config"]["layers"] for r in full} > {4}
+    for r in full:
+        assert r["adapter"]["blocks"] == "litmodel.Block" and r["adapter"]["blocks_found_in"] == "blocks"
+        assert r["adapter"]["blocks_count"] == r["config"]["layers"] == r["workload"]["params"]["layers"]
+    assert all(r["loss"]["last"] < r["loss"]["first"] for r in rows)  # configure_optimizers' AdamW learns
+
+
+def test_lightning_optimizer_knob_is_refused_not_ignored(tmp_path, monkeypatch):
+    pytest.importorskip("lightning")
+    copy_example("lightning", tmp_path, monkeypatch, search={"batch_size": [16], "optimizer": ["fused"]})
+    result = run("trial", "sweep.yaml", "--device", "cpu")
+    record = json.loads(result.output[result.output.index("{"):])
+    assert record["status"] == "error" and "configure_optimizers" in record["error"]["message"]
+
+
+# ---- a transformers model from a local config.json --------------------------------------------------
+
+def test_transformers_model_tunes_from_a_local_config_with_its_own_checkpointing(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    copy_example("hf", tmp_path, monkeypatch, trials=3, sampler="grid",  # the baseline (batch 8, none) is one
+                 search={"batch_size": [8], "checkpointing": ["none", "full", "selective"]})
+    result = run("sweep", "sweep.yaml", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(run("report", "--format", "json").output)
+    assert {r["status"] for r in rows} == {"ok"}, [r.get("error") for r in rows]
+    full = next(r for r in rows if r["config"]["checkpointing"] == "full")
+    assert full["adapter"]["checkpointing"] == "gradient_checkpointing_enable(): True"
+    selective = next(r for r in rows if r["config"]["checkpointing"] == "selective")
+    assert selective["adapter"]["checkpointing"] == "bench wraps every other block"
+    assert selective["adapter"]["blocks"].endswith("LlamaDecoderLayer")
+    assert all(r["tokens_per_s"]["median"] == pytest.approx(64 * r["throughput"]) for r in rows)
