@@ -27,7 +27,7 @@ from typing import Callable
 import optuna
 import psutil
 import sqlalchemy
-from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, JournalFileOpenLock
 
 from harness.errors import UserError
 
@@ -85,8 +85,7 @@ def existing_storage(url: str | None, results: Path, study: str):
     path = study_dir(results, study) / JOURNAL
     if not path.exists():
         raise UserError(f"no study {study!r} under {results}/; run `bench sweep` first or pass --results/--storage")
-    whole_records(path)  # a broken middle record is one line; a cut-off tail Optuna's reader skips
-    return optuna.storages.JournalStorage(ReadOnlyJournal(str(path)))
+    return optuna.storages.JournalStorage(ReadOnlyJournal(path))
 
 
 def open_database(url: str, heartbeat: bool):
@@ -104,14 +103,21 @@ def open_database(url: str, heartbeat: bool):
                         "check the URL, the server and the password") from None
 
 
-class ReadOnlyJournal(JournalFileBackend):
-    """Optuna's journal reader that never creates, locks or appends: a read-only results/ reads fine."""
+class ReadOnlyJournal(BaseJournalBackend):
+    """The journal's whole records, read without creating, locking or appending: a read-only results/
+    reads fine, and a torn tail (a sweep writing now, or a crash) is left out, not misread."""
 
-    def __init__(self, file_path: str) -> None:
-        self._file_path, self._log_number_offset = file_path, {0: 0}
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        _, self.end, _ = whole_records(path)
+
+    def read_logs(self, log_number_from: int):
+        with open(self.path, "rb") as f:
+            lines = f.read(self.end).split(b"\n")[:-1]
+        return [json.loads(line) for line in lines[log_number_from:]]
 
     def append_logs(self, logs):
-        raise RuntimeError(f"{self._file_path} was opened for reading only")  # a bench bug if reached
+        raise RuntimeError(f"{self.path} was opened for reading only")  # a bench bug if reached
 
 
 # ---- the journal's tail --------------------------------------------------------------------------
