@@ -1,4 +1,4 @@
-"""The only module that imports Optuna: storage, sampler, the ask/run/tell loop, resume.
+"""The study: sampler, the ask/run/tell loop, resume (where it is stored: harness/storage.py).
 
 Two objectives: throughput (maximize) and peak memory (minimize). Every trial carries the same two
 constraints (Optuna 5 `set_constraint`, feasible when <= 0): `memory` (over the budget's usable
