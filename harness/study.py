@@ -9,7 +9,6 @@ user attributes, so the study alone is enough to report and apply.
 from __future__ import annotations
 
 import datetime
-import os
 import random
 import time
 from dataclasses import dataclass, field, replace
@@ -20,7 +19,8 @@ from optuna.trial import TrialState
 
 from harness import __version__, launch, pareto, record
 from harness import storage
-from harness.storage import JOURNAL, existing_storage, is_stale, open_storage, redact, study_dir, worker_id
+from harness.storage import (JOURNAL, existing_storage, is_stale, open_storage,  # noqa: F401 (open_storage: API)
+                             redact, study_dir, worker_id)
 from harness.errors import UserError
 from harness.spec import Dimension, Spec, all_configs
 
