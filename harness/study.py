@@ -142,7 +142,7 @@ class Sweep:
             config = trial.user_attrs.get("config") or self.spec.config(suggest(trial, self.spec))
             trial.set_user_attr("config", config)
             trial.set_user_attr("worker", worker_id())
-            previous = self.measured_configs().get(config_key(config))
+            previous = self.measured_configs(besides=trial.number).get(config_key(config))
         if previous is not None and previous.number != trial.number:
             self.tell_duplicate(trial, previous)
             self.enqueue_unmeasured(trial.number)
@@ -261,11 +261,14 @@ class Sweep:
         running = len(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))  # other workers'
         return done + running
 
-    def measured_configs(self) -> dict:
-        """config key -> the trial that measured it (running ones too, so workers never run a config twice)."""
+    def measured_configs(self, besides: int | None = None) -> dict:
+        """config key -> the trial that measured it (running ones too, so workers never run a config twice).
+
+        `besides`: a trial just claimed, left out so that another worker's claim of its config is seen.
+        """
         out = {}
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)):
-            if interrupted(t) or "duplicate_of" in t.user_attrs:
+            if interrupted(t) or "duplicate_of" in t.user_attrs or t.number == besides:
                 continue
             if "config" in t.user_attrs:
                 out.setdefault(config_key(t.user_attrs["config"]), t)
