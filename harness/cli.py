@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from harness import __version__, apply, launch, pareto, report, spec as specs, study as studies
+from harness import __version__, apply, launch, pareto, report, spec as specs, storage as stores, study as studies
 from harness.errors import UserError
 from harness.units import gib, parse_duration, parse_size
 from harness.workloads import UNIVERSAL_KNOBS, WORKLOADS
@@ -107,9 +107,11 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
     """Run (or resume) the study of SPEC: short real trials over the search space."""
     device = resolve_device(device)
     deadline = time.monotonic() + parse_duration(timeout, "--timeout") if timeout else None
+    # a database study writes nothing under the current folder; trial logs only where --results says
+    logs = results if not storage or click.get_current_context().get_parameter_source("results").name != "DEFAULT" else None
     for spec in load_specs(spec_path, scenarios, study_name, memory_budget):
         spec = device_spec(spec, device)
-        run_sweep(spec, device, trials or spec.trials, deadline, storage, results)
+        run_sweep(spec, device, trials or spec.trials, deadline, storage, logs)
     out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
 
 
@@ -178,10 +180,29 @@ def visible_gpus() -> int:
 
 
 def run_sweep(spec, device, total, deadline, storage_url, results) -> None:
+    """Sweep one spec. Ctrl-C, SIGTERM and SIGHUP stop the running trial and record it interrupted."""
+    progress = LiveProgress(spec)
+    try:
+        with launch.stop_signals_interrupt():
+            sweep_into_study(spec, device, total, deadline, storage_url, results, progress)
+    except (KeyboardInterrupt, UserError, OSError) as exc:
+        progress.stop()  # a running spinner keeps the terminal's cursor hidden: stop it before any message
+        if isinstance(exc, OSError) and stores.is_no_space(exc):
+            raise UserError(f"no space left on the device ({exc.filename or 'writing the study'}); the study is "
+                            "intact: free some space and re-run the same command to resume") from None
+        if not isinstance(exc, KeyboardInterrupt):
+            raise
+        why = str(exc) or "interrupted"
+        err.print(f"{why}: the running trial was stopped and recorded as interrupted; "
+                  "re-run the same command to resume", soft_wrap=True)  # one line, however narrow the terminal
+        sys.exit(getattr(exc, "exit_code", 130))
+
+
+def sweep_into_study(spec, device, total, deadline, storage_url, results, progress) -> None:
     base = spec.baseline(apply.read_current(spec.apply) if spec.apply else {})
     if not storage_url:
         make_results_folder(results)
-    storage = studies.open_storage(storage_url, results, spec.study)
+    storage = stores.open_storage(storage_url, results, spec.study, say=lambda line: err.print(escape(line), soft_wrap=True))
     study = studies.create(studies.including(spec, base), storage, device)
     if study.get_trials(deepcopy=False):  # a resume: the study's own space, device kind and budget
         spec = studies.resumed(spec, study, device)
@@ -196,17 +217,30 @@ def run_sweep(spec, device, total, deadline, storage_url, results) -> None:
         out.print(f"{QUICK_ENV} is set: a quick smoke run (tiny preset, short measurements), not numbers to act on")
     if spec.memory_budget:
         out.print(f"memory budget {gib(spec.memory_budget)}, headroom {spec.headroom:.0%}")
-    progress = LiveProgress(spec)
-    sweep = studies.Sweep(spec, study, device, results, total, deadline, progress)
+        warn_budget_above_device(spec.memory_budget, device)
+    sweep = studies.Sweep(spec, study, device, results, total, deadline, progress,
+                          claim=stores.claim_lock(storage, results, spec.study))
+    sweep.run()
+
+
+def warn_budget_above_device(budget: int, device: str) -> None:
+    total = device_memory(device)
+    if total and budget > total:
+        err.print(f"warning: memory budget {gib(budget)} is more than the {gib(total)} {device} has; "
+                  "trials are limited by the device, not the budget", soft_wrap=True)
+
+
+def device_memory(device: str) -> int | None:
+    """Bytes the device holds: host RAM for cpu, NVML's total for a GPU (torch stays out of the parent)."""
+    if device == "cpu":
+        import psutil
+        return psutil.virtual_memory().total
     try:
-        sweep.run()
-    except (KeyboardInterrupt, UserError) as exc:
-        progress.stop()  # a running spinner keeps the terminal's cursor hidden: stop it before any message
-        if isinstance(exc, UserError):
-            raise
-        err.print("interrupted: the running trial was stopped and recorded as interrupted; "
-                  "re-run the same command to resume", soft_wrap=True)  # one line, however narrow the terminal
-        sys.exit(130)
+        import pynvml
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(int(device.split(":")[1]))).total)
+    except Exception:
+        return None
 
 
 def make_results_folder(results: Path) -> None:
@@ -398,7 +432,7 @@ def pick_study(name: str | None, scenario: str | None, results: Path, storage: s
     if not scenario:
         return name
     info = studies.study_info(studies.load(studies.existing_storage(storage, results, name), name))
-    return specs.load(info["spec_path"], scenario).study
+    return specs.load(studies.spec_file(info), scenario).study
 
 
 def write_text(path: Path, text: str) -> None:
@@ -431,7 +465,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     rows, info = studies.rows_of(study), studies.study_info(study)
     choice = report.annotate(rows, info)
     row = chosen_row(which, rows, choice, info, budget)
-    spec = specs.load(info["spec_path"], info.get("scenario"))
+    spec = specs.load(studies.spec_file(info), info.get("scenario"))
     if spec.apply is None:
         raise UserError(f"{info['spec_path']}: has no `apply:` section naming the config file to write; add one")
     provenance = {"study": name, "trial": row["number"], "device": (row.get("env") or {}).get("device"),

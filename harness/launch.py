@@ -7,6 +7,7 @@ trial can never hurt the study. The child gets its own process group; whatever i
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import signal
@@ -84,11 +85,39 @@ def allocator_conf(environ: dict, expandable: bool) -> dict:
     return {name: ",".join([*options, f"expandable_segments:{expandable}"])}
 
 
-def run(job: dict, limits: Limits, log_path: Path, on_beat=None) -> dict:
+class Stopped(KeyboardInterrupt):
+    """SIGTERM (Slurm, Kubernetes preemption) or SIGHUP (a closed terminal), handled as Ctrl-C is."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.exit_code = 128 + signum
+
+
+@contextlib.contextmanager
+def stop_signals_interrupt():
+    """SIGTERM and SIGHUP raise Stopped in the main thread, so the trial's group is killed and recorded.
+
+    Once: a second signal during that clean-up is ignored rather than cutting it short.
+    """
+    def stop(signum, frame):
+        for s in previous:
+            signal.signal(s, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
     """Run `job` in a child; return its record with `status` classified. Never raises for a bad trial.
 
-    KeyboardInterrupt kills the child and propagates: the caller records the trial as interrupted.
-    `on_beat(heartbeat or None)` is called on every poll, so a display can show the child's phase.
+    KeyboardInterrupt (Stopped too) kills the child and propagates: the caller records the trial as
+    interrupted. The log is kept at log_path when one is given. `on_beat(heartbeat or None)` is called
+    on every poll, so a display can show the child's phase.
     """
     with tempfile.TemporaryDirectory(prefix="bench-trial-") as tmp:
         workdir = Path(tmp)
@@ -108,7 +137,8 @@ def run(job: dict, limits: Limits, log_path: Path, on_beat=None) -> dict:
         finally:
             kill_group(proc)  # also on KeyboardInterrupt, and always: no grandchild outlives a trial
         log = tail.text()
-        save_log(log_path, log)
+        if log_path is not None:
+            save_log(log_path, log)
         result = record.read(result_path)
         outcome = classify(proc.returncode, result, killed_for, log)
         outcome.setdefault("timing", {})["trial_wall_s"] = time.monotonic() - started

@@ -247,7 +247,7 @@ def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec
         trial_timeout_s=parse_duration(trial.get("timeout", "5m"), f"{where}: trial.timeout"),
         stall_s=parse_duration(trial.get("stall", "60s"), f"{where}: trial.stall"),
         measure=parse_measure(trial, where),
-        memory_budget=parse_size(memory["budget"], f"{where}: memory.budget") if memory.get("budget") else None,
+        memory_budget=parse_size(memory["budget"], f"{where}: memory.budget") if memory.get("budget") is not None else None,
         headroom=float(headroom), sampler=sampler,
         seed=int_value(raw.get("seed", 0), f"{where}: seed"),
         apply=apply.parse_apply_section(with_origin_keys(raw["apply"], workload, {**search, **fixed}), path.parent, where,

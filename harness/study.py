@@ -1,4 +1,4 @@
-"""The only module that imports Optuna: storage, sampler, the ask/run/tell loop, resume.
+"""The study: sampler, the ask/run/tell loop, resume (where it is stored: harness/storage.py).
 
 Two objectives: throughput (maximize) and peak memory (minimize). Every trial carries the same two
 constraints (Optuna 5 `set_constraint`, feasible when <= 0): `memory` (over the budget's usable
@@ -8,83 +8,33 @@ user attributes, so the study alone is enough to report and apply.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime
-import fcntl
-import os
 import random
-import re
-import socket
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import optuna
-import psutil
-from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 from optuna.trial import TrialState
 
 from harness import __version__, launch, pareto, record
+from harness import storage
+from harness.storage import (JOURNAL, existing_storage, is_stale, open_storage,  # noqa: F401 (open_storage: API)
+                             redact, study_dir, worker_id)
 from harness.errors import UserError
 from harness.spec import Dimension, Spec, all_configs
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-JOURNAL = "journal.log"
-CLAIM_LOCK = "claim.lock"
 MAX_DUPLICATES_IN_A_ROW = 30
 
 
-# ---- storage -------------------------------------------------------------------------------------
-
-def redact(url: str) -> str:
-    """A storage URL fit to print: the password replaced by ***.
-
-    Up to the last '@': a password may hold '/' or '@' (unescaped), and hiding a bit of the host
-    with it is the safe side.
-    """
-    return re.sub(r"(://[^:/@]*:).*@", r"\1***@", url)
-
-
-def study_dir(results: Path, study: str) -> Path:
-    return Path(results) / study
-
-
-def open_storage(url: str | None, results: Path, study: str):
-    """The given Optuna storage URL, or the embedded journal file under results/<study>/."""
-    if url:
-        try:
-            return optuna.storages.get_storage(url)
-        except Exception as exc:
-            raise UserError(f"--storage {redact(url)}: cannot open it ({redact(str(exc)).splitlines()[0][:200]}); "
-                            "check the URL, the server and the driver package") from None
-    folder = study_dir(results, study)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / JOURNAL
-        path.touch()
-        if not os.access(path, os.W_OK):
-            raise PermissionError(f"{path} is not writable")
-    except OSError as exc:
-        raise UserError(f"--results {results}: cannot write there ({exc.strerror or exc}); "
-                        "pick a writable folder with --results") from None
-    return optuna.storages.JournalStorage(JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path))))
-
-
-def existing_storage(url: str | None, results: Path, study: str):
-    """Storage for reading a study that must already exist (report, apply)."""
-    if url:
-        return open_storage(url, results, study)
-    path = study_dir(results, study) / JOURNAL
-    if not path.exists():
-        raise UserError(f"no study {study!r} under {results}/; run `bench sweep` first or pass --results/--storage")
-    return open_storage(None, results, study)
-
+# ---- storage (harness/storage.py holds where and how; these read a study) ----------------------
 
 def latest_study(results: Path, storage_url: str | None) -> str:
     """The most recently written study: under results/, or in the given storage."""
     if storage_url:
-        summaries = optuna.get_all_study_summaries(open_storage(storage_url, results, ""))
+        summaries = optuna.get_all_study_summaries(existing_storage(storage_url, results, ""))
         if not summaries:
             raise UserError(f"--storage {redact(storage_url)}: holds no study; run `bench sweep` first")
         return max(summaries, key=lambda s: s.datetime_start or datetime.datetime.min).study_name
@@ -102,6 +52,21 @@ def load(storage, name: str) -> optuna.Study:
         raise UserError(f"no study named {name!r} in that storage; `bench report` lists what is there") from None
 
 
+def relative(path: Path) -> str | None:
+    """The spec's path relative to the sweep's folder, when inside it: how another machine's checkout finds it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return None
+
+
+def spec_file(info: dict) -> str:
+    """The study's spec on this machine: where it was swept, else the same path inside the current folder."""
+    if Path(info["spec_path"]).exists() or not info.get("spec_relative"):
+        return info["spec_path"]
+    return info["spec_relative"]
+
+
 def make_sampler(spec: Spec) -> optuna.samplers.BaseSampler:
     samplers = {
         "tpe": lambda: optuna.samplers.TPESampler(seed=spec.seed, n_startup_trials=min(8, max(spec.trials // 2, 1))),
@@ -116,7 +81,7 @@ def create(spec: Spec, storage, device: str) -> optuna.Study:
     study = optuna.create_study(study_name=spec.study, storage=storage, load_if_exists=True,
                                 directions=["maximize", "minimize"], sampler=make_sampler(spec))
     if "spec_path" not in study.user_attrs:
-        attrs = {"spec_path": str(spec.path), "scenario": spec.scenario, "workload": spec.workload,
+        attrs = {"spec_path": str(spec.path), "spec_relative": relative(spec.path), "scenario": spec.scenario, "workload": spec.workload,
                  "memory_budget": spec.memory_budget, "headroom": spec.headroom, "device": device,
                  "objective": spec.objective,
                  "created": datetime.datetime.now().isoformat(timespec="seconds"), "bench": __version__}
@@ -143,16 +108,19 @@ class Sweep:
     spec: Spec
     study: optuna.Study
     device: str
-    results: Path
+    results: Path | None
+    """Where trial logs go; None: nowhere (a database study writes nothing under the current folder)."""
     total: int
     deadline: float | None
     progress: Progress = field(default_factory=Progress)
+    claim: object = None
+    """() -> a context manager held from ask to claiming a config (storage.claim_lock; default: a host lock)."""
 
     def run(self) -> None:
         self.fail_stale_trials()
         self.progress.started(self.counted(), self.total, self.spec.study)
         duplicates_in_a_row, space = 0, self.spec.space_size()
-        while self.counted() < self.total:
+        while self.remaining():
             if self.deadline and time.monotonic() > self.deadline:
                 self.progress.note("sweep time limit reached; re-run the same command to continue")
                 return
@@ -164,6 +132,10 @@ class Sweep:
                 return
             duplicates_in_a_row = 0 if self.run_one() else duplicates_in_a_row + 1
 
+    def remaining(self) -> bool:
+        storage.fail_stale_trials(self.study)  # first: another host's dead worker's trial must not count as running
+        return self.counted() < self.total
+
     def run_one(self) -> bool:
         """Ask, run (or reuse a measurement) and tell one trial. False when it was a duplicate."""
         done = self.counted()
@@ -172,7 +144,7 @@ class Sweep:
             config = trial.user_attrs.get("config") or self.spec.config(suggest(trial, self.spec))
             trial.set_user_attr("config", config)
             trial.set_user_attr("worker", worker_id())
-            previous = self.measured_configs().get(config_key(config))
+            previous = self.measured_configs(besides=trial.number).get(config_key(config))
         if previous is not None and previous.number != trial.number:
             self.tell_duplicate(trial, previous)
             self.progress.duplicate(trial.number, previous.number, config)
@@ -181,10 +153,12 @@ class Sweep:
         baseline = bool(trial.user_attrs.get("baseline"))
         self.progress.trial_started(trial.number, done, self.total, config, baseline)
         try:
-            rec = launch.run(self.spec.job(self.device, config), launch.Limits(self.spec.trial_timeout_s, self.spec.stall_s),
-                             self.log_path(trial.number), on_beat=self.progress.trial_phase)
-        except KeyboardInterrupt:
-            self.tell_interrupted(trial, config, "interrupted by the user (Ctrl-C)")
+            with storage.heartbeat(self.study, trial):
+                rec = launch.run(self.spec.job(self.device, config),
+                                 launch.Limits(self.spec.trial_timeout_s, self.spec.stall_s), self.log_path(trial.number),
+                                 on_beat=self.progress.trial_phase)
+        except KeyboardInterrupt as stop:
+            self.tell_interrupted(trial, config, str(stop) or "interrupted by the user (Ctrl-C)")
             raise
         if (rec.get("error") or {}).get("type") == "FactoryImportError":  # every config would fail alike: stop
             self.tell_interrupted(trial, config, rec["error"]["message"])
@@ -192,20 +166,23 @@ class Sweep:
                             f"(traceback in {self.log_path(trial.number)})")
         rec.update(number=trial.number, config=config)
         rec.setdefault("error", None)
-        rec["log"] = str(self.log_path(trial.number).resolve())  # readable from wherever `bench report` runs
+        log = self.log_path(trial.number)
+        rec["log"] = str(log.resolve()) if log else None  # readable from wherever `bench report` runs
         self.tell(trial, rec)
         self.progress.trial_finished(trial.number, rec, self.best_so_far())
         return True
 
     def claiming(self):
-        """This host's workers take turns from ask to claiming a config, and in recovering stale trials.
+        """Workers take turns from ask to claiming a config, and in recovering stale trials.
 
         Without it two workers can both claim one sampled config (each checks before the other
         has written its own), or both recover one stale trial (the second tell raises).
         """
-        return host_lock(study_dir(self.results, self.spec.study) / CLAIM_LOCK)
+        return (self.claim or storage.claim_lock(None, self.results, self.spec.study))()
 
-    def log_path(self, number: int) -> Path:
+    def log_path(self, number: int) -> Path | None:
+        if self.results is None:
+            return None
         return study_dir(self.results, self.spec.study) / "logs" / f"trial-{number:04d}.log"
 
     # -- telling -----------------------------------------------------------------------------------
@@ -276,8 +253,12 @@ class Sweep:
         requeue(self.study, trial.params, trial.user_attrs)
 
     def fail_stale_trials(self) -> None:
-        """RUNNING trials whose sweep process died on this host (kill -9, reboot): interrupted, re-queued."""
+        """RUNNING trials whose sweep process died on this host (kill -9, reboot): interrupted, re-queued.
+
+        In a database, another host's dead worker is found by Optuna's heartbeat (storage.requeue_stale).
+        """
         with self.claiming():
+            storage.fail_stale_trials(self.study)
             for ft in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
                 if is_stale(ft.user_attrs.get("worker")):
                     config = ft.user_attrs.get("config") or self.spec.config(ft.params)
@@ -292,15 +273,18 @@ class Sweep:
     def counted(self) -> int:
         """Trials that count toward the total: measured (not duplicates, not interrupted) or running."""
         done = sum(1 for t in self.finished()
-                   if "duplicate_of" not in t.user_attrs and t.user_attrs.get("status") != record.INTERRUPTED)
+                   if "duplicate_of" not in t.user_attrs and not interrupted(t))
         running = len(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))  # other workers'
         return done + running
 
-    def measured_configs(self) -> dict:
-        """config key -> the trial that measured it (running ones too, so workers never run a config twice)."""
+    def measured_configs(self, besides: int | None = None) -> dict:
+        """config key -> the trial that measured it (running ones too, so workers never run a config twice).
+
+        `besides`: a trial just claimed, left out so that another worker's claim of its config is seen.
+        """
         out = {}
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)):
-            if t.user_attrs.get("status") == record.INTERRUPTED or "duplicate_of" in t.user_attrs:
+            if interrupted(t) or "duplicate_of" in t.user_attrs or t.number == besides:
                 continue
             if "config" in t.user_attrs:
                 out.setdefault(config_key(t.user_attrs["config"]), t)
@@ -308,6 +292,13 @@ class Sweep:
 
     def best_so_far(self) -> dict | None:
         return pareto.choose(rows_of(self.study), self.spec.memory_budget, self.spec.headroom, self.spec.objective).best
+
+
+def interrupted(t: optuna.trial.FrozenTrial) -> bool:
+    """Stopped, never measured: by bench (Ctrl-C, a signal, a dead process) or by Optuna's heartbeat
+    (a FAIL without bench's record: a database worker that stopped beating)."""
+    return t.user_attrs.get("status") == record.INTERRUPTED or (t.state == TrialState.FAIL and "record" not in t.user_attrs
+                                                                and "duplicate_of" not in t.user_attrs)
 
 
 def usable_memory(spec: Spec) -> float | None:
@@ -331,29 +322,6 @@ def requeue(study: optuna.Study, params: dict, attrs: dict) -> None:
 
 def config_key(config: dict) -> tuple:
     return tuple(sorted((k, repr(v)) for k, v in config.items()))
-
-
-@contextlib.contextmanager
-def host_lock(path: Path):
-    """An exclusive lock among this host's processes; the kernel drops it when its holder dies."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
-
-
-def worker_id() -> dict:
-    proc = psutil.Process()
-    return {"host": socket.gethostname(), "pid": proc.pid, "started": proc.create_time()}
-
-
-def is_stale(worker: dict | None) -> bool:
-    if not worker or worker.get("host") != socket.gethostname():
-        return False  # another machine's trial: only its own sweep can tell
-    try:
-        return abs(psutil.Process(worker["pid"]).create_time() - worker["started"]) > 1.0
-    except psutil.NoSuchProcess:
-        return True
 
 
 # ---- baseline ------------------------------------------------------------------------------------
@@ -441,6 +409,9 @@ def rows_of(study: optuna.Study) -> list[dict]:
             continue  # the same measurement is already in the table under its own number
         if t.state == TrialState.RUNNING and not rec:
             rec = {"status": "running", "throughput": None, "peak_memory": None, "error": None}
+        elif interrupted(t) and not rec:
+            rec = {"status": record.INTERRUPTED, "throughput": None, "peak_memory": None,
+                   "error": {"type": "Interrupted", "message": "its worker stopped (no heartbeat); it runs again"}}
         rec.update(number=t.number, config=t.user_attrs.get("config", rec.get("config", {})),
                    baseline=bool(t.user_attrs.get("baseline")))
         rec.setdefault("status", t.user_attrs.get("status", "unknown"))

@@ -653,3 +653,41 @@ def test_provenance_goes_below_a_hydra_package_header(tmp_path):
     assert block == lines[1:1 + len(block)]  # one contiguous block, not stacked
     assert len(block) == len(_provenance_lines(provenance))
     assert "# our 24 GB card" in lines and "  batch_size: 16" in lines
+
+
+def test_a_yaml_target_with_a_byte_order_mark_keeps_it_byte_exactly(tmp_path):
+    file = tmp_path / "bom.yaml"
+    original = b"\xef\xbb\xbf" + (DATA / "plain.yaml").read_bytes()
+    file.write_bytes(original)
+    target = target_for(file)
+    assert read_current(target)["batch_size"] == load((DATA / "plain.yaml").read_text())["batch_size"]
+    write(plan(target, {"batch_size": 64}, PROVENANCE))
+    new = file.read_bytes()
+    assert new.startswith(b"\xef\xbb\xbf") and not new[3:].startswith(b"\xef\xbb\xbf")
+    assert load(new.decode("utf-8-sig"))["batch_size"] == 64
+    assert body(new.decode("utf-8-sig")) == [line.replace("batch_size: " + str(load(original.decode("utf-8-sig"))
+                                                                              ["batch_size"]), "batch_size: 64")
+                                             for line in body(original.decode("utf-8-sig"))]
+
+
+def test_a_json_target_with_a_duplicate_key_is_refused_in_one_line(tmp_path):
+    file = tmp_path / "dup.json"
+    file.write_text('{"train_micro_batch_size_per_gpu": 8, "train_micro_batch_size_per_gpu": 16}\n')
+    before = file.read_bytes()
+    with pytest.raises(UserError, match=r"dup.json: .*'train_micro_batch_size_per_gpu' appears twice") as e:
+        plan(target_for(file, preset="deepspeed"), {"batch_size": 32}, PROVENANCE)
+    assert "\n" not in str(e.value)
+    assert file.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["dup.json"]
+
+
+def test_old_backups_are_pruned_and_stale_temp_files_cleaned(tmp_path):
+    file = copy("plain.yaml", tmp_path)
+    stale, fresh = tmp_path / ".plain.yaml.crashed.tmp", tmp_path / ".plain.yaml.writing.tmp"
+    stale.write_text("half a write")
+    fresh.write_text("another apply, writing now")
+    os.utime(stale, (0, 0))
+    target = target_for(file)
+    backups = [write(plan(target, {"batch_size": size}, PROVENANCE)) for size in (2, 4, 8, 16, 32, 64, 128)]
+    kept = sorted(tmp_path.glob("plain.yaml.bench-backup-*"))
+    assert len(kept) == _write.KEEP_BACKUPS and sorted(backups[-_write.KEEP_BACKUPS:]) == kept  # the newest
+    assert not stale.exists() and fresh.exists()

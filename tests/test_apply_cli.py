@@ -111,3 +111,13 @@ def test_hydra_group_gets_a_profile_named_after_the_measured_device(project):
     text = profile.read_text()
     assert text.startswith("# @package _global_")
     assert yaml.safe_load(text)["data_loader"]["batch_size"] == 32
+
+
+def test_apply_from_another_checkout_finds_the_spec_relative_to_it(known_study, tmp_path_factory, monkeypatch):
+    """Another machine has the project elsewhere: the sweeping machine's absolute spec path is not there."""
+    elsewhere = tmp_path_factory.mktemp("other-machine") / "project"
+    known_study.rename(elsewhere)
+    monkeypatch.chdir(elsewhere)
+    result = apply("best")
+    assert result.exit_code == 0, result.output
+    assert batch_in(elsewhere) == 32

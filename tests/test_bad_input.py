@@ -76,6 +76,7 @@ BAD_SPECS = {
                        "channels_last takes true or false"),
     "headroom_too_big": (yaml.safe_dump({**GOOD, "memory": {"headroom": 2}}), "memory.headroom"),
     "budget_garbage": (yaml.safe_dump({**GOOD, "memory": {"budget": "lots"}}), "cannot read size 'lots'"),
+    "budget_zero": (yaml.safe_dump({**GOOD, "memory": {"budget": 0}}), "memory.budget: size must be positive"),
     "timeout_garbage": (yaml.safe_dump({**GOOD, "trial": {"timeout": "soon"}}), "cannot read duration 'soon'"),
     "sampler_typo": (yaml.safe_dump({**GOOD, "sampler": "tpee"}), "did you mean 'tpe'?"),
     "empty_search": (yaml.safe_dump({**GOOD, "search": {}}), "search is empty"),
@@ -412,3 +413,24 @@ def test_random_spec_text_only_raises_user_errors(fuzz_folder, text):
     path = fuzz_folder / "text.yaml"
     path.write_text(text, errors="surrogatepass")
     load_or_user_error(path)
+
+
+def test_a_postgresql_url_without_its_driver_names_the_extra_and_the_scheme(cwd):
+    pytest.importorskip("psycopg2")
+    try:
+        import psycopg  # noqa: F401  (psycopg 3 installed: plain postgresql:// has its driver)
+        pytest.skip("psycopg 3 is installed: postgresql:// has a driver here")
+    except ImportError:
+        pass
+    write(cwd, "good.yaml", GOOD)
+    assert_user_error(bench("report", "--storage", PG_URL), "no database driver", "bench[postgres]",
+                      "postgresql+psycopg2://")
+
+
+def test_a_budget_above_the_devices_memory_is_warned_in_one_line(cwd):
+    import psutil
+    write(cwd, "big.yaml", {**GOOD, "memory": {"budget": 2 * psutil.virtual_memory().total}})
+    result = bench("sweep", "big.yaml", "--device", "cpu", "--trials", "1")
+    assert result.exit_code == 0, result.output
+    [warning] = [line for line in result.stderr.splitlines() if line.strip()]
+    assert warning.startswith("warning: memory budget") and "more than the" in warning

@@ -227,3 +227,28 @@ def drain(fd: int, into: bytearray) -> None:
         pass
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_stop_like_ctrl_c_and_leave_no_temp_folder(gated, signum):
+    """Preemption (Slurm, Kubernetes) and a closed terminal: trial killed, recorded, re-queued, one line."""
+    tmp = gated / "tmp"
+    tmp.mkdir()
+    sweep = subprocess.Popen([sys.executable, "-c", "from harness.cli import main; main()", "sweep", "stop.yaml",
+                              "--device", "cpu"], cwd=gated, env=dict(env_for(gated), TMPDIR=str(tmp)),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    STARTED.append(sweep)
+    child = hanging_trial(sweep)
+    pgid = os.getpgid(child.pid)
+    assert list(tmp.glob("bench-trial-*")), "the trial's temporary folder should exist while it runs"
+    sweep.send_signal(signum)
+    _, stderr = sweep.communicate(timeout=30)
+    assert sweep.returncode == 128 + signum
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and signal.Signals(signum).name in lines[0] and "re-run" in lines[0], stderr
+    assert wait_until_gone(pgid, limit_s=2) == []
+    assert not list(tmp.glob("bench-trial-*")), "the trial's temporary folder was left behind"
+    before = by_fault(report_rows(gated))
+    assert [r["status"] for r in before["hang"]] == ["interrupted"]
+    if signum == signal.SIGTERM:
+        assert_resumes(gated, before, stale_note=False)

@@ -14,6 +14,8 @@ from ruamel.yaml.nodes import MappingNode
 from harness.apply._keymaps import ABSENT, KNOB_CHOICES, ApplyTarget, KeyMap
 from harness.errors import UserError
 
+BOM = "\ufeff"
+
 
 # ---------------------------------------------------------------------------------------------
 # The document: text, plain values and positioned nodes
@@ -28,10 +30,14 @@ class _Document:
     """Plain values, as the training program reads them."""
     root: MappingNode
     """ruamel node tree whose marks give every scalar's character span in `text`."""
+    bom: str = ""
+    """A UTF-8 byte-order mark the file starts with (kept out of `text`, so marks and offsets agree)."""
 
 
 def _load_document(path: Path, fmt: str) -> _Document:
     text = _read_text(path)
+    bom = BOM if text.startswith(BOM) else ""
+    text = text[len(bom):]
     data = _parse_data(text, fmt, path)
     if not isinstance(data, dict):
         raise UserError(f"{path}: the top level is a {type(data).__name__}, not a mapping of keys; "
@@ -40,7 +46,7 @@ def _load_document(path: Path, fmt: str) -> _Document:
         root = YAML(typ="rt").compose(text)
     except YAMLError as e:  # valid JSON that YAML cannot place, e.g. duplicate keys
         raise UserError(f"{path}: cannot edit this file in place: {_first_line(e)}") from None
-    return _Document(path, fmt, text, data, root)
+    return _Document(path, fmt, text, data, root, bom)
 
 
 def _read_text(path: Path) -> str:
@@ -58,13 +64,23 @@ def _read_text(path: Path) -> str:
 def _parse_data(text: str, fmt: str, path: Path | None = None) -> object:
     try:
         if fmt == "json":
-            return json.loads(text.lstrip("\ufeff"))
+            return json.loads(text.lstrip(BOM), object_pairs_hook=_refuse_duplicates)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return YAML(typ="safe", pure=True).load(text)
     except (ValueError, YAMLError) as e:
         raise UserError(f"{path}: not valid {fmt.upper()}: {_first_line(e)}; fix the file or point apply.file "
                         "at the training config") from None
+
+
+def _refuse_duplicates(pairs: list) -> dict:
+    """JSON readers disagree on a repeated key (first or last wins): bench will not guess which."""
+    seen = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise ValueError(f"the key {key!r} appears twice in one object; keep one")
+        seen.add(key)
+    return dict(pairs)
 
 
 def _first_line(error: Exception) -> str:

@@ -87,7 +87,7 @@ def plan(target: ApplyTarget, values: dict, provenance: dict, *, to: Path | None
         sidecar = destination.with_name(destination.name + SIDECAR_SUFFIX)
         sidecar_text = _sidecar_json(destination, provenance, changes)
     _verify(doc, new_text, assignments)
-    return Plan(source=target.file, path=destination, old_text=doc.text, new_text=new_text,
+    return Plan(source=target.file, path=destination, old_text=doc.bom + doc.text, new_text=doc.bom + new_text,
                 diff=_diff(doc.text, new_text, target.file, destination), changes=changes,
                 unmapped=unmapped, sidecar=sidecar, sidecar_text=sidecar_text,
                 warnings=tuple(stale_comments(doc, edits, new_text)))

@@ -12,6 +12,10 @@ from harness.apply._plan import Plan
 from harness.errors import UserError
 
 BACKUP_INFIX = ".bench-backup-"
+KEEP_BACKUPS = 5
+"""Backups kept per file: the newest ones; one per apply would grow without bound."""
+STALE_TMP_S = 60
+"""A temp file of ours older than this is left from a crashed write (a live one lasts milliseconds)."""
 
 
 def write(plan: Plan) -> Path | None:
@@ -30,6 +34,7 @@ def write(plan: Plan) -> Path | None:
         if backup is not None:
             backup.unlink(missing_ok=True)
         raise UserError(f"{destination}: could not write it ({e.strerror}); the file is unchanged") from None
+    _tidy(destination)
     if plan.sidecar is not None:
         try:
             _atomic_write(plan.sidecar, plan.sidecar_text.encode("utf-8"), _mode_for(plan.sidecar))
@@ -81,6 +86,14 @@ def _backup(path: Path) -> Path:
         raise UserError(f"{path}: could not write the backup {backup.name} ({e.strerror}); "
                         "the file is unchanged") from None
     return backup
+
+
+def _tidy(path: Path) -> None:
+    """Prune backups beyond the newest KEEP_BACKUPS, and temp files a crashed write left beside the file."""
+    backups = sorted(path.parent.glob(f"{path.name}{BACKUP_INFIX}*"), key=lambda p: (p.stat().st_mtime, p.name))
+    stale = [p for p in path.parent.glob(f".{path.name}.*.tmp") if time.time() - p.stat().st_mtime > STALE_TMP_S]
+    for old in backups[:-KEEP_BACKUPS] + stale:
+        old.unlink(missing_ok=True)
 
 
 def _mode_for(path: Path) -> int:

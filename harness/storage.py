@@ -1,0 +1,252 @@
+"""Where a study lives, and how workers share it without losing or repeating work.
+
+The embedded store is an Optuna journal file under results/<study>/. A crash or a full disk can
+leave its last record cut off; opening it for a sweep repairs the tail (after a backup), and a
+record broken in the middle is refused, never skipped. Reading (report, apply) never writes.
+
+A database URL (PostgreSQL) shares one study between machines. Workers then claim a config under a
+lock the database itself holds (an advisory lock: it dies with the worker's connection), and a
+killed worker's trial is found through Optuna's RDB heartbeat and queued again by any survivor.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import time
+import warnings
+from pathlib import Path
+from typing import Callable
+
+import optuna
+import psutil
+import sqlalchemy
+from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, JournalFileOpenLock
+
+from harness.errors import UserError
+
+JOURNAL = "journal.log"
+CLAIM_LOCK = "claim.lock"
+HEARTBEAT_S = int(os.environ.get("BENCH_HEARTBEAT_S", "30"))
+"""Seconds between a running trial's heartbeats in a database; a trial silent for 3 of them is stale."""
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def redact(url: str) -> str:
+    """A storage URL fit to print: the password replaced by ***.
+
+    Up to the last '@': a password may hold '/' or '@' (unescaped), and hiding a bit of the host
+    with it is the safe side.
+    """
+    return re.sub(r"(://[^:/@]*:).*@", r"\1***@", url)
+
+
+def study_dir(results: Path, study: str) -> Path:
+    return Path(results) / study
+
+
+# ---- opening -------------------------------------------------------------------------------------
+
+def open_storage(url: str | None, results: Path, study: str, say: Callable[[str], None] = print):
+    """Storage to sweep into: the database at `url`, or the journal under results/<study>/ (repaired)."""
+    if url:
+        return open_database(url, heartbeat=True)
+    folder = study_dir(results, study)
+    path = folder / JOURNAL
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.touch()
+        if not os.access(path, os.W_OK):
+            raise PermissionError(f"{path} is not writable")
+    except OSError as exc:
+        raise UserError(f"--results {results}: cannot write there ({exc.strerror or exc}); "
+                        "pick a writable folder with --results") from None
+    lock = JournalFileOpenLock(str(path))
+    lock.acquire()  # no other worker of this study appends while the tail is judged
+    try:
+        message = repair_journal(path)
+    finally:
+        lock.release()
+    if message:
+        say(message)
+    return optuna.storages.JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
+
+
+def existing_storage(url: str | None, results: Path, study: str):
+    """Storage to read a study that must exist (report, apply): opens nothing for writing."""
+    if url:
+        return open_database(url, heartbeat=False)
+    path = study_dir(results, study) / JOURNAL
+    if not path.exists():
+        raise UserError(f"no study {study!r} under {results}/; run `bench sweep` first or pass --results/--storage")
+    return optuna.storages.JournalStorage(ReadOnlyJournal(path))
+
+
+def open_database(url: str, heartbeat: bool):
+    """An Optuna RDBStorage; with heartbeat, a killed worker's trial turns stale and is queued again."""
+    beats = {"heartbeat_interval": HEARTBEAT_S, "grace_period": 3 * HEARTBEAT_S,
+             "heartbeat_stale_trial_callback": requeue_stale} if heartbeat and not url.startswith("sqlite") else {}
+    try:
+        with no_experimental_warning():
+            return optuna.storages.RDBStorage(url, **beats)
+    except ImportError:
+        raise UserError(f"--storage {redact(url)}: no database driver for this URL; for PostgreSQL install "
+                        "bench[postgres] and write postgresql+psycopg2://USER:PASSWORD@HOST/DB") from None
+    except Exception as exc:
+        raise UserError(f"--storage {redact(url)}: cannot open it ({redact(str(exc)).splitlines()[0][:200]}); "
+                        "check the URL, the server and the password") from None
+
+
+class ReadOnlyJournal(BaseJournalBackend):
+    """The journal's whole records, read without creating, locking or appending: a read-only results/
+    reads fine, and a torn tail (a sweep writing now, or a crash) is left out, not misread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        _, self.end, _ = whole_records(path)
+
+    def read_logs(self, log_number_from: int):
+        with open(self.path, "rb") as f:
+            lines = f.read(self.end).split(b"\n")[:-1]
+        return [json.loads(line) for line in lines[log_number_from:]]
+
+    def append_logs(self, logs):
+        raise RuntimeError(f"{self.path} was opened for reading only")  # a bench bug if reached
+
+
+# ---- the journal's tail --------------------------------------------------------------------------
+
+def whole_records(path: Path) -> tuple[int, int, int | None]:
+    """(whole records, bytes they span, first line of a broken tail or None).
+
+    A broken record followed by whole ones is not a torn write but damage: refused, one line.
+    """
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    kept = end = 0
+    broken_at = None
+    for number, line in enumerate(lines[:-1], start=1):
+        if not is_record(line):
+            broken_at = broken_at or number
+            continue
+        if broken_at is not None:
+            raise UserError(f"{path}:{broken_at}: a corrupt record in the middle of the study's journal; "
+                            f"restore the file from a backup, or cut it before line {broken_at} to keep "
+                            "what was recorded up to there")
+        kept, end = kept + 1, end + len(line) + 1
+    if lines[-1] and broken_at is None:
+        broken_at = len(lines)  # the last line has no newline: a write that never finished
+    return kept, end, broken_at
+
+
+def is_record(line: bytes) -> bool:
+    try:
+        return isinstance(entry := json.loads(line), dict) and "op_code" in entry
+    except ValueError:
+        return False
+
+
+def repair_journal(path: Path) -> str | None:
+    """Cut a torn tail off the journal, after backing the whole file up; the message to show, or None."""
+    kept, end, broken_at = whole_records(path)
+    if broken_at is None:
+        return None
+    backup = path.with_name(f"{path.name}.torn-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        shutil.copyfile(path, backup)
+        os.truncate(path, end)
+    except OSError as exc:
+        raise UserError(f"{path}: its last record is cut off, and repairing it failed ({exc.strerror}); "
+                        "free some space or make the folder writable, then re-run") from None
+    return (f"{path}: the last record was cut off at line {broken_at} (a crash or a full disk); "
+            f"kept the {kept} whole records, the original is backed up at {backup}")
+
+
+# ---- claiming a config ---------------------------------------------------------------------------
+
+def claim_lock(storage, results: Path | None, study: str):
+    """A context manager making ask-to-claim atomic among all workers of the study.
+
+    A database study is locked by the database (nothing is written under the current folder);
+    the embedded journal by a lock file beside it, which the kernel drops when its holder dies.
+    """
+    if isinstance(storage, optuna.storages.RDBStorage) and storage.engine.dialect.name == "postgresql":
+        return lambda: advisory_lock(storage.engine, study)
+    if isinstance(storage, optuna.storages.RDBStorage):
+        database = Path(storage.engine.url.database or ".")
+        return lambda: host_lock(database.with_name(database.name + f".{study}.{CLAIM_LOCK}"))
+    return lambda: host_lock(study_dir(results, study) / CLAIM_LOCK)
+
+
+@contextlib.contextmanager
+def advisory_lock(engine: sqlalchemy.Engine, study: str):
+    """A PostgreSQL session-level advisory lock: exclusive across machines, freed if the worker dies."""
+    key = int.from_bytes(hashlib.sha256(f"bench:{study}".encode()).digest()[:8], "big", signed=True)
+    with engine.connect() as connection:
+        connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": key})
+        try:
+            yield
+        finally:
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+
+
+@contextlib.contextmanager
+def host_lock(path: Path):
+    """An exclusive lock among this host's processes; the kernel drops it when its holder dies."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+# ---- workers and stale trials --------------------------------------------------------------------
+
+def worker_id() -> dict:
+    proc = psutil.Process()
+    return {"host": socket.gethostname(), "pid": proc.pid, "started": proc.create_time()}
+
+
+def is_stale(worker: dict | None) -> bool:
+    """This host's trial whose worker process is gone (another host's: the heartbeat tells)."""
+    if not worker or worker.get("host") != socket.gethostname():
+        return False
+    try:
+        return abs(psutil.Process(worker["pid"]).create_time() - worker["started"]) > 1.0
+    except psutil.NoSuchProcess:
+        return True
+
+
+def heartbeat(study: optuna.Study, trial: optuna.Trial):
+    """Optuna's own heartbeat thread for a database trial (a no-op for the journal)."""
+    from optuna.storages._heartbeat import get_heartbeat_thread  # Optuna's optimize() uses it; ask/tell has no public door
+    return get_heartbeat_thread(trial._trial_id, study._storage)
+
+
+def fail_stale_trials(study: optuna.Study) -> None:
+    """Trials whose worker stopped beating (killed, machine gone) turn FAIL and are queued again."""
+    with no_experimental_warning():  # returns at once for a storage without heartbeats (the journal)
+        optuna.storages.fail_stale_trials(study)
+
+
+@contextlib.contextmanager
+def no_experimental_warning():
+    """Optuna marks its heartbeat experimental (since 2.9); bench relies on it knowingly."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
+
+
+def requeue_stale(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+    """Optuna's stale-trial callback: the same config runs again, once, on whichever worker asks next."""
+    keep = {k: v for k, v in trial.user_attrs.items() if k in ("baseline", "config")}
+    study.enqueue_trial(trial.params, user_attrs={**keep, "retry_of": trial.number}, skip_if_exists=False)
+
+
+def is_no_space(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in NO_SPACE

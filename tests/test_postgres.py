@@ -1,0 +1,118 @@
+"""One study on a real PostgreSQL, swept by workers on different hosts (UTS namespaces, own hostnames).
+
+No config runs twice across hosts (the database holds the claim lock), a killed host's trial is
+found by Optuna's RDB heartbeat and run again by another host, and a worker writes nothing under
+its current folder. CI starts PostgreSQL and sets BENCH_TEST_PG_URL (.ci/run).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import FAST_TRIAL
+from tests.test_interrupt import GATED, env_for, hanging_trial, wait_until_gone
+
+URL = os.environ.get("BENCH_TEST_PG_URL")
+
+
+def can_be_another_host() -> bool:
+    """Root with unshare(1) in a machine that allows UTS namespaces (some containers forbid them)."""
+    return (os.geteuid() == 0 and shutil.which("unshare") is not None
+            and subprocess.run(["unshare", "--uts", "true"], capture_output=True).returncode == 0)
+
+
+pytestmark = [
+    pytest.mark.skipif(not URL, reason="BENCH_TEST_PG_URL is not set: no PostgreSQL to test against "
+                                       "(.ci/run starts one; e.g. postgresql+psycopg2://bench:bench@localhost/bench_test)"),
+    pytest.mark.skipif(not can_be_another_host(),
+                       reason="workers as other hosts need root, unshare(1) and a machine allowing UTS namespaces"),
+]
+HEARTBEAT_S = 1
+SPACE = {"batch_size": [4, 8, 16], "width": [16, 32]}
+
+
+def on_host(host: str, folder: Path, code_dir: Path, *args: str) -> subprocess.Popen:
+    """`bench ARGS` as a worker on `host`: its own hostname, its own empty current folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    command = " ".join(f"'{a}'" for a in args)
+    script = f'hostname {host} && exec "{sys.executable}" -c "from harness.cli import main; main()" {command}'
+    env = dict(env_for(code_dir), BENCH_HEARTBEAT_S=str(HEARTBEAT_S))
+    return subprocess.Popen(["unshare", "--uts", "sh", "-c", script], cwd=folder, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def report(folder: Path, study: str) -> list[dict]:
+    result = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", "report", study,
+                             "--storage", URL, "--format", "json"], cwd=folder, env=env_for(folder),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def done(proc: subprocess.Popen) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, out, err
+
+
+def test_three_hosts_share_one_study_and_never_run_a_config_twice(tmp_path):
+    study = f"hosts-{uuid.uuid4().hex[:8]}"
+    spec = {"study": study, "workload": {"factory": "faulty:build", "params": {"fault": "none", "width": 16}},
+            "search": SPACE, "trials": 6, "sampler": "tpe", "trial": dict(FAST_TRIAL)}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    hosts = ["host-a", "host-b", "host-c"]
+    workers = [on_host(h, tmp_path / h, tmp_path, "sweep", str(tmp_path / "spec.yaml"), "--device", "cpu",
+                       "--storage", URL) for h in hosts]
+    ended = [done(w) for w in workers]
+    for rc, out, err in ended:
+        assert rc == 0, err
+        assert "Traceback" not in err
+    rows = report(tmp_path, study)
+    configs = [(r["config"]["batch_size"], r["config"]["width"]) for r in rows]
+    assert sorted(configs) == sorted((b, w) for b in SPACE["batch_size"] for w in SPACE["width"])  # each once
+    assert all(r["status"] == "ok" and r["throughput"] > 0 for r in rows)
+    assert sum(out.count("    → ") for _, out, _ in ended) == 6  # trials really run, summed over hosts
+    for h in hosts:
+        assert list((tmp_path / h).iterdir()) == [], f"{h} wrote under its current folder"
+
+
+def test_a_killed_hosts_trial_is_found_by_heartbeat_and_run_again_elsewhere(tmp_path):
+    study = f"killed-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "gated.py").write_text(GATED)
+    gate = tmp_path / "gate"
+    gate.touch()
+    spec = {"study": study, "workload": {"factory": "gated:build",
+                                         "params": {"fault": "none", "at_step": 3, "gate": str(gate)}},
+            "search": {"batch_size": [8], "fault": ["none", "hang"]}, "trials": 2, "sampler": "grid",
+            "trial": {**FAST_TRIAL, "stall": "120s", "timeout": "120s"}}
+    (tmp_path / "stop.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    args = ("sweep", str(tmp_path / "stop.yaml"), "--device", "cpu", "--storage", URL)
+    doomed = on_host("host-b", tmp_path / "b", tmp_path, *args)
+    try:
+        pgid = os.getpgid(hanging_trial(doomed).pid)
+    finally:
+        doomed.kill()
+        doomed.communicate(timeout=30)
+    assert wait_until_gone(pgid) == []
+    assert [r["status"] for r in report(tmp_path, study) if r["config"]["fault"] == "hang"] == ["running"]
+    gate.unlink()
+    time.sleep(3 * HEARTBEAT_S + 1)  # past the grace period: host-b's trial has stopped beating
+    rc, out, err = done(on_host("host-a", tmp_path / "a", tmp_path, *args))
+    assert rc == 0, err
+    rows = report(tmp_path, study)
+    assert Counter((r["config"]["fault"], r["status"]) for r in rows) == {
+        ("none", "ok"): 1, ("hang", "interrupted"): 1, ("hang", "ok"): 1}
+    assert list((tmp_path / "a").iterdir()) == []
