@@ -5,6 +5,8 @@ reverse in another fresh copy (each succeeds, or refuses in one line with exit 2
 What is not executed: `pip install` (checked instead: the target folder is a project and its extras
 exist) and the test command itself. BENCH_QUICK=2 turns every sweep into a smoke run (tiny preset,
 two trials, ~1 s of measuring each), which keeps this test near a minute on a quiet 2-core box.
+Blocks fenced ```sh need what a CI box lacks (GPUs, a database host, Slurm): they are shown, not run
+here; tests/test_postgres.py runs the PostgreSQL path against a real server.
 """
 import os
 import re
