@@ -691,3 +691,12 @@ def test_old_backups_are_pruned_and_stale_temp_files_cleaned(tmp_path):
     kept = sorted(tmp_path.glob("plain.yaml.bench-backup-*"))
     assert len(kept) == _write.KEEP_BACKUPS and sorted(backups[-_write.KEEP_BACKUPS:]) == kept  # the newest
     assert not stale.exists() and fresh.exists()
+
+
+def test_a_comment_listing_the_choices_is_not_stale_but_one_quoting_the_old_value_is(tmp_path):
+    file = tmp_path / "train.yaml"
+    file.write_text("data:\n  batch_size: 8   # effective batch 8\n"
+                    "trainer:\n  precision: 32-true   # 32-true | bf16-mixed | 16-mixed\n  accumulate_grad_batches: 1\n")
+    p = plan(target_for(file, preset="lightning", keys={"batch_size": "data.batch_size"}),
+             {"batch_size": 32, "precision": "bf16-mixed"}, PROVENANCE)
+    assert len(p.warnings) == 1 and "data.batch_size" in p.warnings[0] and "quotes 8" in p.warnings[0]

@@ -22,7 +22,9 @@ def stale_comments(doc: _Document, edits: list, new_text: str) -> list[str]:
             continue
         start, end, _ = _replace_value(doc, a.key, a.value)
         comment = _comment_after(doc.text, end)
-        quoted = next(((key, value) for key, value in olds if _quotes(comment, value)), None) if comment else None
+        if not comment or (not isinstance(a.value, bool) and _quotes(comment, a.value)):
+            continue  # a comment that names the new value too lists the choices (`# 32-true | bf16-mixed`)
+        quoted = next(((key, value) for key, value in olds if _quotes(comment, value)), None)
         if quoted:
             line = _line_of(new_text, a.key.rpartition(".")[2], comment) or doc.text.count("\n", 0, start) + 1
             whose = "its old value" if quoted[0] == a.key else f"the old {quoted[0]}"
