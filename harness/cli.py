@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from harness import __version__, apply, launch, pareto, report, spec as specs, storage as stores, study as studies
+from harness import __version__, apply, launch, nvml, pareto, report, spec as specs, storage as stores, study as studies
 from harness.errors import UserError
 from harness.units import gib, parse_duration, parse_size
 from harness.workloads import UNIVERSAL_KNOBS, WORKLOADS
@@ -237,8 +237,7 @@ def device_memory(device: str) -> int | None:
         return psutil.virtual_memory().total
     try:
         import pynvml
-        pynvml.nvmlInit()
-        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(int(device.split(":")[1]))).total)
+        return int(pynvml.nvmlDeviceGetMemoryInfo(nvml.handle(int(device.partition(":")[2] or 0))).total)
     except Exception:
         return None
 

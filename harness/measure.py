@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from harness import __version__
+from harness import __version__, nvml
 
 # Nominal dense peak TFLOP/s from NVIDIA datasheets (no sparsity), by precision class, keyed by the
 # exact device name NVML and CUDA report. Names differ by a suffix between parts with different peaks
@@ -111,23 +111,11 @@ def lift_cpu_memory_limit() -> None:
 
 # ---- CUDA memory --------------------------------------------------------------------------------
 
-def _nvml_handle(index: int):
-    """NVML handle of CUDA device `index`. NVML numbers every GPU of the machine, so map the index
-    through CUDA_VISIBLE_DEVICES (indices or UUIDs; the launcher sets CUDA_DEVICE_ORDER=PCI_BUS_ID
-    so both number GPUs alike)."""
-    import pynvml
-    pynvml.nvmlInit()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    entry = visible.split(",")[index].strip() if visible else str(index)
-    return (pynvml.nvmlDeviceGetHandleByIndex(int(entry)) if entry.isdigit()
-            else pynvml.nvmlDeviceGetHandleByUUID(entry))
-
-
 def nvml_used_bytes(index: int) -> int | None:
     """Device memory in use as the driver sees it (every process, CUDA contexts included)."""
     try:
         import pynvml
-        return int(pynvml.nvmlDeviceGetMemoryInfo(_nvml_handle(index)).used)
+        return int(pynvml.nvmlDeviceGetMemoryInfo(nvml.handle(index)).used)
     except Exception:  # no driver or no NVML: the allocator's figures still stand
         return None
 
@@ -137,7 +125,7 @@ def nvml_process_bytes(index: int) -> int | None:
     (no NVML, or a container whose PIDs NVML reports as host PIDs)."""
     try:
         import pynvml
-        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(_nvml_handle(index)):
+        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(nvml.handle(index)):
             if proc.pid == os.getpid() and proc.usedGpuMemory is not None:
                 return int(proc.usedGpuMemory)
     except Exception:
