@@ -68,6 +68,8 @@ class Suite:
         if self.left() < 2:
             raise OutOfTime
         rec = trial(spec, self.device, overrides, self.deadline)
+        with open(self.out / "records.jsonl", "a") as f:  # every record whole, for reading failures later
+            f.write(json.dumps(rec, default=str) + "\n")
         if rec["status"] == record.TIMEOUT and self.left() < 2:  # killed at the check's deadline, not its own limit
             raise OutOfTime
         return rec
@@ -110,15 +112,17 @@ def check_gpu_tests(s: Suite, sec: Section) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "junit.xml"
         t0 = time.monotonic()
-        try:
-            proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-                                   f"--junitxml={xml}", str(ROOT / "tests")], cwd=ROOT, capture_output=True,
-                                  text=True, timeout=max(s.left(), 1))
-        except subprocess.TimeoutExpired:
-            raise OutOfTime from None
+        log = s.out / "gpu-tests.log"  # the whole pytest output, tracebacks too, kept even if time runs out
+        with open(log, "w") as out:
+            try:
+                proc = subprocess.run([sys.executable, "-m", "pytest", "-v", "-m", "gpu", "-p", "no:cacheprovider",
+                                       f"--junitxml={xml}", str(ROOT / "tests")], cwd=ROOT, stdout=out,
+                                      stderr=subprocess.STDOUT, text=True, timeout=max(s.left(), 1))
+            except subprocess.TimeoutExpired:
+                raise OutOfTime from None
         wall = time.monotonic() - t0
         if not xml.exists():
-            raise RuntimeError(f"pytest wrote no report (exit {proc.returncode}): {proc.stdout[-300:]}")
+            raise RuntimeError(f"pytest wrote no report (exit {proc.returncode}): {log.read_text()[-300:]}")
         cases = ET.parse(xml).getroot().iter("testcase")
         counts = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
         for case in cases:
@@ -246,7 +250,7 @@ def check_memory_wall(s: Suite, sec: Section) -> None:
 
 
 CHECKS = [  # (title, check, share of the slot)
-    ("gpu-marked tests (pytest -m gpu)", check_gpu_tests, 0.10),
+    ("gpu-marked tests (pytest -m gpu)", check_gpu_tests, 0.15),
     ("one trial per workload preset", check_presets, 0.25),
     ("repeatability: one config, 5 fresh processes", check_repeatability, 0.15),
     ("short trial peak vs a 200-step run", check_peak_vs_long, 0.15),
