@@ -10,7 +10,7 @@ from rich.spinner import Spinner
 
 from harness import cli, spec as specs, study as studies
 from harness.cli import LiveProgress, RunningTrial, main
-from tests.conftest import write_spec
+from tests.conftest import FAST_TRIAL, write_spec
 
 GiB = 1024**3
 
@@ -31,7 +31,9 @@ class Recorder(studies.Progress):
 
 
 def test_a_duplicate_is_reported_and_the_child_phases_reach_the_display(project):
-    spec = specs.load(write_spec(project, search={"batch_size": [4, 8]}))
+    # measuring lasts >= 2 windows of 0.5 s, several of the parent's 0.2 s polls: the phase cannot slip between them
+    trial = dict(FAST_TRIAL, window=0.5, min_windows=2, max_seconds=2)
+    spec = specs.load(write_spec(project, search={"batch_size": [4, 8]}, trial=trial))
     study = studies.create(spec, studies.open_storage(None, project / "results", spec.study), "cpu")
     study.enqueue_trial({"batch_size": 4})
     study.enqueue_trial({"batch_size": 4})  # the same config again: reused, not run, but shown
