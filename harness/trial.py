@@ -37,7 +37,7 @@ class Heartbeat:
         if self.path:
             tmp = self.path + ".tmp"
             with open(tmp, "w") as f:
-                json.dump({"phase": phase, "step": step, "time": time.time()}, f)
+                json.dump({"phase": phase, "step": step, "time": time.time(), "pid": os.getpid()}, f)
             os.replace(tmp, self.path)
 
 

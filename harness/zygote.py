@@ -163,6 +163,11 @@ def prestart() -> None:
         threading.Thread(target=_server.ensure_running, daemon=True).start()
 
 
+def ensure_running() -> str | None:
+    """Start the server and wait until it is ready: None, or why it could not start."""
+    return None if _server.ensure_running() else _server.failed
+
+
 def spawn(argv: list[str], env: dict, cwd: str) -> Forked:
     if not _server.ensure_running():
         raise RuntimeError(f"the trial server did not start: {_server.failed}")

@@ -64,6 +64,11 @@ def matrix(faulty_env):
         return {fault: future.result() for fault, future in futures.items()}
 
 
+def test_the_matrix_ran_through_the_warm_start(matrix):
+    """Every row above is a trial forked from the warm trial server (harness.zygote), not a fresh interpreter."""
+    assert {fault: out["rec"]["start"]["method"] for fault, out in matrix.items()} == dict.fromkeys(MATRIX_FAULTS, "warm")
+
+
 def error_of(outcome: dict) -> dict:
     return outcome["rec"].get("error") or {}
 

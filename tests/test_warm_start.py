@@ -110,3 +110,10 @@ def test_a_warm_cuda_trial_gets_its_own_cuda_and_memory_wall(faulty, tmp_path):
     rec = launch.run(spec.job("cuda", specs.trial_config(spec, {"fault": "oom"})),
                      launch.Limits(120, 60), tmp_path / "trial.log")
     assert rec["start"]["method"] == "warm" and rec["status"] == record.OOM, rec.get("error")
+
+
+def test_a_start_other_than_auto_or_fresh_is_refused_in_one_line(faulty, tmp_path):
+    from harness.errors import UserError
+    path = faulty_spec(tmp_path, "bad-start", ["none"], trial={"start": "sometimes"})
+    with pytest.raises(UserError, match=r"trial\.start must be auto or fresh, got 'sometimes'"):
+        specs.load(path)

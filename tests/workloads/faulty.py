@@ -6,6 +6,7 @@ Faults fire on the `at_step`-th training forward (reference and FLOP-counting pa
 import ctypes
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -100,4 +101,8 @@ def build(params: dict) -> Workload:
             out = out * float("inf")
         return out
 
-    return Workload(model=Net(width, depth), dataset=Pairs(width), loss=loss, blocks=(Block,), lr=1e-3)
+    model = Net(width, depth)
+    if params.get("unseeded"):  # a factory whose weights differ from build to build (an unseeded RNG)
+        with torch.no_grad():
+            model.out.bias.add_(random.random())
+    return Workload(model=model, dataset=Pairs(width), loss=loss, blocks=(Block,), lr=1e-3)
