@@ -110,7 +110,10 @@ class Server:
         with theirs:
             self.proc = subprocess.Popen([sys.executable, "-m", "harness.zygote", str(theirs.fileno()), *PRELOAD],
                                          pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
-                                         stdout=err, stderr=err, start_new_session=True)
+                                         stdout=err, stderr=err, start_new_session=True,
+                                         # an import that asks torch.cuda.is_available() asks NVML, not cuInit:
+                                         # a driver initialised in the server would be unusable in its forks
+                                         env=dict(os.environ, PYTORCH_NVML_BASED_CUDA_CHECK="1"))
         ours.settimeout(READY_TIMEOUT_S)
         try:
             ready = ours.recv(64)
