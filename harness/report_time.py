@@ -87,10 +87,10 @@ def html(rows: list[dict]) -> str:
     if not wall:
         return '<p class="empty">No trial recorded its wall time.</p>'
     body = "".join(
-        f'<tr><td>{esc(name)}</td><td class="num">{seconds:.1f}</td><td class="num">{seconds / wall:.0%}</td>'
+        f'<tr><td>{esc(name)}</td><td style="text-align:right">{seconds:.1f}</td><td style="text-align:right">{seconds / wall:.0%}</td>'
         f'<td><div style="background:#4c78a8;height:0.8em;width:{100 * seconds / wall:.1f}%"></div></td></tr>'
         for name, seconds in totals.items() if seconds or name != "ended early")
     notes = [esc(line) for line in lines(rows)[1:]]
     return ('<table><thead><tr><th>phase</th><th>seconds</th><th>share</th><th></th></tr></thead>'
-            f'<tbody>{body}</tbody><tfoot><tr><td>all trials</td><td class="num">{wall:.1f}</td><td></td><td></td>'
+            f'<tbody>{body}</tbody><tfoot><tr><td>all trials</td><td style="text-align:right">{wall:.1f}</td><td></td><td></td>'
             f'</tr></tfoot></table>' + "".join(f"<p>{n}</p>" for n in notes))

@@ -25,6 +25,9 @@ from harness import __version__, knobs, measure, record, reuse, workloads
 
 # Phrases of a real allocation failure, CPU and CUDA. Anything else is not an OOM.
 OOM_PHRASES = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
+# oneDNN (CPU convolutions) says only this when its allocation fails; counted as OOM only under a CPU
+# memory wall, where a config that runs without the wall fails this way at the wall.
+WALL_PHRASES = ("could not create a primitive",)
 
 
 class Heartbeat:
@@ -73,6 +76,8 @@ def is_oom(exc: BaseException) -> bool:
         if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
             return True
         if any(p in str(exc).lower() for p in OOM_PHRASES):
+            return True
+        if measure.cpu_memory_limited() and any(p in str(exc).lower() for p in WALL_PHRASES):
             return True
         exc = exc.__cause__ or exc.__context__
     return False

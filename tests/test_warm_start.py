@@ -117,3 +117,9 @@ def test_a_start_other_than_auto_or_fresh_is_refused_in_one_line(faulty, tmp_pat
     path = faulty_spec(tmp_path, "bad-start", ["none"], trial={"start": "sometimes"})
     with pytest.raises(UserError, match=r"trial\.start must be auto or fresh, got 'sometimes'"):
         specs.load(path)
+
+
+def test_onednn_failing_counts_as_oom_only_under_a_cpu_memory_wall():
+    from harness import trial
+    failed = RuntimeError("could not create a primitive")
+    assert not trial.is_oom(failed)  # no wall here: an unsupported oneDNN config is an error
