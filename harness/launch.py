@@ -1,4 +1,7 @@
-"""Run one trial config in a fresh child process, with limits, and classify how it ended.
+"""Run one trial config in a child process, with limits, and classify how it ended.
+
+The child is forked from the warm trial server (harness.zygote) where that is safe, else a fresh
+interpreter; either way a new process with its own session, and the record's `start` says which.
 
 Never imports torch: the parent stays light and never touches a GPU, so a wedged CUDA context in a
 trial can never hurt the study. The child gets its own process group; whatever it started
