@@ -1,4 +1,7 @@
-"""Run one trial config in a fresh child process, with limits, and classify how it ended.
+"""Run one trial config in a child process, with limits, and classify how it ended.
+
+The child is forked from the warm trial server (harness.zygote) where that is safe, else a fresh
+interpreter; either way a new process with its own session, and the record's `start` says which.
 
 Never imports torch: the parent stays light and never touches a GPU, so a wedged CUDA context in a
 trial can never hurt the study. The child gets its own process group; whatever it started
@@ -10,6 +13,7 @@ import collections
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import record
+from harness import record, zygote
 
 LOG_TAIL_BYTES = 256 * 1024  # what is kept of a trial's output; a chatty child cannot fill the disk
 POLL_S = 0.2
@@ -53,7 +57,7 @@ class TailBuffer:
         return b"".join(self.chunks)[-LOG_TAIL_BYTES:].decode("utf-8", "replace")
 
 
-def child_env(config: dict, device: str, workdir: Path, import_paths: list[str]) -> dict:
+def child_env(config: dict, device: str, inductor_cache: Path, import_paths: list[str]) -> dict:
     """The child's environment: allocator settings must be there before CUDA starts.
 
     Inductor keeps its default compile threads, so compile_s is what a user's run pays. The user's
@@ -62,7 +66,7 @@ def child_env(config: dict, device: str, workdir: Path, import_paths: list[str])
     env = dict(os.environ,
                PYTHONPATH=os.pathsep.join([*import_paths, *filter(None, [os.environ.get("PYTHONPATH")])]),
                PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1",
-               TORCHINDUCTOR_CACHE_DIR=str(workdir / "inductor"))  # cold cache per trial: honest compile_s
+               TORCHINDUCTOR_CACHE_DIR=str(inductor_cache))
     if "expandable_segments" in config and device.startswith("cuda"):
         env.update(allocator_conf(os.environ, bool(config["expandable_segments"])))
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA numbers GPUs as NVML does (bench --device, doctor)
@@ -71,6 +75,23 @@ def child_env(config: dict, device: str, workdir: Path, import_paths: list[str])
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[index] if visible else str(index)
     return env
+
+
+def compile_cache(job: dict, workdir: Path) -> tuple[Path, str]:
+    """Inductor's cache for this trial and whether it starts "cold" or "warm".
+
+    Cold unless the trial repeats a measured config (`repeat`, e.g. a confirmation run): then it
+    gets the cache that config's first, cold, run left in the study (`compile_cache`), so compile_s
+    is what a user's first run pays and a repeat pays what a user's second run would.
+    """
+    kept = job.get("compile_cache")
+    if not kept or job["config"].get("compile", "off") == "off":
+        return workdir / "inductor", "cold"
+    kept = Path(kept)
+    if job.get("repeat") and kept.is_dir() and any(kept.iterdir()):
+        return kept, "warm"
+    shutil.rmtree(kept, ignore_errors=True)
+    return kept, "cold"
 
 
 def allocator_conf(environ: dict, expandable: bool) -> dict:
@@ -121,16 +142,14 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
     """
     with tempfile.TemporaryDirectory(prefix="bench-trial-") as tmp:
         workdir = Path(tmp)
-        env = child_env(job["config"], job["device"], workdir, job["workload"].get("path", []))
+        inductor_cache, cache_state = compile_cache(job, workdir)
+        env = child_env(job["config"], job["device"], inductor_cache, job["workload"].get("path", []))
         job = dict(job, heartbeat=str(workdir / "heartbeat.json"),
                    device="cuda:0" if job["device"].startswith("cuda") else job["device"])
         (workdir / "job.json").write_text(json.dumps(job))
         result_path = workdir / "result.json"
-        started = time.monotonic()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.trial", str(workdir / "job.json"), str(result_path)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env=env, start_new_session=True, cwd=os.getcwd())
+        started, launched_at = time.monotonic(), time.time()
+        proc, start = start_child([str(workdir / "job.json"), str(result_path)], job, env)
         tail = TailBuffer(proc.stdout)
         try:
             killed_for = watch(proc, limits, Path(job["heartbeat"]), on_beat)
@@ -141,15 +160,34 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
             save_log(log_path, log)
         result = record.read(result_path)
         outcome = classify(proc.returncode, result, killed_for, log)
-        outcome.setdefault("timing", {})["trial_wall_s"] = time.monotonic() - started
+        timing = outcome.setdefault("timing", {})
+        timing["trial_wall_s"] = time.monotonic() - started
+        timing["compile_cache"] = cache_state
+        if "started_at" in timing:
+            timing["startup_s"] = max(timing.pop("started_at") - launched_at, 0.0)
+        outcome["start"] = start
         return outcome
+
+
+def start_child(argv: list[str], job: dict, env: dict):
+    """The trial's process, forked from the warm trial server where that is safe (harness.zygote),
+    else a fresh interpreter; and which start it got, for the record."""
+    method, why = zygote.start_method(job, env)
+    if method == zygote.WARM:
+        try:
+            return zygote.spawn(argv, env, os.getcwd()), {"method": zygote.WARM, "reason": None}
+        except (OSError, RuntimeError) as exc:
+            method, why = zygote.FRESH, f"the trial server failed: {exc}"[:300]
+    proc = subprocess.Popen([sys.executable, "-m", "harness.trial", *argv],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=env, start_new_session=True, cwd=os.getcwd())
+    return proc, {"method": method, "reason": why}
 
 
 def watch(proc: subprocess.Popen, limits: Limits, heartbeat: Path, on_beat=None) -> str | None:
     """Wait for the child; return why we killed it ('timeout', 'stall'), or None if it ended itself."""
     started = time.monotonic()
-    while proc.poll() is None:
-        time.sleep(POLL_S)
+    while not ended(proc, POLL_S):
         if time.monotonic() - started > limits.timeout_s:
             return f"exceeded the trial time limit of {limits.timeout_s:.0f}s"
         beat = read_heartbeat(heartbeat)
@@ -158,6 +196,15 @@ def watch(proc: subprocess.Popen, limits: Limits, heartbeat: Path, on_beat=None)
         if beat and beat["phase"] in ("warmup", "measure") and time.time() - beat["time"] > limits.stall_s:
             return f"no progress for {limits.stall_s:.0f}s (stuck after step {beat['step']} of {beat['phase']})"
     return None
+
+
+def ended(proc, timeout: float) -> bool:
+    """Wait up to `timeout` for the child to end; True as soon as it has (no poll interval added to a trial)."""
+    try:
+        proc.wait(timeout=timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
 
 
 def read_heartbeat(path: Path) -> dict | None:
@@ -170,8 +217,9 @@ def read_heartbeat(path: Path) -> dict | None:
 def kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    except ProcessLookupError:  # a forked trial killed before its setsid() is not yet a group leader
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
 
 
@@ -204,3 +252,8 @@ def classify(rc: int, result: dict | None, killed_for: str | None, log: str) -> 
 def failure(status: str, kind: str, message: str, log: str) -> dict:
     return {"status": status, "throughput": None, "peak_memory": None,
             "error": {"type": kind, "message": message, "log_tail": log[-2000:]}}
+
+
+def prestart() -> None:
+    """Start the warm trial server early (harness.zygote), so its import of torch overlaps other work."""
+    zygote.prestart()

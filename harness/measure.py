@@ -103,6 +103,12 @@ def limit_cpu_memory(budget: int) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (vm_data_bytes() + budget, hard))
 
 
+def cpu_memory_limited() -> bool:
+    """Whether this process runs under a CPU memory wall (limit_cpu_memory)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    return soft != hard
+
+
 def lift_cpu_memory_limit() -> None:
     """After an OOM the record still has to be written: give the memory back."""
     _, hard = resource.getrlimit(resource.RLIMIT_DATA)

@@ -13,7 +13,9 @@ status and stores it whole in the study. Keys every record has:
     env           where it ran: device, driver, CUDA, torch, Python, OS, host, bench version
 
 Optional: tokens_per_s, flops, loss, error ({type, message, log_tail}), workload, adapter (what bench
-chose when adapting a model brought as it is, e.g. the checkpointed blocks).
+chose when adapting a model brought as it is, e.g. the checkpointed blocks), start ({method: warm |
+fresh, reason}: how the trial process started, harness.zygote), reused (figure -> {trial, key}: the
+FLOP count, reference loss or breakdown taken from an earlier trial, harness.reuse).
 """
 from __future__ import annotations
 

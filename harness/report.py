@@ -15,11 +15,12 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from harness import pareto
+from harness import pareto, report_time
 from harness.units import gib, size
 
 JSON_KEYS = ("number", "status", "config", "throughput", "peak_memory", "pareto", "best", "baseline", "tier",
-             "samples_per_s", "tokens_per_s", "memory", "timing", "flops", "loss", "env", "error", "workload", "adapter", "log")
+             "samples_per_s", "tokens_per_s", "memory", "timing", "flops", "loss", "env", "error", "workload", "adapter", "log",
+             "reused", "start")
 MAIN_KNOBS = ("batch_size", "accumulation", "precision", "checkpointing", "compile")
 
 
@@ -199,10 +200,13 @@ def summary(rows: list[dict], choice: pareto.Choice, info: dict) -> Text:
             lines.append(f"headroom left: {1 - best['peak_memory'] / choice.capacity:.0%} of {gib(choice.capacity)}")
     if best and (best.get("memory") or {}).get("breakdown"):
         parts = best["memory"]["breakdown"]
+        reused = (best.get("reused") or {}).get("breakdown")
+        where = f"tensors measured in trial {reused['trial']}, same build and shape" if reused else "measured tensors"
         lines.append("best's memory: " + ", ".join(f"{k} {size(v)}" for k, v in parts.items())
-                     + f" (measured tensors; the rest of the {size(best['peak_memory'])} peak is allocator, "
+                     + f" ({where}; the rest of the {size(best['peak_memory'])} peak is allocator, "
                      "runtime and data)")
     lines.extend(compile_lines(rows))
+    lines.extend(report_time.lines(rows))
     lines.append("tiers (headroom of capacity: " + ", ".join(f"{n} {h:.0%}" for n, h in pareto.TIERS.items()) + "):")
     for name, tier in choice.tiers.items():
         lines.append(f"  {name:<10} " + (f"trial {tier['number']}: {rate(tier)}, "

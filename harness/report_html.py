@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harness import report_time
 from harness.report_svg import FRONT_COLOUR, OOM_COLOUR, batch_plot, breakdown_plot, frontier_plot
 from harness.report_text import capacity, esc, flagged, knob_rank, ordered, rate
 from harness.units import size
@@ -40,13 +41,20 @@ def render_html(rows: list[dict], study: dict) -> str:
         '<div class="two">'
         + _card("Throughput vs batch size", batch_plot(rows),
                 note="a line joins trials that differ only in batch size")
-        + _card("Where the best config's memory goes", breakdown_plot(best, budget, label))
+        + _card("Where the best config's memory goes", breakdown_plot(best, budget, label), note=_breakdown_source(best))
         + "</div>",
         _card(f"All trials ({len(rows)})", _table(rows, unit), note="click a column header to sort"),
+        _card("Where the sweep's time went", report_time.html(rows),
+              note="every trial's wall time by phase, summed (harness/report_time.py says what each phase holds)"),
         _card("Environment", _environment(study, rows)),
     ]
     title = f"bench report: {study.get('name', 'study')}"
     return _PAGE.format(title=esc(title), css=_CSS, body="\n".join(sections), js=_JS)
+
+
+def _breakdown_source(best: dict | None) -> str:
+    reused = ((best or {}).get("reused") or {}).get("breakdown")
+    return f"tensors measured in trial {reused['trial']} (same build and shape), not again in this one" if reused else ""
 
 
 def _unit(study: dict) -> str:

@@ -45,7 +45,7 @@ OBJECTIVES = ("samples", "tokens")
 WORKLOAD_KEYS = ("name", "factory", "model", "loss", "batch", "lightning", "hf", "path", "preset", "params",
                  "params_from")
 TRIAL_KEYS = ("timeout", "stall", "warmup_steps", "window", "min_windows", "max_windows", "target_cv",
-              "max_seconds", "loss_tolerance")
+              "max_seconds", "loss_tolerance", "start")
 MEMORY_KEYS = ("budget", "headroom")
 
 
@@ -78,6 +78,9 @@ class Measure:
     """Stop measuring after this long even if the spread is still large."""
     loss_tolerance: float = 0.25
     """Relative distance from the fp32 reference loss at step 0 beyond which a config is diverged."""
+    start: str = "auto"
+    """auto: fork trials from the warm trial server where safe (harness.zygote); fresh: a new
+    interpreter per trial, for a factory that must import before torch or cannot be forked."""
 
 
 @dataclass(frozen=True)
@@ -442,6 +445,10 @@ def parse_measure(trial: dict, where: str) -> Measure:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
                 raise UserError(f"{where}: trial.{key} must be a positive number, got {v!r}")
             values[key] = float(v)
+    if "start" in trial:
+        if trial["start"] not in ("auto", "fresh"):
+            raise UserError(f"{where}: trial.start must be auto or fresh, got {trial['start']!r}")
+        values["start"] = trial["start"]
     if "window" in trial:
         values["window_s"] = parse_duration(trial["window"], f"{where}: trial.window")
     if "max_seconds" in trial:

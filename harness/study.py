@@ -9,6 +9,7 @@ user attributes, so the study alone is enough to report and apply.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import random
 import time
 from dataclasses import dataclass, field, replace
@@ -117,6 +118,7 @@ class Sweep:
     """() -> a context manager held from ask to claiming a config (storage.claim_lock; default: a host lock)."""
 
     def run(self) -> None:
+        launch.prestart()  # the warm trial server imports torch while the study gets ready
         self.fail_stale_trials()
         self.progress.started(self.counted(), self.total, self.spec.study)
         duplicates_in_a_row, space = 0, self.spec.space_size()
@@ -154,7 +156,7 @@ class Sweep:
         self.progress.trial_started(trial.number, done, self.total, config, baseline)
         try:
             with storage.heartbeat(self.study, trial):
-                rec = launch.run(self.spec.job(self.device, config),
+                rec = launch.run(self.job(config, trial.number),
                                  launch.Limits(self.spec.trial_timeout_s, self.spec.stall_s), self.log_path(trial.number),
                                  on_beat=self.progress.trial_phase)
         except KeyboardInterrupt as stop:
@@ -171,6 +173,17 @@ class Sweep:
         self.tell(trial, rec)
         self.progress.trial_finished(trial.number, rec, self.best_so_far())
         return True
+
+    def job(self, config: dict, number: int, repeat: bool = False) -> dict:
+        """Trial `number`'s job. With a results folder, trials share the study's reusable figures
+        (harness.reuse) and each config keeps its compile cache, warm only for a `repeat` of a
+        measured config (launch.compile_cache)."""
+        job = dict(self.spec.job(self.device, config), trial=number, repeat=repeat)
+        if self.results is not None:
+            folder = study_dir(self.results, self.spec.study)
+            digest = hashlib.sha256(repr(config_key(config)).encode()).hexdigest()[:16]
+            job.update(reuse_dir=str(folder / "reuse"), compile_cache=str(folder / "inductor" / digest))
+        return job
 
     def claiming(self):
         """Workers take turns from ask to claiming a config, and in recovering stale trials.

@@ -21,10 +21,13 @@ from pathlib import Path
 import psutil
 import torch
 
-from harness import knobs, measure, record, workloads
+from harness import __version__, knobs, measure, record, reuse, workloads
 
 # Phrases of a real allocation failure, CPU and CUDA. Anything else is not an OOM.
 OOM_PHRASES = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
+# oneDNN (CPU convolutions) says only this when its allocation fails; counted as OOM only under a CPU
+# memory wall, where a config that runs without the wall fails this way at the wall.
+WALL_PHRASES = ("could not create a primitive",)
 
 
 class Heartbeat:
@@ -37,7 +40,7 @@ class Heartbeat:
         if self.path:
             tmp = self.path + ".tmp"
             with open(tmp, "w") as f:
-                json.dump({"phase": phase, "step": step, "time": time.time()}, f)
+                json.dump({"phase": phase, "step": step, "time": time.time(), "pid": os.getpid()}, f)
             os.replace(tmp, self.path)
 
 
@@ -74,6 +77,8 @@ def is_oom(exc: BaseException) -> bool:
             return True
         if any(p in str(exc).lower() for p in OOM_PHRASES):
             return True
+        if measure.cpu_memory_limited() and any(p in str(exc).lower() for p in WALL_PHRASES):
+            return True
         exc = exc.__cause__ or exc.__context__
     return False
 
@@ -91,10 +96,12 @@ class Trial:
         self.timing: dict = {}
         self.losses: list[float] = []
         self.pending: list = []  # this window's loss tensors, not yet read back
+        self.figures = reuse.Figures(job.get("reuse_dir"), job.get("trial"))
 
     # -- setup --------------------------------------------------------------------------------
     def prepare(self) -> None:
         """Device, memory wall and workload: everything before the first step."""
+        t_setup = time.perf_counter()
         torch.ones(512, 512) @ torch.ones(512, 512)  # start the OpenMP pool now: its thread stacks are baseline
         self.memory["baseline_rss"] = measure.rss_bytes()
         budget = self.job.get("memory_budget")
@@ -111,7 +118,16 @@ class Trial:
         self.wl = workloads.build(self.job["workload"])
         self.timing["build_s"] = time.perf_counter() - t0
         self.check_knobs()
-        self.flops_per_micro, self.flops_error = self.count_flops()
+        t0 = time.perf_counter()
+        self.flops_per_micro, self.flops_error = self.figures.get("flops", self.figure_key(), self.count_flops)
+        self.timing["flops_s"] = time.perf_counter() - t0
+        self.t_setup = t_setup
+
+    def figure_key(self, *knobs_used) -> dict:
+        """What a figure filed for reuse depends on (harness.reuse): the build, the batch's shape, the versions."""
+        return {"workload": self.job["workload"], "device": self.device.type, "seed": self.job.get("seed", 0),
+                "torch": torch.__version__, "bench": __version__,
+                **{k: self.config.get(k) for k in ("batch_size", *knobs_used)}}
 
     def check_knobs(self) -> None:
         if self.wl.optimizer and self.config.get("optimizer", "default") != "default":
@@ -128,9 +144,9 @@ class Trial:
                 meta = workloads.build(self.job["workload"])
             batch = self.sample_batch(meta.dataset, meta.collate)
             batch = knobs.to_device(batch, torch.device("meta"), False)
-            return measure.count_flops(lambda: meta.loss(meta.model, batch).backward()), None
+            return [measure.count_flops(lambda: meta.loss(meta.model, batch).backward()), None]
         except Exception as exc:  # a model that cannot run on meta still trains; it just has no MFU
-            return None, f"{type(exc).__name__}: {exc}"[:300]
+            return [None, f"{type(exc).__name__}: {exc}"[:300]]
 
     def sample_batch(self, dataset, collate):
         n = int(self.config["batch_size"])
@@ -141,7 +157,9 @@ class Trial:
         """Knobs in the documented order (harness.knobs), optimizer, scaler, data."""
         wl = self.wl
         knobs.set_numerics("fp32", False)  # the reference is IEEE fp32 (cuDNN convs default to TF32)
+        t0 = time.perf_counter()
         self.reference = self.reference_loss(wl.model.to(self.device))  # before any knob touches the model
+        self.timing["reference_s"] = time.perf_counter() - t0
         measure.reset_peak(self.device)  # the reference pass is not part of the trial's footprint
         knobs.set_numerics(self.precision, self.config.get("cudnn_benchmark", False))
         model = knobs.place(wl.model, self.device, self.precision)
@@ -163,6 +181,7 @@ class Trial:
         self.batches = self.cycle()
         self.non_blocking = bool(self.config.get("pin_memory")) and self.device.type == "cuda"
         self.input_dtype = knobs.input_dtype(self.precision)
+        self.timing["setup_s"] = time.perf_counter() - self.t_setup
 
     def cycle(self):
         while True:
@@ -184,9 +203,17 @@ class Trial:
         self.opt.zero_grad(set_to_none=not self.cuda_graphs)  # graphs: keep owned .grad (knobs.own_gradients)
 
     def reference_loss(self, model) -> float:
-        """fp32 eager loss of the untouched model on the first batch: what every precision must match."""
-        buffers = {k: v.clone() for k, v in model.named_buffers()}  # keep BatchNorm stats as they were
+        """fp32 eager loss of the untouched model on the first batch: what every precision must match.
+
+        Reused from an earlier trial only for the same weights and batch (their sums are in the key),
+        so a factory that builds differently each time still gets its own reference.
+        """
         batch = knobs.to_device(self.sample_batch(self.wl.dataset, self.wl.collate), self.device, False)
+        key = {**self.figure_key(), "weights_and_batch": fingerprint([*model.parameters(), *model.buffers(), batch])}
+        return self.figures.get("reference", key, lambda: self.fp32_loss(model, batch))
+
+    def fp32_loss(self, model, batch) -> float:
+        buffers = {k: v.clone() for k, v in model.named_buffers()}  # keep BatchNorm stats as they were
         with torch.no_grad():
             loss = float(self.wl.loss(model, batch))
         model.load_state_dict(buffers, strict=False)
@@ -298,7 +325,10 @@ class Trial:
         per_step = self.measure_windows()
         peak = self.read_memory()
         losses = self.losses
-        self.memory["breakdown"] = self.breakdown()
+        t0 = time.perf_counter()
+        self.memory["breakdown"] = self.figures.get("breakdown", self.figure_key("precision", "checkpointing", "optimizer"),
+                                                    self.breakdown)
+        self.timing["breakdown_s"] = time.perf_counter() - t0
         return self.record(per_step, peak, losses, self.reference, time.perf_counter() - t_start)
 
     def record(self, per_step, peak, losses, reference, wall) -> dict:
@@ -320,6 +350,7 @@ class Trial:
                      "last": losses[-1] if losses else None, "finite": all(map(math.isfinite, losses)),
                      "steps": len(losses)},
             "error": {"type": "diverged", "message": reason} if reason else None,
+            "reused": self.figures.reused or None,
         }
 
     def graphs_used(self) -> dict:
@@ -346,6 +377,24 @@ class Trial:
         tflops = per_step / step_s / 1e12
         peak = measure.peak_tflops(env["device"], self.precision) if self.device.type == "cuda" else None
         return {"per_step": per_step, "tflops": tflops, "peak_tflops": peak, "mfu": tflops / peak if peak else None}
+
+
+def fingerprint(tensors) -> float:
+    """The float64 sum of every tensor in a (nested) list, tuple or dict: equal sums, equal content
+    as far as a reused reference loss is concerned."""
+    sums = []
+
+    def walk(x):
+        if isinstance(x, torch.Tensor):
+            sums.append(x.detach().sum(dtype=torch.float64))
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+    walk(tensors)
+    return float(torch.stack(sums).sum()) if sums else 0.0
 
 
 class UserFacingError(Exception):
@@ -376,13 +425,16 @@ def failure_record(job: dict, status: str, exc: BaseException) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    started_at = time.time()  # the parent's start-up figure ends here: process start and imports are done
     job_path, result_path = Path(argv[0]), Path(argv[1])
     job = json.loads(job_path.read_text())
     die_with_parent()
     hb = Heartbeat(job.get("heartbeat"))
     hb.beat("start")
+    trial = None
     try:
-        result = Trial(job, hb).run()
+        trial = Trial(job, hb)
+        result = trial.run()
         code = record.EXIT_OK
     except Exception as exc:
         if is_oom(exc):
@@ -394,6 +446,8 @@ def main(argv: list[str]) -> int:
         else:
             traceback.print_exc()
             result, code = failure_record(job, record.ERROR, exc), 1
+    # a failed trial keeps the phases it got through, so a sweep's time breakdown can count them
+    result["timing"] = {**(trial.timing if trial else {}), **(result.get("timing") or {}), "started_at": started_at}
     record.write_atomic(result_path, result)
     hb.beat("done")
     sys.stdout.flush()

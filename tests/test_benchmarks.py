@@ -101,3 +101,14 @@ def test_vs_peers_measures_every_answer_with_bench_trial_or_says_why_it_failed(t
             assert r["throughput"] > 0 and r["peak_memory"] > 0 and r["ratio"] > 0
     assert rows[3]["status"] == "ok" and rows[3]["ratio"] == 1.0
     assert "| tool | answer (knobs) |" in done.stdout
+
+
+def test_overhead_measures_fresh_and_warm_interleaved_and_ends_with_json():
+    done = run_script(BENCHMARKS / "overhead.py", "--runs", 2, "--device", "cpu", "--preset", "tiny", "--quick",
+                      "--json", timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["start"] == "warm" and summary["fresh"]["median_s"] > 0 and summary["median_s"] > 0
+    assert len(summary["overheads_s"]) == len(summary["fresh"]["overheads_s"]) == 2
+    assert summary["server_start_s"] > 0 and len(summary["load_avg_before"]) == 3
+    assert done.stdout.count("| fresh |") == 2 and done.stdout.count("| warm |") == 2

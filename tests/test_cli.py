@@ -135,7 +135,8 @@ def test_trial_under_a_small_memory_budget_is_a_real_oom(project):
     assert result.exit_code == 0, result.output
     record = json.loads(result.output)
     assert record["status"] == "oom", record
-    assert re.search(r"can't allocate memory|out of memory|MemoryError", record["error"]["message"] + record["error"]["type"])
+    assert re.search(r"can't allocate memory|out of memory|MemoryError|could not create a primitive",
+                     record["error"]["message"] + record["error"]["type"])
 
 
 def test_rerunning_a_finished_sweep_runs_nothing_new(swept):

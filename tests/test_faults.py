@@ -39,12 +39,12 @@ def faulty_env(tmp_path_factory):
         yield tmp_path_factory.mktemp("faults")
 
 
-def run_fault(folder: Path, fault: str, budget: int | None = None) -> dict:
+def run_fault(folder: Path, fault: str, budget: int | None = None, width: int = 32) -> dict:
     """One real trial of `fault`, as a sweep would launch it; the record plus what the test needs."""
     timeout = HANG_START_TIMEOUT_S if fault == "hang_start" else TIMEOUT_S
     pid_file = folder / f"{fault}.pid"
     path = faulty_spec(folder, f"fault-{fault}", [fault],
-                       workload={"factory": "faulty:build", "params": {"fault": "none", "at_step": 3,
+                       workload={"factory": "faulty:build", "params": {"fault": "none", "at_step": 3, "width": width,
                                                                        "pid_file": str(pid_file)}},
                        trial={"timeout": f"{timeout}s", "stall": f"{STALL_S}s", "warmup_steps": 1, "window": 0.05,
                               "min_windows": 2, "max_windows": 3, "max_seconds": 1})
@@ -62,6 +62,11 @@ def matrix(faulty_env):
     with ThreadPoolExecutor(max_workers=3) as pool:
         futures = {fault: pool.submit(run_fault, faulty_env, fault) for fault in MATRIX_FAULTS}
         return {fault: future.result() for fault, future in futures.items()}
+
+
+def test_the_matrix_ran_through_the_warm_start(matrix):
+    """Every row above is a trial forked from the warm trial server (harness.zygote), not a fresh interpreter."""
+    assert {fault: out["rec"]["start"]["method"] for fault, out in matrix.items()} == dict.fromkeys(MATRIX_FAULTS, "warm")
 
 
 def error_of(outcome: dict) -> dict:
@@ -170,7 +175,7 @@ def test_oom_while_setting_up_says_what_failed(faulty_env):
     """A budget too small for the model itself: an OOM before the first step, with a message (MemoryError has none)."""
     folder = faulty_env / "setup-oom"
     folder.mkdir()
-    out = run_fault(folder, "none", budget=16 * 1024**2)
+    out = run_fault(folder, "none", budget=16 * 1024**2, width=2048)  # 2 x 16 MiB of weights alone
     assert out["rec"]["status"] == record.OOM
     assert error_of(out)["message"].strip(), error_of(out)
 

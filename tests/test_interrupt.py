@@ -12,6 +12,7 @@ import pty
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -85,20 +86,23 @@ def run_sweep(folder: Path) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
-def hanging_trial(sweep: subprocess.Popen, limit_s: float = 90) -> psutil.Process:
-    """The sweep's trial child for the `hang` config, once it is past its first step (hanging)."""
+def hanging_trial(sweep: subprocess.Popen, limit_s: float = 90, tmp: Path | None = None) -> psutil.Process:
+    """The sweep's trial process for the `hang` config, once it is past its first step (hanging).
+
+    Found by its heartbeat (which names its pid) among the sweep's descendants: a trial forked from
+    the warm trial server is the server's child and carries the server's command line.
+    """
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         assert sweep.poll() is None, sweep.communicate()
-        for child in psutil.Process(sweep.pid).children():
+        ours = {p.pid: p for p in psutil.Process(sweep.pid).children(recursive=True)}
+        for beat_path in Path(tmp or tempfile.gettempdir()).glob("bench-trial-*/heartbeat.json"):
             try:
-                cmd = child.cmdline()
-                if "harness.trial" in cmd:
-                    job = json.loads(Path(cmd[-2]).read_text())
-                    beat = json.loads(Path(job["heartbeat"]).read_text())
-                    if job["config"]["fault"] == "hang" and beat["phase"] in ("warmup", "measure"):
-                        return child
-            except (psutil.NoSuchProcess, OSError, ValueError, IndexError):
+                beat = json.loads(beat_path.read_text())
+                job = json.loads((beat_path.parent / "job.json").read_text())
+                if beat.get("pid") in ours and job["config"]["fault"] == "hang" and beat["phase"] in ("warmup", "measure"):
+                    return ours[beat["pid"]]
+            except (OSError, ValueError, KeyError):
                 pass
         time.sleep(0.2)
     raise AssertionError("the hanging trial never started")
@@ -238,7 +242,7 @@ def test_sigterm_and_sighup_stop_like_ctrl_c_and_leave_no_temp_folder(gated, sig
                               "--device", "cpu"], cwd=gated, env=dict(env_for(gated), TMPDIR=str(tmp)),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     STARTED.append(sweep)
-    child = hanging_trial(sweep)
+    child = hanging_trial(sweep, tmp=tmp)
     pgid = os.getpgid(child.pid)
     assert list(tmp.glob("bench-trial-*")), "the trial's temporary folder should exist while it runs"
     sweep.send_signal(signum)

@@ -59,7 +59,8 @@ def test_a_budget_that_fits_is_ok_and_one_that_does_not_is_a_real_oom(tmp_path):
     assert fits["peak_memory"] < 2 * 1024**3
     tight = run(tmp_path, TINY_EMBER, {"batch_size": 8}, budget=4 * 1024**2)
     assert tight["status"] == "oom"
-    assert "allocate" in tight["error"]["message"] or tight["error"]["type"] == "MemoryError"
+    assert ("allocate" in tight["error"]["message"] or tight["error"]["type"] == "MemoryError"
+            or tight["error"]["message"] == "could not create a primitive")  # oneDNN at the wall (trial.WALL_PHRASES)
 
 
 def test_non_finite_loss_is_diverged_never_ok(tmp_path, faulty_path):

@@ -4,7 +4,9 @@
 Faults fire on the `at_step`-th training forward (reference and FLOP-counting passes don't count).
 """
 import ctypes
+import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -16,7 +18,7 @@ import torch.nn.functional as F
 from harness.workloads import Workload
 
 FAULTS = ("none", "segfault", "abort", "raise", "hang", "hang_start", "oom", "exit0", "spam", "grandchild",
-          "inf", "build_error")
+          "inf", "build_error", "whoami")
 
 
 class Block(nn.Module):
@@ -79,6 +81,10 @@ def build(params: dict) -> Workload:
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         with open(params["pid_file"], "w") as f:
             f.write(str(proc.pid))
+    if fault == "whoami" and not torch.empty(0).is_meta:  # how the trial process was started
+        with open(params["pid_file"], "w") as f:
+            json.dump({"pid": os.getpid(), "pgid": os.getpgrp(), "sid": os.getsid(0), "ppid": os.getppid(),
+                       "threads": torch.get_num_threads()}, f)
     if fault == "spam":
         sys.stdout.write(("spam " * 200 + "\n") * 8000)  # ~8 MB of output
         sys.stdout.flush()
@@ -95,4 +101,8 @@ def build(params: dict) -> Workload:
             out = out * float("inf")
         return out
 
-    return Workload(model=Net(width, depth), dataset=Pairs(width), loss=loss, blocks=(Block,), lr=1e-3)
+    model = Net(width, depth)
+    if params.get("unseeded"):  # a factory whose weights differ from build to build (an unseeded RNG)
+        with torch.no_grad():
+            model.out.bias.add_(random.random())
+    return Workload(model=model, dataset=Pairs(width), loss=loss, blocks=(Block,), lr=1e-3)
