@@ -66,10 +66,12 @@ def child_env(config: dict, device: str, workdir: Path, import_paths: list[str])
     if "expandable_segments" in config and device.startswith("cuda"):
         env.update(allocator_conf(os.environ, bool(config["expandable_segments"])))
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA numbers GPUs as NVML does (bench --device, doctor)
-    if device.startswith("cuda"):  # the trial sees only its GPU, as cuda:0
+    if device.startswith("cuda"):  # the trial sees only its GPUs (one per process), from cuda:0 on
         index = int(device.split(":", 1)[1]) if ":" in device else 0
+        nproc = int(config.get("nproc", 1))
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[index] if visible else str(index)
+        ids = visible.split(",") if visible else [str(i) for i in range(index + nproc)]
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(ids[index:index + nproc])
     return env
 
 
@@ -128,7 +130,7 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
         result_path = workdir / "result.json"
         started = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.trial", str(workdir / "job.json"), str(result_path)],
+            [sys.executable, "-m", child_module(job["config"]), str(workdir / "job.json"), str(result_path)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             env=env, start_new_session=True, cwd=os.getcwd())
         tail = TailBuffer(proc.stdout)
@@ -143,6 +145,11 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
         outcome = classify(proc.returncode, result, killed_for, log)
         outcome.setdefault("timing", {})["trial_wall_s"] = time.monotonic() - started
         return outcome
+
+
+def child_module(config: dict) -> str:
+    """The trial child: one process, or (ddp, fsdp) the launcher of its ranks."""
+    return "harness.trial" if config.get("parallel", "none") == "none" else "harness.distributed"
 
 
 def watch(proc: subprocess.Popen, limits: Limits, heartbeat: Path, on_beat=None) -> str | None:
