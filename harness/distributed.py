@@ -196,7 +196,7 @@ def outcome(workdir: Path, failure) -> dict:
     rec = launch.classify(why.exitcode, record.read(workdir / f"rank{rank}.json"), None, log)
     error = rec.get("error") or {}
     rec["error"] = dict(error, rank=rank, message=f"rank {rank}: {error.get('message')}",
-                        log_tail=error.get("log_tail") or log[-2000:])
+                        log_tail=log[-4000:])  # a fatal error's stack starts some way up: faulthandler lists modules last
     return rec
 
 

@@ -146,7 +146,7 @@ def test_crash_of_one_rank_is_a_crash_with_its_log(trials):
     error = out["rec"]["error"]
     assert out["rec"]["status"] == record.CRASH, error
     assert error["rank"] == 1 and error["type"] == "SIGSEGV"
-    assert "in trigger" in error["log_tail"]  # rank 1's own faulthandler stack, where it segfaulted
+    assert "Segmentation fault" in error["log_tail"] and "in trigger" in error["log_tail"]  # rank 1's own stack
     assert "closed by peer" not in error["log_tail"]  # not rank 0's, which lost its peer
     assert len(out["pids"]) == 2 and all(map(gone, out["pids"]))
 
@@ -254,3 +254,79 @@ def test_two_gpu_oom_on_one_rank(faulty_env):
     out = faulty_trial(faulty_env, "gpu-oom", {"fault": "oom", "fault_rank": 1}, budget=2 * 1024**3, device="cuda:0")
     assert out["rec"]["status"] == record.OOM and out["rec"]["error"]["rank"] == 1
     assert all(map(gone, out["pids"]))
+
+
+# ---- bench apply: the multi-process keys, global batch kept --------------------------------------------
+
+def apply_target(tmp_path: Path, name: str, **section):
+    from harness import apply
+    file = tmp_path / name
+    file.write_text((ROOT / "tests" / "data" / "apply" / name).read_text())
+    preset = {"lightning.yaml": "lightning", "hf_args.yaml": "hf", "deepspeed.json": "deepspeed"}.get(name, "plain")
+    return file, apply.parse_apply_section({"file": name, "preset": preset, **section}, tmp_path, "sweeps/test.yaml")
+
+
+def applied(tmp_path: Path, name: str, values: dict, create_keys: bool = False, **section) -> dict:
+    from harness import apply
+    file, target = apply_target(tmp_path, name, **section)
+    apply.write(apply.plan(target, values, {"study": "s", "trial": 1}, create_keys=create_keys))
+    text = file.read_text()
+    return json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
+
+
+@pytest.mark.parametrize("parallel, strategy", [("ddp", "ddp"), ("fsdp", "fsdp"), ("none", "auto")])
+def test_apply_lightning_devices_and_strategy(tmp_path, parallel, strategy):
+    nproc = 1 if parallel == "none" else 4
+    data = applied(tmp_path, "lightning.yaml", {"batch_size": 8, "accumulation": 2, "nproc": nproc, "parallel": parallel},
+                   create_keys=True)
+    assert data["trainer"]["devices"] == nproc and data["data"]["batch_size"] == 8
+    assert data["trainer"].get("strategy", "auto") == strategy
+
+
+@pytest.mark.parametrize("parallel, fsdp", [("ddp", ""), ("fsdp", "full_shard")])
+@pytest.mark.parametrize("reshard", [True, False])
+def test_apply_hf_fsdp_keys(tmp_path, parallel, fsdp, reshard):
+    values = {"batch_size": 4, "parallel": parallel, **({"reshard_after_forward": reshard} if parallel == "fsdp" else {})}
+    data = applied(tmp_path, "hf_args.yaml", values, create_keys=True)
+    assert data.get("fsdp", "") == fsdp
+    assert data.get("fsdp_config", {}).get("reshard_after_forward", True) is (reshard if parallel == "fsdp" else True)
+
+
+@pytest.mark.parametrize("parallel, stage", [("ddp", 0), ("fsdp", 3)])
+def test_apply_deepspeed_zero_stage_and_global_batch_from_nproc(tmp_path, parallel, stage):
+    data = applied(tmp_path, "deepspeed.json", {"batch_size": 2, "accumulation": 32, "nproc": 4, "parallel": parallel},
+                   world_size=8)
+    assert data["zero_optimization"]["stage"] == stage
+    assert data["train_batch_size"] == 2 * 32 * 4  # the config's 4 processes, not apply.world_size 8
+
+
+def test_apply_plain_nproc_per_node_and_the_lr_follows_the_global_batch(tmp_path):
+    """plain.yaml holds batch_size 32 (no nproc_per_node: 1 process): 8 x 4 accumulation x 4 processes is 4x the global batch."""
+    file, target = apply_target(tmp_path, "plain.yaml")
+    before = yaml.safe_load(file.read_text())
+    data = applied(tmp_path, "plain.yaml", {"batch_size": 8, "accumulation": 4, "nproc": 4}, create_keys=True,
+                   lr={"key": "lr", "scale": "linear"})
+    global_before = before["batch_size"] * before.get("accumulation", 1)
+    assert data["nproc_per_node"] == 4
+    assert data["lr"] == pytest.approx(before["lr"] * (8 * 4 * 4) / global_before)
+
+
+def test_apply_reads_back_the_multi_gpu_example(tmp_path):
+    """The 4-GPU scenario's target: its current nproc, parallel and batch are the baseline the sweep measures."""
+    spec = specs.load(ROOT / "sweeps" / "gpt.yaml", "four-gpus")
+    from harness import apply
+    current = apply.read_current(spec.apply)
+    assert {k: current[k] for k in ("nproc", "parallel", "batch_size", "accumulation")} == \
+        {"nproc": 4, "parallel": "ddp", "batch_size": 2, "accumulation": 32}
+    base = spec.baseline(current)
+    assert base["batch_size"] * base["accumulation"] * base["nproc"] == 256
+
+
+def test_unreadable_multi_gpu_spellings_are_unknown_not_errors(tmp_path):
+    """A device list or ZeRO stage 2 says more than nproc and parallel can: read as unknown, the sweep goes on."""
+    from harness import apply
+    file, target = apply_target(tmp_path, "lightning.yaml")
+    file.write_text(file.read_text().replace("devices: 1", "devices: [0, 1]\n  strategy: ddp_spawn"))
+    assert "nproc" not in apply.read_current(target) and "parallel" not in apply.read_current(target)
+    _, ds = apply_target(tmp_path, "deepspeed.json")
+    assert "parallel" not in apply.read_current(ds)  # its zero_optimization.stage is 2
