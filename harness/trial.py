@@ -115,6 +115,10 @@ class Trial:
         self.flops_per_micro, self.flops_error = self.count_flops()
 
     def check_knobs(self) -> None:
+        if int(self.config.get("nproc", 1)) != self.world:
+            raise UserFacingError(f"nproc {self.config['nproc']} needs parallel: ddp or fsdp to share the model")
+        if "reshard_after_forward" in self.config and self.config.get("parallel") != "fsdp":
+            raise UserFacingError("reshard_after_forward only means something with parallel: fsdp")
         if self.wl.optimizer and self.config.get("optimizer", "default") != "default":
             raise UserFacingError("the optimizer knob picks AdamW's kernels; this workload brings its own "
                                   "optimizer (configure_optimizers): search optimizer: default only")

@@ -330,3 +330,13 @@ def test_unreadable_multi_gpu_spellings_are_unknown_not_errors(tmp_path):
     assert "nproc" not in apply.read_current(target) and "parallel" not in apply.read_current(target)
     _, ds = apply_target(tmp_path, "deepspeed.json")
     assert "parallel" not in apply.read_current(ds)  # its zero_optimization.stage is 2
+
+
+def test_the_trial_child_refuses_what_it_would_silently_ignore(tmp_path):
+    """A job that bypassed the CLI's checks: nproc without parallel, resharding without fsdp."""
+    spec = specs.load(spec_with(tmp_path, {"batch_size": 4}))
+    for config, message in (({"nproc": 2}, "nproc 2 needs parallel: ddp or fsdp"),
+                            ({"reshard_after_forward": False}, "only means something with parallel: fsdp")):
+        job = spec.job("cpu", {**spec.config({"batch_size": 4}), **config})
+        rec = launch.run(job, launch.Limits(120, 60), None)
+        assert rec["status"] == record.ERROR and message in rec["error"]["message"], rec.get("error")
