@@ -7,6 +7,7 @@ change in the machine's load hits every config alike. Prints a Markdown table: g
 (median over runs, with the runs' spread), peak memory of the fullest rank and of each rank, and
 the load average before and after: on a shared machine the figures move with it.
 """
+import contextlib
 import os
 import statistics
 
@@ -19,10 +20,26 @@ MiB = 1024**2
 
 
 def configs(nproc: int) -> dict:
+    """name -> knobs; "1 thread" runs one process with OMP_NUM_THREADS=1, as each of 2 ranks on 2 cores has."""
     return {"one process": {},
+            "one process, 1 thread": {},
             f"ddp x{nproc}": {"nproc": nproc, "parallel": "ddp"},
             f"fsdp x{nproc}": {"nproc": nproc, "parallel": "fsdp"},
             f"fsdp x{nproc}, no reshard": {"nproc": nproc, "parallel": "fsdp", "reshard_after_forward": False}}
+
+
+@contextlib.contextmanager
+def threads(count: str | None):
+    """OMP_NUM_THREADS for the trials started inside (None: as it was)."""
+    before = os.environ.get("OMP_NUM_THREADS")
+    if count:
+        os.environ["OMP_NUM_THREADS"] = count
+    try:
+        yield
+    finally:
+        os.environ.pop("OMP_NUM_THREADS", None)
+        if before is not None:
+            os.environ["OMP_NUM_THREADS"] = before
 
 
 def main() -> None:
@@ -37,7 +54,8 @@ def main() -> None:
     records = {name: [] for name in configs(args.nproc)}
     for _ in range(args.runs):
         for name, knobs in configs(args.nproc).items():
-            rec = trial(spec, device, {**extra, **knobs})
+            with threads("1" if name.endswith("1 thread") else None):
+                rec = trial(spec, device, {**extra, **knobs})
             if rec["status"] != "ok":
                 raise SystemExit(f"{name}: trial ended {rec['status']}: {(rec.get('error') or {}).get('message')}")
             records[name].append(rec)

@@ -61,7 +61,8 @@ def trials(faulty_env):
     runs = {
         "ddp": lambda: gpt_trial("ddp"),
         "fsdp": lambda: gpt_trial("fsdp"),
-        "fsdp-keep": lambda: faulty_trial(faulty_env, "keep", {"parallel": "fsdp", "reshard_after_forward": False}),
+        "fsdp-keep": lambda: faulty_trial(faulty_env, "keep", {"parallel": "fsdp", "reshard_after_forward": False,
+                                                               "checkpointing": "full"}),
         "desync": lambda: faulty_trial(faulty_env, "desync", {"fault": "desync", "fault_rank": 1}),
         "oom": lambda: faulty_trial(faulty_env, "oom", {"fault": "oom", "fault_rank": 1}, budget=512 * 1024**2),
         "hang": lambda: faulty_trial(faulty_env, "hang", {"fault": "hang", "fault_rank": 1}),
@@ -111,9 +112,11 @@ def test_fsdp_shards_what_each_rank_holds(trials):
     assert trials["fsdp"]["distributed"]["reshard_after_forward"] is True
 
 
-def test_fsdp_without_resharding_after_forward(trials):
+def test_fsdp_without_resharding_after_forward_over_checkpointed_blocks(trials):
+    """The documented order: checkpointing wraps the blocks, then fully_shard shards them."""
     rec = trials["fsdp-keep"]["rec"]
     assert rec["status"] == record.OK, rec.get("error")
+    assert rec["config"]["checkpointing"] == "full"
     assert rec["distributed"]["parallel"] == "fsdp" and rec["distributed"]["reshard_after_forward"] is False
     assert rec["distributed"]["param_checksums"][0] == rec["distributed"]["param_checksums"][1]
 
