@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -33,12 +35,15 @@ def faulty_env(tmp_path_factory):
         yield tmp_path_factory.mktemp("ranks")
 
 
-def gpt_trial(parallel: str, *more: str) -> dict:
-    """The issue's done-check: `bench trial sweeps/gpt.yaml --preset tiny --device cpu --set nproc=2 --set parallel=...`."""
-    result = CliRunner().invoke(main, ["trial", str(ROOT / "sweeps" / "gpt.yaml"), "--preset", "tiny", "--device", "cpu",
-                                       "--set", "nproc=2", "--set", f"parallel={parallel}", *more])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+def gpt_trial(parallel: str) -> dict:
+    """The issue's done-check, as a real command (two run at once: CliRunner swaps sys.stdout process-wide):
+    `bench trial sweeps/gpt.yaml --preset tiny --device cpu --set nproc=2 --set parallel=...`."""
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "trial",
+                           str(ROOT / "sweeps" / "gpt.yaml"), "--preset", "tiny", "--device", "cpu",
+                           "--set", "nproc=2", "--set", f"parallel={parallel}"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
 
 
 def faulty_trial(folder: Path, name: str, config: dict, budget: int | None = None, device: str = "cpu") -> dict:
