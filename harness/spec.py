@@ -215,13 +215,19 @@ def load(path: Path | str, scenario: str | None = None) -> Spec:
     if scenario is not None:
         if scenario not in scenarios:
             raise UserError(f"{path}: no scenario {scenario!r}{did_you_mean(scenario, scenarios)}; "
-                            f"scenarios: {', '.join(scenarios) or 'none'}")
+                            f"scenarios: {', '.join(map(printable, scenarios)) or 'none'}")
         overrides = scenarios[scenario]
         if not isinstance(overrides, dict):
-            raise UserError(f"{path}: scenarios.{scenario} must be a mapping of overrides")
-        check_keys(overrides, [k for k in TOP_KEYS if k not in ("scenarios", "study")], f"{path}: scenarios.{scenario}")
+            raise UserError(f"{path}: scenarios.{printable(scenario)} must be a mapping of overrides")
+        check_keys(overrides, [k for k in TOP_KEYS if k not in ("scenarios", "study")],
+                   f"{path}: scenarios.{printable(scenario)}")
         raw = deep_merge(raw, overrides)
     return build(raw, path, scenario, tuple(scenarios))
+
+
+def printable(name) -> str:
+    """A name as a one-line message can show it: quoted when it holds a newline or other control."""
+    return str(name) if str(name).isprintable() else repr(name)
 
 
 def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec:

@@ -54,7 +54,7 @@ class Pairs(torch.utils.data.Dataset):
         return x, torch.tanh(x.flip(0))
 
 
-def trigger(fault: str) -> None:
+def trigger(fault: str, device) -> None:
     if fault == "segfault":
         ctypes.string_at(0)
     elif fault == "abort":
@@ -66,7 +66,7 @@ def trigger(fault: str) -> None:
     elif fault == "oom":
         hoard = []
         while True:  # grows until the memory wall (RLIMIT_DATA or CUDA fraction) says no
-            hoard.append(torch.ones(64 * 1024 * 1024 // 4))
+            hoard.append(torch.ones(64 * 1024 * 1024 // 4, device=device))
     elif fault == "exit0":
         os._exit(0)
 
@@ -97,7 +97,7 @@ def build(params: dict) -> Workload:
         if torch.is_grad_enabled() and x.device.type != "meta":
             calls[0] += 1
             if calls[0] == at:
-                trigger(fault)
+                trigger(fault, x.device)
             if fault == "desync" and calls[0] == at:
                 with torch.no_grad():
                     next(model.parameters()).add_(0.5)
