@@ -109,8 +109,8 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
     deadline = time.monotonic() + parse_duration(timeout, "--timeout") if timeout else None
     # a database study writes nothing under the current folder; trial logs only where --results says
     logs = results if not storage or click.get_current_context().get_parameter_source("results").name != "DEFAULT" else None
-    for spec in load_specs(spec_path, scenarios, study_name, memory_budget):
-        spec = device_spec(spec, device)
+    # every scenario is checked against the device before the first trial runs
+    for spec in [device_spec(spec, device) for spec in load_specs(spec_path, scenarios, study_name, memory_budget)]:
         run_sweep(spec, device, trials or spec.trials, deadline, storage, logs)
     out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
 
@@ -145,7 +145,8 @@ def quick(spec):
 def device_spec(spec, device: str):
     """The spec narrowed to what `device` can honour; each dropped search value is said once."""
     spec, notes = specs.for_device(spec, device)
-    for note in notes:
+    spec, more = specs.fit_nproc(spec, device, devices_available(device))
+    for note in notes + more:
         err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     return spec
 
@@ -164,6 +165,13 @@ def resolve_device(device: str) -> str:
                             "use --device cpu or a GPU index that exists (see `bench doctor`)")
         return f"cuda:{index}"
     raise UserError(f"--device {device!r}: use auto, cpu, cuda or cuda:N")
+
+
+def devices_available(device: str) -> int:
+    """How many processes a trial may start on `device`: the GPUs from its index on, or the CPU cores."""
+    if device == "cpu":
+        return len(os.sched_getaffinity(0))
+    return visible_gpus() - int(device.partition(":")[2] or 0)
 
 
 def visible_gpus() -> int:
@@ -377,7 +385,7 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
     device = resolve_device(device)
     spec = device_spec(spec, device)
     config = specs.trial_config(spec, specs.parse_overrides(overrides, spec))
-    specs.check_config(config, device, "--set")
+    specs.check_config(config, device, "--set", devices_available(device))
     limits = launch.Limits(parse_duration(timeout, "--timeout") if timeout else spec.trial_timeout_s, spec.stall_s)
     with tempfile.TemporaryDirectory(prefix="bench-log-") as tmp:
         rec = launch.run(spec.job(device, config), limits, Path(tmp) / "trial.log")

@@ -5,7 +5,9 @@ Order (each step sees the model the previous one produced):
   2. placement  model to the device; `bf16-true` casts the weights themselves (and, per step, the
                 floating-point inputs: see `to_device`)
   3. checkpointing  wrap the workload's repeated blocks (full: all, selective: every other one)
-  4. compile    torch.compile over the checkpointed model, so recompute is compiled too
+  4. sharding   over several processes, DDP or FSDP2 fully_shard per block and root (harness.distributed)
+  5. compile    torch.compile over the checkpointed (and sharded) model, so recompute is compiled too
+Checkpointing, then sharding, then compile: the order torchtitan applies them in.
 The per-step knobs (autocast, GradScaler, optimizer implementation, DataLoader) are built here too,
 so the trial loop only composes them.
 """

@@ -70,10 +70,12 @@ def child_env(config: dict, device: str, inductor_cache: Path, import_paths: lis
     if "expandable_segments" in config and device.startswith("cuda"):
         env.update(allocator_conf(os.environ, bool(config["expandable_segments"])))
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA numbers GPUs as NVML does (bench --device, doctor)
-    if device.startswith("cuda"):  # the trial sees only its GPU, as cuda:0
+    if device.startswith("cuda"):  # the trial sees only its GPUs (one per process), from cuda:0 on
         index = int(device.split(":", 1)[1]) if ":" in device else 0
+        nproc = int(config.get("nproc", 1))
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[index] if visible else str(index)
+        ids = visible.split(",") if visible else [str(i) for i in range(index + nproc)]
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(ids[index:index + nproc])
     return env
 
 
@@ -171,17 +173,25 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
 
 def start_child(argv: list[str], job: dict, env: dict):
     """The trial's process, forked from the warm trial server where that is safe (harness.zygote),
-    else a fresh interpreter; and which start it got, for the record."""
-    method, why = zygote.start_method(job, env)
+    else a fresh interpreter; and which start it got, for the record. Several processes (ddp,
+    fsdp) start fresh: torch's elastic launcher spawns their ranks."""
+    module = child_module(job["config"])
+    method, why = (zygote.start_method(job, env) if module == "harness.trial"
+                   else (zygote.FRESH, "several processes: torch's elastic launcher starts the ranks"))
     if method == zygote.WARM:
         try:
             return zygote.spawn(argv, env, os.getcwd()), {"method": zygote.WARM, "reason": None}
         except (OSError, RuntimeError) as exc:
             method, why = zygote.FRESH, f"the trial server failed: {exc}"[:300]
-    proc = subprocess.Popen([sys.executable, "-m", "harness.trial", *argv],
+    proc = subprocess.Popen([sys.executable, "-m", module, *argv],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env=env, start_new_session=True, cwd=os.getcwd())
     return proc, {"method": method, "reason": why}
+
+
+def child_module(config: dict) -> str:
+    """The trial child: one process, or (ddp, fsdp) the launcher of its ranks."""
+    return "harness.trial" if config.get("parallel", "none") == "none" else "harness.distributed"
 
 
 def watch(proc: subprocess.Popen, limits: Limits, heartbeat: Path, on_beat=None) -> str | None:

@@ -223,7 +223,7 @@ def cuda_memory(device: torch.device, start: dict) -> dict:
 def tensor_bytes(tensors) -> int:
     """Bytes of distinct storages among `tensors` (views and shared storages counted once)."""
     seen, total = set(), 0
-    for t in tensors:
+    for t in map(local, tensors):
         if not isinstance(t, torch.Tensor) or t.device.type == "meta":
             continue
         storage = t.untyped_storage()
@@ -234,13 +234,18 @@ def tensor_bytes(tensors) -> int:
     return total
 
 
+def local(t):
+    """What this process holds of `t`: a DTensor's (FSDP's) local shard, any other value as it is."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
 def saved_activation_bytes(forward, params=()) -> int:
     """Run `forward()` and sum what autograd saves for backward: the activation memory it holds.
 
     Layers save their weights for backward too (Linear keeps W to compute dX); those bytes are
     the weights, already counted, so saved tensors sharing storage with a parameter are left out.
     """
-    weights = {(p.untyped_storage().data_ptr(), p.device) for p in params}
+    weights = {(local(p).untyped_storage().data_ptr(), p.device) for p in params}
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         forward()  # the graph (and what it saved) is dropped as soon as the result is

@@ -35,9 +35,10 @@ SAMPLERS = ("tpe", "nsga2", "random", "grid")  # no GPSampler: it runs torch in 
 # Value a knob takes when the search does not mention it (and the user's config does not say).
 KNOB_DEFAULTS = {"accumulation": 1, "precision": "fp32", "checkpointing": "none", "compile": "off",
                  "num_workers": 0, "pin_memory": False, "optimizer": "default", "cudnn_benchmark": False,
-                 "expandable_segments": False}
-_BOOLS = ("pin_memory", "cudnn_benchmark", "expandable_segments", "channels_last", "freeze_encoder")
-_POSITIVE_INTS = ("batch_size", "accumulation")
+                 "expandable_segments": False, "nproc": 1, "parallel": "none", "reshard_after_forward": True}
+_BOOLS = ("pin_memory", "cudnn_benchmark", "expandable_segments", "channels_last", "freeze_encoder",
+          "reshard_after_forward")
+_POSITIVE_INTS = ("batch_size", "accumulation", "nproc")
 
 TOP_KEYS = ("study", "workload", "search", "objective", "trials", "timeout", "trial", "memory", "sampler", "seed",
             "apply", "scenarios")
@@ -127,8 +128,13 @@ class Spec:
     def config(self, params: dict) -> dict:
         """A full trial config from the sampled params: fixed knobs, derived accumulation, defaults."""
         config = {**self.fixed, **params}
-        if self.effective_batch:
-            config["accumulation"] = max(self.effective_batch // int(config["batch_size"]), 1)
+        if config.get("parallel", "none") == "fsdp":
+            config.setdefault("reshard_after_forward", KNOB_DEFAULTS["reshard_after_forward"])
+        else:  # resharding means nothing without FSDP: one config, not two
+            config.pop("reshard_after_forward", None)
+        if self.effective_batch:  # the global batch: micro-batch x accumulation x processes
+            per_step = int(config["batch_size"]) * int(config.get("nproc", 1))
+            config["accumulation"] = max(self.effective_batch // per_step, 1)
         for knob in ("accumulation", "precision", "checkpointing", "compile"):
             config.setdefault(knob, KNOB_DEFAULTS[knob])
         return config
@@ -212,13 +218,19 @@ def load(path: Path | str, scenario: str | None = None) -> Spec:
     if scenario is not None:
         if scenario not in scenarios:
             raise UserError(f"{path}: no scenario {scenario!r}{did_you_mean(scenario, scenarios)}; "
-                            f"scenarios: {', '.join(scenarios) or 'none'}")
+                            f"scenarios: {', '.join(map(printable, scenarios)) or 'none'}")
         overrides = scenarios[scenario]
         if not isinstance(overrides, dict):
-            raise UserError(f"{path}: scenarios.{scenario} must be a mapping of overrides")
-        check_keys(overrides, [k for k in TOP_KEYS if k not in ("scenarios", "study")], f"{path}: scenarios.{scenario}")
+            raise UserError(f"{path}: scenarios.{printable(scenario)} must be a mapping of overrides")
+        check_keys(overrides, [k for k in TOP_KEYS if k not in ("scenarios", "study")],
+                   f"{path}: scenarios.{printable(scenario)}")
         raw = deep_merge(raw, overrides)
     return build(raw, path, scenario, tuple(scenarios))
+
+
+def printable(name) -> str:
+    """A name as a one-line message can show it: quoted when it holds a newline or other control."""
+    return str(name) if str(name).isprintable() else repr(name)
 
 
 def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec:
@@ -375,9 +387,31 @@ def parse_search(raw, workload: dict, where: str):
             dims[name] = dim
     if "batch_size" not in dims and "batch_size" not in fixed:
         raise UserError(f"{where}: search.batch_size is required, e.g. `batch_size: [8, 16, 32]`")
+    check_parallel(dims, fixed, where)
     if effective:
         dims, fixed = restrict_to_effective_batch(dims, fixed, effective, where)
     return dims, fixed, effective
+
+
+def knob_values(name: str, dims: dict, fixed: dict) -> tuple:
+    """Every value a knob can take in this search (its default when the search leaves it out)."""
+    if name in fixed:
+        return (fixed[name],)
+    if name in dims:
+        dim = dims[name]
+        return dim.choices or tuple(range(dim.low, dim.high + 1))
+    return (KNOB_DEFAULTS[name],)
+
+
+def check_parallel(dims: dict, fixed: dict, where: str) -> None:
+    """Several processes must share one model (ddp, fsdp); resharding is a knob of fsdp alone."""
+    most, parallels = max(knob_values("nproc", dims, fixed)), knob_values("parallel", dims, fixed)
+    if most > 1 and "none" in parallels:
+        raise UserError(f"{where}: search.parallel: none with nproc {most} would train {most} unrelated copies; "
+                        "search parallel over ddp and fsdp, or keep nproc at 1")
+    if ("reshard_after_forward" in dims or "reshard_after_forward" in fixed) and "fsdp" not in parallels:
+        raise UserError(f"{where}: search.reshard_after_forward only means something with parallel: fsdp; "
+                        "add fsdp to search.parallel or remove it")
 
 
 def parse_dimension(name: str, value, at: str) -> Dimension:
@@ -420,9 +454,11 @@ def restrict_to_effective_batch(dims, fixed, effective: int, where: str):
     sizes = dims["batch_size"].choices if "batch_size" in dims else (fixed["batch_size"],)
     if not sizes:
         raise UserError(f"{where}: with effective_batch, give batch_size as a list of sizes, not a range")
-    keep = tuple(b for b in sizes if effective % b == 0)
+    nprocs = knob_values("nproc", dims, fixed)  # effective_batch is global: every process count must divide it
+    keep = tuple(b for b in sizes if all(effective % (b * n) == 0 for n in nprocs))
     if not keep:
-        raise UserError(f"{where}: no batch_size in {list(sizes)} divides effective_batch {effective}; "
+        per = f" x nproc {', '.join(map(str, nprocs))}" if nprocs != (1,) else ""
+        raise UserError(f"{where}: no batch_size in {list(sizes)}{per} divides effective_batch {effective}; "
                         "pick sizes that divide it")
     dims = dict(dims)
     if len(keep) == 1:
@@ -484,10 +520,41 @@ def for_device(spec: Spec, device: str) -> tuple[Spec, list[str]]:
     return dataclasses.replace(spec, search=search), notes
 
 
-def check_config(config: dict, device: str, where: str) -> None:
-    """One trial config against the device (`bench trial --set ...`)."""
+def check_config(config: dict, device: str, where: str, available: int) -> None:
+    """One trial config against the device (`bench trial --set ...`), which has `available` devices."""
     for knob, value in config.items():
         check_knob(knob, value, device, f"{where} {knob}")
+    nproc = int(config.get("nproc", 1))
+    if nproc > 1 and config.get("parallel", "none") == "none":
+        raise UserError(f"{where} nproc={nproc}: parallel is none, so {nproc} processes would train unrelated copies; "
+                        "add --set parallel=ddp (or fsdp)")
+    if nproc > available:
+        raise UserError(f"{where} nproc={nproc}: needs {nproc} {devices_word(device)} (one per process), "
+                        f"but {device} has {available}; lower nproc or run where there are more")
+
+
+def devices_word(device: str) -> str:
+    """What one rank needs on `device`: a GPU, or (gloo on CPU) a core, since more ranks than cores
+    would measure the cores' contention, not the parallel configuration."""
+    return "GPUs" if device.startswith("cuda") else "CPU cores"
+
+
+def fit_nproc(spec: Spec, device: str, available: int) -> tuple[Spec, list[str]]:
+    """The spec with the process counts `device` has devices for, and a note per searched value dropped."""
+    has = f"{device} has {available} {devices_word(device)}" if device != "cpu" else \
+        f"this machine has {available} CPU cores"
+    values = knob_values("nproc", spec.search, spec.fixed)
+    too_many = [n for n in values if n > available]
+    if not too_many:
+        return spec, []
+    if len(too_many) == len(values):
+        where = f"{spec.path}" + (f" scenario {spec.scenario}" if spec.scenario else "")
+        other = ", or run another scenario (--scenario NAME)" if spec.scenario else ""
+        raise UserError(f"{where}: nproc {min(too_many)} needs {min(too_many)} {devices_word(device)} "
+                        f"(one per process), but {has}; lower nproc or run where there are more{other}")
+    kept = tuple(n for n in values if n <= available)
+    search = {**spec.search, "nproc": Dimension("nproc", choices=kept)}
+    return dataclasses.replace(spec, search=search), [f"search.nproc: {n} left out: {has}" for n in too_many]
 
 
 def refusal(knob: str, value, device: str) -> str | None:
@@ -543,6 +610,9 @@ def trial_config(spec: Spec, overrides: dict) -> dict:
     config = spec.config(params)
     if "accumulation" in overrides:
         config["accumulation"] = overrides["accumulation"]
+    if "reshard_after_forward" in overrides and config.get("parallel") != "fsdp":
+        raise UserError("--set reshard_after_forward: only means something with parallel=fsdp; "
+                        "add --set parallel=fsdp or leave it out")
     return config
 
 

@@ -97,6 +97,7 @@ class Trial:
         self.losses: list[float] = []
         self.pending: list = []  # this window's loss tensors, not yet read back
         self.figures = reuse.Figures(job.get("reuse_dir"), job.get("trial"))
+        self.world = 1  # processes training together (harness.distributed)
 
     # -- setup --------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -130,6 +131,10 @@ class Trial:
                 **{k: self.config.get(k) for k in ("batch_size", *knobs_used)}}
 
     def check_knobs(self) -> None:
+        if int(self.config.get("nproc", 1)) != self.world:
+            raise UserFacingError(f"nproc {self.config['nproc']} needs parallel: ddp or fsdp to share the model")
+        if "reshard_after_forward" in self.config and self.config.get("parallel") != "fsdp":
+            raise UserFacingError("reshard_after_forward only means something with parallel: fsdp")
         if self.wl.optimizer and self.config.get("optimizer", "default") != "default":
             raise UserFacingError("the optimizer knob picks AdamW's kernels; this workload brings its own "
                                   "optimizer (configure_optimizers): search optimizer: default only")
@@ -167,6 +172,7 @@ class Trial:
         mode = self.config.get("checkpointing", "none")
         self.eager = (wl.checkpoint(model, mode) if wl.checkpoint and mode != "none"
                       else knobs.apply_checkpointing(model, wl.blocks, mode))
+        self.eager = self.shard(self.eager)  # after checkpointing, before compile (see harness.knobs)
         self.model = knobs.apply_compile(self.eager, self.config.get("compile", "off"))
         params = wl.trainable(model) if wl.trainable else [p for p in model.parameters() if p.requires_grad]
         self.params = params
@@ -187,13 +193,26 @@ class Trial:
         while True:
             yield from self.loader
 
+    # -- hooks a trial over several processes fills in (harness.distributed) -------------------------
+    def shard(self, model):
+        """The model as it trains across processes (DDP, FSDP); one process trains it as it is."""
+        return model
+
+    def sync_gradients(self, last: bool) -> None:
+        """Called before each micro-batch's forward; `last`: the optimizer step's last micro-batch."""
+
+    def across_ranks(self, value: float) -> float:
+        """The largest `value` over the processes: the slowest window, any rank's wish to stop."""
+        return value
+
     # -- steps --------------------------------------------------------------------------------
     def step(self) -> None:
         """One optimizer step over `accumulation` micro-batches."""
-        for _ in range(self.accum):
+        for i in range(self.accum):
             batch = knobs.to_device(next(self.batches), self.device, self.non_blocking, self.input_dtype)
             if self.cuda_graphs:  # each micro-batch is a new graph replay; its backward already ran
                 torch.compiler.cudagraph_mark_step_begin()
+            self.sync_gradients(i == self.accum - 1)
             with self.autocast:
                 loss = self.wl.loss(self.model, batch)
             self.scaler.scale(loss / self.accum).backward()
@@ -239,7 +258,7 @@ class Trial:
         self.timing["warmup_steps"] = steps
         self.timing["warmup_s"] = measure.now(self.device) - t0
         self.flush_losses()
-        self.warm_step_s = self.timing["warmup_s"] / steps if steps else first
+        self.warm_step_s = self.across_ranks(self.timing["warmup_s"] / steps if steps else first)
 
     def measure_windows(self) -> list[float]:
         """Time windows of steps until their CV is under target or a cap is reached (adaptive)."""
@@ -252,16 +271,15 @@ class Trial:
             t0 = measure.now(self.device)
             for _ in range(window_steps):
                 self.step()
-            per_step.append((measure.now(self.device) - t0) / window_steps)
+            per_step.append(self.across_ranks((measure.now(self.device) - t0) / window_steps))
             peaks.append(self.peak_so_far())
             done += window_steps
             self.hb.beat("measure", done)
-            if not all(map(math.isfinite, self.flush_losses())):
-                break  # diverged: no use timing it further
+            diverged = not all(map(math.isfinite, self.flush_losses()))  # no use timing it further
             enough = len(per_step) >= min_w
-            if len(per_step) >= max_w or (enough and measure.spread(per_step)["cv"] < target_cv):
-                break
-            if enough and time.perf_counter() - start > max_s:
+            stop = (diverged or len(per_step) >= max_w or (enough and measure.spread(per_step)["cv"] < target_cv)
+                    or (enough and time.perf_counter() - start > max_s))
+            if self.across_ranks(float(stop)):  # every process runs the same number of steps
                 break
         self.timing.update(window_steps=window_steps, windows=len(per_step), measured_steps=done,
                            window_step_s=per_step, measure_s=time.perf_counter() - start)
@@ -332,7 +350,7 @@ class Trial:
         return self.record(per_step, peak, losses, self.reference, time.perf_counter() - t_start)
 
     def record(self, per_step, peak, losses, reference, wall) -> dict:
-        eff_batch = int(self.config["batch_size"]) * self.accum
+        eff_batch = int(self.config["batch_size"]) * self.accum * self.world  # the global batch
         step = measure.spread(per_step)
         samples = {"median": eff_batch / step["median"], "p10": eff_batch / step["p90"],
                    "p90": eff_batch / step["p10"]}
@@ -373,10 +391,11 @@ class Trial:
     def flops(self, step_s: float, env: dict) -> dict | None:
         if self.flops_per_micro is None:
             return {"per_step": None, "tflops": None, "mfu": None, "error": self.flops_error}
-        per_step = self.flops_per_micro * self.accum
+        per_step = self.flops_per_micro * self.accum * self.world
         tflops = per_step / step_s / 1e12
         peak = measure.peak_tflops(env["device"], self.precision) if self.device.type == "cuda" else None
-        return {"per_step": per_step, "tflops": tflops, "peak_tflops": peak, "mfu": tflops / peak if peak else None}
+        return {"per_step": per_step, "tflops": tflops, "peak_tflops": peak,
+                "mfu": tflops / (peak * self.world) if peak else None}
 
 
 def fingerprint(tensors) -> float:
@@ -424,6 +443,18 @@ def failure_record(job: dict, status: str, exc: BaseException) -> dict:
                       "traceback": traceback.format_exc()[-4000:]}}
 
 
+def failed(job: dict, exc: Exception) -> tuple[dict, int]:
+    """The record and exit code of a trial that raised `exc`."""
+    if is_oom(exc):
+        if job["device"] == "cpu":
+            measure.lift_cpu_memory_limit()
+        return failure_record(job, record.OOM, exc), record.EXIT_OOM
+    if isinstance(exc, UserFacingError):
+        return failure_record(job, record.ERROR, exc), record.EXIT_USER_ERROR
+    traceback.print_exc()
+    return failure_record(job, record.ERROR, exc), 1
+
+
 def main(argv: list[str]) -> int:
     started_at = time.time()  # the parent's start-up figure ends here: process start and imports are done
     job_path, result_path = Path(argv[0]), Path(argv[1])
@@ -437,15 +468,7 @@ def main(argv: list[str]) -> int:
         result = trial.run()
         code = record.EXIT_OK
     except Exception as exc:
-        if is_oom(exc):
-            if job["device"] == "cpu":
-                measure.lift_cpu_memory_limit()
-            result, code = failure_record(job, record.OOM, exc), record.EXIT_OOM
-        elif isinstance(exc, UserFacingError):
-            result, code = failure_record(job, record.ERROR, exc), record.EXIT_USER_ERROR
-        else:
-            traceback.print_exc()
-            result, code = failure_record(job, record.ERROR, exc), 1
+        result, code = failed(job, exc)
     # a failed trial keeps the phases it got through, so a sweep's time breakdown can count them
     result["timing"] = {**(trial.timing if trial else {}), **(result.get("timing") or {}), "started_at": started_at}
     record.write_atomic(result_path, result)

@@ -196,7 +196,7 @@ def test_read_current_lightning_precision_spellings(tmp_path, spelling, expected
     file = copy("lightning.yaml", tmp_path)
     file.write_text(file.read_text().replace("precision: 32 ", f"precision: {spelling} "))
     current = read_current(target_for(file, preset="lightning"))
-    assert current == {"batch_size": 16, "accumulation": 1, "precision": expected}
+    assert current == {"batch_size": 16, "accumulation": 1, "precision": expected, "nproc": 1}  # trainer.devices: 1
 
 
 @pytest.mark.parametrize("lines, expected", [

@@ -120,7 +120,23 @@ def _read_knobs(target: ApplyTarget, doc: _Document, knobs) -> dict:
     return current
 
 
+# How a file spells running on several processes often says more than these knobs do (a device
+# list, ZeRO stage 2, Lightning's "ddp_spawn"): what bench cannot read there is unknown, not an error.
+_LENIENT_KNOBS = ("parallel", "reshard_after_forward")
+
+
 def _read_knob(doc: _Document, knob: str, maps: tuple[KeyMap, ...]) -> object:
+    if knob == "nproc":
+        return _read_count(doc, maps)
+    if knob in _LENIENT_KNOBS:
+        try:
+            return _read_strictly(doc, knob, maps)
+        except UserError:
+            return ABSENT
+    return _read_strictly(doc, knob, maps)
+
+
+def _read_strictly(doc: _Document, knob: str, maps: tuple[KeyMap, ...]) -> object:
     found = {m.key: _file_value(doc, m.key) for m in maps}
     if all(v is ABSENT for v in found.values()):
         return ABSENT
@@ -131,6 +147,15 @@ def _read_knob(doc: _Document, knob: str, maps: tuple[KeyMap, ...]) -> object:
         if value is ABSENT:
             return ABSENT
     return _checked_knob_value(doc, knob, found, value)
+
+
+def _read_count(doc: _Document, maps: tuple[KeyMap, ...]) -> object:
+    """nproc where the file spells a count; a device list, -1 or "auto" leave it to the launcher: unknown."""
+    for m in maps:
+        value = _lookup(doc.data, m.key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return ABSENT
 
 
 def _file_value(doc: _Document, key: str) -> object:

@@ -92,7 +92,8 @@ _NO_YES = {"fp32": False, "tf32": False, "bf16-mixed": False, "fp16-mixed": Fals
 PRESETS: dict[str, dict[str, tuple[KeyMap, ...]]] = {
     # A knob name is its own top-level key; only the core knobs, since a top-level `optimizer:`
     # or `seq_len:` in an arbitrary file too often means something else.
-    "plain": {knob: (KeyMap(knob),) for knob in CORE_KNOBS},
+    "plain": {**{knob: (KeyMap(knob),) for knob in CORE_KNOBS},
+              "nproc": (KeyMap("nproc_per_node", default=1),)},  # torchrun's name for it
     # LightningCLI config. The batch size lives in the datamodule: `data.batch_size` is the usual
     # spelling when the datamodule is fixed; map `batch_size` yourself for `data.init_args.batch_size`.
     "lightning": {
@@ -105,6 +106,9 @@ PRESETS: dict[str, dict[str, tuple[KeyMap, ...]]] = {
             default="32-true",
             aliases={32: "32-true", "32": "32-true", 16: "16-mixed", "16": "16-mixed", "bf16": "bf16-mixed"},
         ),),
+        # Lightning's "fsdp" strategy; it cannot say reshard_after_forward in one string (left unmapped).
+        "nproc": (KeyMap("trainer.devices"),),
+        "parallel": (KeyMap("trainer.strategy", values={"none": "auto", "ddp": "ddp", "fsdp": "fsdp"}, default="auto"),),
     },
     # transformers.TrainingArguments as YAML/JSON. Precision spreads over three booleans; `tf32`
     # only says something for fp32/tf32 and is left alone otherwise. No bf16-true, no selective
@@ -126,9 +130,14 @@ PRESETS: dict[str, dict[str, tuple[KeyMap, ...]]] = {
         ),
         "num_workers": (KeyMap("dataloader_num_workers", default=0),),
         "pin_memory": (KeyMap("dataloader_pin_memory", default=True),),
+        # The process count is the launcher's (torchrun, accelerate), not TrainingArguments'; DDP is
+        # what the Trainer does under several processes unless `fsdp` says otherwise.
+        "parallel": (KeyMap("fsdp", values={"none": "", "ddp": "", "fsdp": "full_shard"}, default=""),),
+        "reshard_after_forward": (KeyMap("fsdp_config.reshard_after_forward", default=True),),
     },
     # DeepSpeed config JSON. `train_batch_size`, when present, is kept equal to
-    # micro * accumulation * world_size (DeepSpeed refuses a config where it is not).
+    # micro * accumulation * processes (DeepSpeed refuses a config where it is not): nproc when the
+    # config has it, else apply.world_size. Sharding is ZeRO: stage 3 shards what FSDP shards.
     "deepspeed": {
         "batch_size": (KeyMap("train_micro_batch_size_per_gpu"),),
         "accumulation": (KeyMap("gradient_accumulation_steps", default=1),),
@@ -136,6 +145,7 @@ PRESETS: dict[str, dict[str, tuple[KeyMap, ...]]] = {
             KeyMap("bf16.enabled", values={**_NO_YES, "bf16-mixed": True}, default=False),
             KeyMap("fp16.enabled", values={**_NO_YES, "fp16-mixed": True}, default=False),
         ),
+        "parallel": (KeyMap("zero_optimization.stage", values={"none": 0, "ddp": 0, "fsdp": 3}, default=0),),
     },
 }
 

@@ -103,7 +103,8 @@ def _assignments(target: ApplyTarget, values: dict, doc: _Document,
         return out
     # Only these rules look at the current batch; reading it otherwise could refuse a file for
     # nothing (e.g. an interpolated `batch_size: ${data.bs}`).
-    current = current_values if current_values is not None else _read_knobs(target, doc, ("batch_size", "accumulation"))
+    current = current_values if current_values is not None else \
+        _read_knobs(target, doc, ("batch_size", "accumulation", "nproc"))
     if target.lr is not None:
         out += _lr_assignment(target.lr, doc, values, current)
     if target.preset == "deepspeed":
@@ -128,10 +129,12 @@ def _knob_assignments(target: ApplyTarget, knob: str, value: object) -> list[_As
 
 
 def _effective_batch(knobs: dict, fallback: dict) -> int | None:
+    """The global batch: micro-batch x accumulation x processes (nproc, 1 when neither says)."""
     batch = knobs.get("batch_size", fallback.get("batch_size"))
     if batch is None:
         return None
-    return batch * knobs.get("accumulation", fallback.get("accumulation", 1))
+    return (batch * knobs.get("accumulation", fallback.get("accumulation", 1))
+            * knobs.get("nproc", fallback.get("nproc", 1)))
 
 
 def _lr_assignment(rule: LrRule, doc: _Document, values: dict, current: dict) -> list[_Assignment]:
@@ -152,14 +155,18 @@ def _lr_assignment(rule: LrRule, doc: _Document, values: dict, current: dict) ->
 
 
 def _deepspeed_total(target: ApplyTarget, doc: _Document, values: dict, current: dict) -> list[_Assignment]:
-    """DeepSpeed checks train_batch_size == micro * accumulation * world size: keep it true when present."""
+    """DeepSpeed checks train_batch_size == micro * accumulation * world size: keep it true when present.
+
+    The world size is the chosen config's nproc; a config without one runs as many processes as
+    apply.world_size says."""
     if not isinstance(_lookup(doc.data, "train_batch_size"), int):  # absent or "auto": DeepSpeed derives it
         return []
-    per_process = _effective_batch(values, current)
-    if per_process is None:
+    world = values.get("nproc", target.world_size)
+    total = _effective_batch({**values, "nproc": world}, current)
+    if total is None:
         return []
-    return [_Assignment(KeyMap("train_batch_size"), per_process * target.world_size,
-                        f"preset deepspeed (batch x accumulation x world_size {target.world_size})")]
+    return [_Assignment(KeyMap("train_batch_size"), total,
+                        f"preset deepspeed (batch x accumulation x world size {world})")]
 
 
 def _edits(doc: _Document, assignments: list[_Assignment], create_keys: bool) -> list[tuple[_Assignment, object]]:

@@ -20,6 +20,7 @@ from typing import Any, Callable
 UNIVERSAL_KNOBS = frozenset({
     "batch_size", "accumulation", "precision", "checkpointing", "compile",
     "num_workers", "pin_memory", "optimizer", "cudnn_benchmark", "expandable_segments",
+    "nproc", "parallel", "reshard_after_forward",  # processes per trial and how they share the model
 })
 
 
@@ -29,6 +30,7 @@ KNOB_CHOICES = {
     "checkpointing": ("none", "full", "selective"),
     "compile": ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
     "optimizer": ("default", "foreach", "fused"),
+    "parallel": ("none", "ddp", "fsdp"),
 }
 
 

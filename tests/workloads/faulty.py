@@ -1,7 +1,10 @@
 """Test-only workload that misbehaves on request (never shipped): fault injection for the harness.
 
 `fault` is a workload param the search can vary, so a sweep hits chosen faults on chosen configs.
-Faults fire on the `at_step`-th training forward (reference and FLOP-counting passes don't count).
+Faults fire on the `at_step`-th training forward (reference and FLOP-counting passes don't count),
+in every process of a trial, or (`fault_rank`) in that rank of a multi-process trial only.
+`desync` nudges the parameters of the rank it fires on: ranks whose gradients are averaged still
+end up apart, as if they had not been.
 """
 import ctypes
 import json
@@ -18,7 +21,7 @@ import torch.nn.functional as F
 from harness.workloads import Workload
 
 FAULTS = ("none", "segfault", "abort", "raise", "hang", "hang_start", "oom", "exit0", "spam", "grandchild",
-          "inf", "build_error", "whoami")
+          "inf", "build_error", "whoami", "desync")
 
 
 class Block(nn.Module):
@@ -53,7 +56,7 @@ class Pairs(torch.utils.data.Dataset):
         return x, torch.tanh(x.flip(0))
 
 
-def trigger(fault: str) -> None:
+def trigger(fault: str, device) -> None:
     if fault == "segfault":
         ctypes.string_at(0)
     elif fault == "abort":
@@ -65,18 +68,23 @@ def trigger(fault: str) -> None:
     elif fault == "oom":
         hoard = []
         while True:  # grows until the memory wall (RLIMIT_DATA or CUDA fraction) says no
-            hoard.append(torch.ones(64 * 1024 * 1024 // 4))
+            hoard.append(torch.ones(64 * 1024 * 1024 // 4, device=device))
     elif fault == "exit0":
         os._exit(0)
 
 
 def build(params: dict) -> Workload:
     fault, at = params.get("fault", "none"), int(params.get("at_step", 3))
+    if params.get("fault_rank") is not None and os.environ.get("RANK") != str(params["fault_rank"]):
+        fault = "none"
     width, depth = int(params.get("width", 32)), int(params.get("depth", 2))
     if fault == "build_error":
         raise ValueError("injected: this factory rejects its params")
     if fault == "hang_start":
         time.sleep(3600)
+    if params.get("pid_dir") and not torch.empty(0).is_meta:  # which processes a test expects gone afterwards
+        with open(os.path.join(params["pid_dir"], f"rank{os.environ.get('RANK', 0)}.pid"), "w") as f:
+            f.write(str(os.getpid()))
     if fault == "grandchild" and not torch.empty(0).is_meta:
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         with open(params["pid_file"], "w") as f:
@@ -95,7 +103,10 @@ def build(params: dict) -> Workload:
         if torch.is_grad_enabled() and x.device.type != "meta":
             calls[0] += 1
             if calls[0] == at:
-                trigger(fault)
+                trigger(fault, x.device)
+            if fault == "desync" and calls[0] == at:
+                with torch.no_grad():
+                    next(model.parameters()).add_(0.5)
         out = F.mse_loss(model(x), y)
         if fault == "inf" and calls[0] >= at:
             out = out * float("inf")

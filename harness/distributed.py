@@ -1,0 +1,241 @@
+"""A trial over several processes (`parallel: ddp | fsdp`): `python -m harness.distributed JOB RESULT`.
+
+This child launches `nproc` ranks through torch's own elastic launcher (`elastic_launch`, what
+`torchrun --standalone` runs), with the `spawn` start method, so every rank lives in this child's
+process group and dies with it (the parent kills the group). Each rank is a harness.trial Trial
+with its process group (gloo on CPU, NCCL on CUDA), its own device, its own shard of the data, and
+its model wrapped between checkpointing and compile (harness.knobs): DDP, or FSDP2 `fully_shard` on
+every repeated block and then on the root.
+
+Every rank beats its own heartbeat; this child copies the stalest one to the parent's, so a rank
+that hangs stops the trial's progress. Rank 0 gathers every rank's memory and writes the record:
+global throughput (batch x accumulation x world size per step), the peak of the fullest rank, each
+rank's own figures, and a check that the parameters agree across ranks after training. A failed
+trial is reported by the rank that failed first, with that rank's log.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from harness import launch, measure, record, trial
+
+# A collective that fails because another rank died: that rank's failure is the trial's, not this one's.
+PEER_PHRASES = ("connection closed by peer", "connection reset by peer", "broken pipe", "remote process exited",
+                "nccl communicator was aborted", "ncclremoteerror")
+PEER_WAIT_S = 60  # a rank whose peer died waits this long to be stopped, so the launcher reports the peer
+
+
+class RankTrial(trial.Trial):
+    """One rank of a trial: the Trial's phases, with the hooks that make the ranks one training run."""
+
+    def __init__(self, job: dict, heartbeat: trial.Heartbeat):
+        super().__init__(job, heartbeat)
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.parallel = self.config["parallel"]
+
+    def prepare(self) -> None:
+        super().prepare()
+        self.wl.dataset = self.my_shard(self.wl.dataset)
+
+    def my_shard(self, dataset):
+        """This rank's contiguous part of the data: ranks train on different samples, so equal
+        parameters afterwards show the gradients really were averaged."""
+        per_rank, batch = len(dataset) // self.world, int(self.config["batch_size"])
+        if per_rank < batch:
+            raise trial.UserFacingError(
+                f"each of {self.world} processes gets {per_rank} of the workload's {len(dataset)} samples, "
+                f"fewer than batch_size {batch}; lower batch_size or give the workload more samples")
+        return torch.utils.data.Subset(dataset, range(self.rank * per_rank, (self.rank + 1) * per_rank))
+
+    def shard(self, model):
+        if self.parallel == "ddp":
+            from torch.nn.parallel import DistributedDataParallel
+            self.ddp = DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+            return self.ddp
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        mesh = init_device_mesh(self.device.type, (self.world,))
+        reshard = bool(self.config.get("reshard_after_forward", True))
+        for block in [m for m in model.modules() if isinstance(m, self.wl.blocks)]:
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
+        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)  # the rest (embeddings, head) as one group
+        self.memory["weights"] = measure.tensor_bytes(list(model.parameters()) + list(model.buffers()))  # this rank's shard
+        return model
+
+    def sync_gradients(self, last: bool) -> None:
+        """DDP averages gradients at the optimizer step's last micro-batch only, as no_sync() does;
+        FSDP reduce-scatters every micro-batch, which keeps gradients sharded (torchtitan's default)."""
+        if self.parallel == "ddp":
+            self.ddp.require_backward_grad_sync = last
+
+    def across_ranks(self, value: float) -> float:
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
+    def param_checksum(self) -> list[float]:
+        """Sum and sum of squares of the full parameters (gathered one at a time under FSDP)."""
+        total, squares = torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)
+        with torch.no_grad():
+            for p in self.params:
+                full = p.full_tensor() if hasattr(p, "full_tensor") else p
+                total += full.double().sum().cpu()
+                squares += full.double().square().sum().cpu()
+        return [float(total), float(squares)]
+
+    def run(self) -> dict:
+        rec = super().run()
+        mine = {"rank": self.rank, "peak_memory": rec["peak_memory"], "memory": rec["memory"],
+                "status": rec["status"], "error": rec["error"], "params": self.param_checksum(),
+                "threads": torch.get_num_threads()}
+        ranks: list = [None] * self.world
+        dist.all_gather_object(ranks, mine)
+        return merged(rec, ranks, self.config)
+
+
+def merged(rec: dict, ranks: list[dict], config: dict) -> dict:
+    """Rank 0's record made the trial's: the fullest rank's peak, every rank's figures, agreement."""
+    backend = dist.get_backend()
+    rec = dict(rec, world_size=len(ranks), peak_memory=max(r["peak_memory"] for r in ranks),
+               peak_memory_per_rank=[r["peak_memory"] for r in ranks])
+    rec["memory"] = dict(rec["memory"], per_rank=[r["memory"] for r in ranks])
+    rec["distributed"] = {"parallel": config["parallel"], "backend": backend, "world_size": len(ranks),
+                          "reshard_after_forward": config.get("reshard_after_forward") if config["parallel"] == "fsdp" else None,
+                          "gradient_sync": "every optimizer step" if config["parallel"] == "ddp" else "every micro-batch",
+                          "threads_per_rank": [r["threads"] for r in ranks],
+                          "param_checksums": [r["params"] for r in ranks]}
+    bad = next((r for r in ranks if r["status"] != record.OK), None)
+    if bad is not None and rec["status"] == record.OK:
+        rec.update(status=bad["status"], error=dict(bad["error"], message=f"rank {bad['rank']}: {bad['error']['message']}"))
+    apart = next((r["rank"] for r in ranks if r["params"] != ranks[0]["params"]), None)
+    if apart is not None and rec["status"] == record.OK:
+        rec.update(status=record.DIVERGED, error={"type": "diverged", "message": (
+            f"rank {apart}'s parameters differ from rank 0's after training: the gradients were not synchronised")})
+    return rec
+
+
+# ---- a rank ----------------------------------------------------------------------------------------
+
+def rank_main(job_path: str, workdir: str) -> None:
+    """One rank (the elastic launcher spawns it with RANK, LOCAL_RANK, WORLD_SIZE and the rendezvous set)."""
+    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    job = json.loads(Path(job_path).read_text())
+    cuda = job["device"].startswith("cuda")
+    job = dict(job, device=f"cuda:{local}" if cuda else "cpu", heartbeat=str(rank_beat(workdir, rank)))
+    hb = trial.Heartbeat(job["heartbeat"])
+    hb.beat("start")
+    out = Path(workdir) / f"rank{rank}.json"
+    try:
+        if cuda:
+            torch.cuda.set_device(local)
+        dist.init_process_group("nccl" if cuda else "gloo")
+        record.write_atomic(out, RankTrial(job, hb).run())
+        hb.beat("done")
+        dist.destroy_process_group()
+        return  # a normal return: the launcher waits for every rank's return value
+    except Exception as exc:
+        result, code = trial.failed(job, exc)
+        peer = is_peer_failure(exc)
+        record.write_atomic(out, dict(result, peer_failed=peer))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if peer:  # let the launcher see the rank that failed first; it stops this one
+        time.sleep(PEER_WAIT_S)
+    os._exit(code)
+
+
+def is_peer_failure(exc: BaseException) -> bool:
+    while exc is not None:
+        if any(p in str(exc).lower() for p in PEER_PHRASES):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def rank_beat(workdir, rank: int) -> Path:
+    return Path(workdir) / f"heartbeat.rank{rank}.json"
+
+
+# ---- the launcher ----------------------------------------------------------------------------------
+
+def relay_heartbeats(out: str, workdir: Path, nproc: int, stop: threading.Event) -> None:
+    """Copy the stalest rank's heartbeat to the parent's, once every rank has beaten: one stuck rank
+    is a stuck trial (harness.launch.watch)."""
+    while not stop.wait(launch.POLL_S):
+        beats = [launch.read_heartbeat(rank_beat(workdir, r)) for r in range(nproc)]
+        if all(beats):
+            stalest = min(beats, key=lambda b: b["time"])
+            tmp = out + ".tmp"
+            Path(tmp).write_text(json.dumps(dict(stalest, rank=beats.index(stalest))))
+            os.replace(tmp, out)
+
+
+def rank_log(workdir: Path, rank: int) -> str:
+    """A rank's output as the launcher kept it (stdout, then stderr)."""
+    files = sorted((workdir / "ranks").glob(f"*/attempt_*/{rank}/stdout.log")) + \
+        sorted((workdir / "ranks").glob(f"*/attempt_*/{rank}/stderr.log"))
+    return "".join(f.read_text(errors="replace") for f in files)
+
+
+def outcome(workdir: Path, failure) -> dict:
+    """The trial's record: rank 0's when every rank returned, else that of the rank that failed first."""
+    if failure is None:
+        return record.read(workdir / "rank0.json") or launch.failure(
+            record.CRASH, "NoResult", "every rank returned, but rank 0 wrote no record", rank_log(workdir, 0))
+    rank, why = failure
+    log = rank_log(workdir, rank)
+    rec = launch.classify(why.exitcode, record.read(workdir / f"rank{rank}.json"), None, log)
+    error = rec.get("error") or {}
+    rec["error"] = dict(error, rank=rank, message=f"rank {rank}: {error.get('message')}",
+                        log_tail=log[-4000:])  # a fatal error's stack starts some way up: faulthandler lists modules last
+    return rec
+
+
+def launch_ranks(job_path: Path, workdir: Path, nproc: int):
+    """Run the ranks; None when all returned, else (rank, ProcessFailure) of the first to fail."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
+                          rdzv_backend="c10d", rdzv_endpoint="localhost:0",  # torchrun --standalone
+                          max_restarts=0, monitor_interval=0.1, start_method="spawn", role="rank",
+                          logs_specs=DefaultLogsSpecs(log_dir=str(workdir / "ranks"), redirects=Std.ALL, tee=Std.ALL))
+    try:
+        elastic_launch(config, rank_main)(str(job_path), str(workdir))
+    except ChildFailedError as exc:
+        return exc.get_first_failure()
+    return None
+
+
+def main(argv: list[str]) -> int:
+    job_path, result_path = Path(argv[0]), Path(argv[1])
+    job = json.loads(job_path.read_text())
+    trial.die_with_parent()
+    trial.Heartbeat(job.get("heartbeat")).beat("start")
+    nproc, workdir = int(job["config"].get("nproc", 1)), result_path.parent
+    # torchrun gives each rank one thread; a rank gets its share of the cores, unless the user said
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(len(os.sched_getaffinity(0)) // nproc, 1)))
+    stop = threading.Event()
+    relay = threading.Thread(target=relay_heartbeats, args=(job["heartbeat"], workdir, nproc, stop), daemon=True)
+    relay.start()
+    failure = launch_ranks(job_path, workdir, nproc)
+    stop.set()
+    relay.join()
+    result = outcome(workdir, failure)
+    record.write_atomic(result_path, result)
+    sys.stdout.flush()
+    os._exit(record.EXIT_OK if failure is None else record.EXIT_OOM if result["status"] == record.OOM else 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
