@@ -1,0 +1,163 @@
+"""The search policy (issue #11): sampler feed, duplicates, per-family memory skips, confirmation, auto stop, replay.
+
+Trials here are looked up, not launched (Sweep's `runner` seam, the one benchmarks/search_replay.py
+uses), so the policy is tested exactly and fast; the real launcher path is covered by test_cli/test_faults.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from harness import pareto, search, spec as specs, study as studies
+
+MiB = 2**20
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_spec(tmp_path, trials=16, **search_over) -> specs.Spec:
+    search_raw = search_over or {"batch_size": [4, 8, 16, 32], "precision": ["fp32", "bf16-mixed"],
+                                 "checkpointing": ["none", "full"]}
+    raw = {"study": "s", "workload": {"name": "emberformer"}, "search": search_raw, "trials": trials,
+           "memory": {"budget": "100MiB", "headroom": 0.1}}
+    return specs.build(raw, tmp_path / "spec.yaml", None, ())
+
+
+def landscape(config: dict) -> dict:
+    """Peak grows with batch (checkpointing halves the slope); speed grows with batch; OOM over 100 MiB."""
+    slope = 1.5 if config["checkpointing"] == "full" else 3.0
+    peak = (10 + slope * config["batch_size"]) * MiB
+    speed = config["batch_size"] * (1.3 if config["precision"] == "bf16-mixed" else 1.0) * (
+        0.8 if config["checkpointing"] == "full" else 1.0)
+    if peak > 100 * MiB:
+        return {"status": "oom", "throughput": None, "peak_memory": None}
+    return {"status": "ok", "throughput": speed, "peak_memory": peak, "timing": {"step_s": {"cv": 0.005}}}
+
+
+class Runner:
+    def __init__(self, table=landscape):
+        self.table, self.runs = table, []
+
+    def __call__(self, config, number):
+        self.runs.append(dict(config))
+        return dict(self.table(config))
+
+
+def sweep_for(spec, tmp_path, runner, total=None, auto=False, baseline=None):
+    study = studies.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    if baseline:
+        studies.enqueue_baseline(study, spec, spec.config(baseline))
+    return studies.Sweep(spec, study, "cpu", tmp_path, total or spec.trials, None, auto=auto, runner=runner)
+
+
+def test_enqueued_trials_reach_the_sampler_with_params_and_batch_is_ordinal(tmp_path):
+    spec = make_spec(tmp_path)
+    sweep = sweep_for(spec, tmp_path, Runner(), baseline={"batch_size": 8, "precision": "fp32", "checkpointing": "none"})
+    sweep.run_one()
+    first = sweep.study.trials[0]
+    assert first.user_attrs["baseline"] and first.params  # the enqueued baseline is in the sampler's history
+    assert isinstance(first.distributions["batch_size"], optuna.distributions.IntDistribution)  # ordinal index
+    assert first.params["batch_size"] == 1 and first.user_attrs["config"]["batch_size"] == 8
+
+
+def test_duplicates_are_not_told_as_observations(tmp_path):
+    spec = make_spec(tmp_path)
+    sweep = sweep_for(spec, tmp_path, Runner())
+    config = spec.config({"batch_size": 8, "precision": "fp32", "checkpointing": "none"})
+    sweep.enqueue(config)
+    sweep.enqueue(config)
+    sweep.study.enqueue_trial(studies.sampler_params(spec, config), user_attrs={"config": config}, skip_if_exists=False)
+    for _ in range(3):
+        sweep.run_one()
+    complete = sweep.study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(complete) == 1  # one observation of that config, however often it was proposed
+    dupes = [t for t in sweep.study.trials if "duplicate_of" in t.user_attrs]
+    assert dupes and all(t.state == TrialState.FAIL for t in dupes)
+
+
+def test_a_batch_above_an_oom_of_its_family_is_skipped_with_its_record(tmp_path):
+    spec = make_spec(tmp_path)
+    runner = Runner()
+    sweep = sweep_for(spec, tmp_path, runner)
+    family = {"precision": "fp32", "checkpointing": "none"}
+    sweep.enqueue(spec.config({"batch_size": 32, **family}))  # 106 MiB: OOM
+    sweep.enqueue(spec.config({"batch_size": 32, **family, "checkpointing": "full"}))  # other family: runs, fits
+    sweep.run_one()
+    sweep.run_one()
+    assert len(runner.runs) == 2
+    # a bigger batch of the OOM family is never run (widen the space so there is one)
+    spec2 = make_spec(tmp_path, batch_size=[4, 8, 16, 32, 64], precision=["fp32", "bf16-mixed"], checkpointing=["none", "full"])
+    sweep.spec = spec2
+    sweep.enqueue(spec2.config({"batch_size": 64, **family}))
+    sweep.run_one()
+    assert len(runner.runs) == 2
+    rows = studies.rows_of(sweep.study)
+    skipped = [r for r in rows if r["status"] == "skipped"]
+    assert len(skipped) == 1 and skipped[0]["skip"]["from"] == [0] and skipped[0]["throughput"] is None
+    choice = pareto.choose(rows, spec.memory_budget, spec.headroom)
+    assert choice.best["status"] == "ok"
+
+
+def test_a_fitted_peak_far_over_the_budget_is_skipped_and_never_a_config_that_fits(tmp_path):
+    rows = [{"number": n, "status": "ok", "config": {"batch_size": b, "precision": "fp32"}, "peak_memory": (10 + 3 * b) * MiB}
+            for n, b in enumerate((4, 8))]
+    usable = 90 * MiB
+    assert search.skip_reason({"batch_size": 64, "precision": "fp32"}, rows, usable, False)["from"] == [0, 1]
+    assert search.skip_reason({"batch_size": 16, "precision": "fp32"}, rows, usable, False) is None  # 58 MiB fits
+    assert search.skip_reason({"batch_size": 32, "precision": "fp32"}, rows, usable, False) is None  # 106: inside margin
+    assert search.skip_reason({"batch_size": 64, "precision": "bf16-mixed"}, rows, usable, False) is None  # other family
+
+
+def test_confirmation_reruns_change_a_noisy_winner(tmp_path):
+    spec = make_spec(tmp_path, batch_size=[4, 8], precision=["fp32", "bf16-mixed"])
+    first = {}
+
+    def noisy(config):  # batch 8 fp32 was lucky once; bf16 is really faster
+        rec = landscape({**config, "checkpointing": "none"})
+        key = (config["batch_size"], config["precision"])
+        if key == (8, "fp32") and key not in first:
+            first[key] = True
+            rec["throughput"] = 20.0
+        return rec
+
+    sweep = sweep_for(spec, tmp_path, Runner(noisy), total=4, baseline={"batch_size": 4, "precision": "fp32"})
+    sweep.run()
+    rows = studies.rows_of(sweep.study)
+    before = max(rows, key=lambda r: r["throughput"] or 0)
+    assert before["config"]["precision"] == "fp32"  # the single runs crown the lucky one
+    best = pareto.choose(rows, spec.memory_budget, spec.headroom).best
+    assert best["config"] == spec.config({"batch_size": 8, "precision": "bf16-mixed"}) and len(best["repeats"]) == 2
+    ratio, spread = pareto.speedup(best, next(r for r in rows if r["baseline"]))
+    assert ratio == pytest.approx(2.6) and spread == pytest.approx(0.0)
+
+
+def test_trials_auto_stops_before_the_cap(tmp_path):
+    spec = make_spec(tmp_path, trials=40, batch_size=[4, 8, 16, 32], precision=["fp32", "bf16-mixed"],
+                     checkpointing=["none", "full"], compile=["off", "default"])
+    runner = Runner(lambda c: landscape(c) if c["compile"] == "off" else {**landscape(c), "throughput": (landscape(c)["throughput"] or 0) * 1.1 or None})
+    sweep = sweep_for(spec, tmp_path, runner, auto=True, baseline={"batch_size": 8, "precision": "fp32", "checkpointing": "none", "compile": "off"})
+    sweep.run()
+    measured = sweep.counted()
+    assert measured < 30  # stopped on its own, well under the cap of 40 and the 32-config space
+    compiled = [c for c in runner.runs if c["compile"] != "off"]
+    assert compiled and len({search.key(c) for c in compiled}) <= studies.COMPILE_TOP
+
+
+def test_replay_runs_on_a_tiny_landscape(tmp_path):
+    spec = make_spec(tmp_path)
+    rows = [{"number": n, **landscape(c), "config": c, "baseline": n == 0, "workload": {"name": "emberformer"}}
+            for n, c in enumerate(specs.all_configs(spec))]
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(rows))
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_replay.py"), str(path), "--seeds", "3",
+                          "--budget", "100MiB", "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["grid"] == 16 and result["wrong_skips"] == 0
+    assert 1 <= result["bench"]["median"] <= 16 and set(result["tpe"]) == {"median", "p90"}
