@@ -107,14 +107,14 @@ def main(debug: bool) -> None:
 @user_errors
 def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budget, storage, results):
     """Run (or resume) the study of SPEC: short real trials over the search space."""
+    fixed_total = None if trials == "auto" else parse_trials(trials)
     device = resolve_device(device)
     deadline = time.monotonic() + parse_duration(timeout, "--timeout") if timeout else None
     # a database study writes nothing under the current folder; trial logs only where --results says
     logs = results if not storage or click.get_current_context().get_parameter_source("results").name != "DEFAULT" else None
     for spec in load_specs(spec_path, scenarios, study_name, memory_budget):
         spec = device_spec(spec, device)
-        auto = trials == "auto"
-        run_sweep(spec, device, spec.trials if auto else parse_trials(trials), deadline, storage, logs, auto)
+        run_sweep(spec, device, fixed_total or spec.trials, deadline, storage, logs, auto=fixed_total is None)
     out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
 
 
