@@ -85,6 +85,8 @@ def run_bench(land: dict, path: Path, seed: int) -> tuple[int, list]:
     with tempfile.TemporaryDirectory() as results:  # the claim lock's folder; nothing else is written
         sweep = studies.Sweep(spec, study, "cpu", Path(results), grid, None, auto=False, runner=counter)
         while counter.hit_at is None and sweep.counted() < grid and len(sweep.measured_configs()) < grid:
+            if not sweep.plan_next():
+                break
             sweep.run_one()
     wrong = [r for r in studies.rows_of(study) if r["status"] == "skipped" and search.key(r["config"]) in land["fits"]]
     return counter.hit_at or grid, wrong

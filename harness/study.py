@@ -151,15 +151,27 @@ class Sweep:
             if duplicates_in_a_row >= MAX_DUPLICATES_IN_A_ROW:
                 self.progress.note("the sampler keeps proposing measured configs; stopping early")
                 break
-            if not self.queued() and self.eager_phase() and self.eager_done():
-                self.end_eager_phase()
-                continue
-            if self.auto and not self.queued() and not self.eager_phase() and self.searched_enough():
-                self.progress.note("the best stopped improving and every family's frontier is measured: "
-                                   "stopping (--trials auto)")
+            if not self.plan_next():
                 break
             duplicates_in_a_row = 0 if self.run_one() else duplicates_in_a_row + 1
         self.confirm()
+
+    def plan_next(self) -> bool:
+        """With nothing queued, queue what the search measures next; False once it should stop (--trials auto).
+
+        The order: the structured eager search (every family's memory frontier), then the sampler's
+        own proposals until the best stops improving, then compile modes for the best eager configs.
+        """
+        if self.queued() or self.queue_probe():
+            return True
+        if self.eager_phase() and self.eager_done():
+            self.end_eager_phase()
+            return True
+        if self.auto and self.searched_enough():
+            self.progress.note("the best stopped improving and every family's frontier is measured: "
+                               "stopping (--trials auto)")
+            return False
+        return True
 
     def remaining(self) -> bool:
         storage.fail_stale_trials(self.study)  # first: another host's dead worker's trial must not count as running
@@ -176,8 +188,7 @@ class Sweep:
         eager = [c for c in all_configs(self.spec) if c.get("compile") == "off"]
         left = self.total - self.counted()
         reserve = COMPILE_TOP * (len(self.spec.search["compile"].choices) - 1)
-        return (all(config_key(c) in self.measured_configs() for c in eager) or left <= reserve
-                or (self.stale >= PATIENCE and not self.frontier_left()))
+        return all(config_key(c) in self.measured_configs() for c in eager) or left <= reserve or self.stale >= PATIENCE
 
     def end_eager_phase(self) -> None:
         """Queue every compile mode of the best eager configs (by measured speed, feasible ones)."""
@@ -194,27 +205,21 @@ class Sweep:
         self.progress.note(f"eager search done; compile modes queued for the {len(top)} best eager configs")
 
     def searched_enough(self) -> bool:
-        """After the compile phase's queue is run; without a compile phase, after PATIENCE trials without a
-        better best once every family's frontier is measured."""
-        if self.study.user_attrs.get("compile_phase"):
-            return True
-        return self.stale >= PATIENCE and not self.frontier_left()
+        """After the compile phase's queue is run; without a compile phase, after PATIENCE trials without
+        a better best (every family's frontier is measured by then: queue_probe comes first)."""
+        return bool(self.study.user_attrs.get("compile_phase")) or self.stale >= PATIENCE
 
-    def frontier_left(self) -> bool:
-        """Queue the next batch size of each family whose largest fitting batch has not met its wall."""
-        if "batch_size" not in self.spec.search or not self.auto:
+    def queue_probe(self) -> bool:
+        """Queue the structured search's next eager config (search.next_probe); False once it has none."""
+        if self.spec.sampler != "tpe" or self.study.user_attrs.get("compile_phase"):
             return False
-        batches = search.ordered(self.spec.search["batch_size"].choices)
-        known = set(self.measured_configs())
-        rows = [r for r in rows_of(self.study) if r["config"].get("compile", "off") == "off"]
-        probes = search.frontier_probes(rows, batches, known, bool(self.spec.effective_batch), self.with_batch)
-        for config in probes:
-            self.enqueue(config)
-        return bool(probes)
-
-    def with_batch(self, config: dict, batch: int) -> dict:
-        params = {k: config[k] for k in self.spec.search if k in config}
-        return self.spec.config({**params, "batch_size": batch})
+        eager = [c for c in all_configs(self.spec) if c.get("compile", "off") == "off"]
+        probe = search.next_probe(eager, rows_of(self.study), usable_memory(self.spec),
+                                  bool(self.spec.effective_batch), self.device, self.spec.objective)
+        if probe is None:
+            return False
+        self.enqueue(probe)
+        return True
 
     def enqueue(self, config: dict) -> None:
         self.study.enqueue_trial(sampler_params(self.spec, config), user_attrs={"config": config})
@@ -240,7 +245,7 @@ class Sweep:
             self.progress.duplicate(trial.number, previous.number, config)
             self.enqueue_unmeasured(trial.number)
             return False
-        skip = search.skip_reason(config, rows_of(self.study), usable_memory(self.spec), bool(self.spec.effective_batch))
+        skip = search.skip_reason(config, rows_of(self.study), usable_memory(self.spec))
         if skip:
             self.tell_skipped(trial, config, skip)
             return False

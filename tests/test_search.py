@@ -108,10 +108,67 @@ def test_a_fitted_peak_far_over_the_budget_is_skipped_and_never_a_config_that_fi
     rows = [{"number": n, "status": "ok", "config": {"batch_size": b, "precision": "fp32"}, "peak_memory": (10 + 3 * b) * MiB}
             for n, b in enumerate((4, 8))]
     usable = 90 * MiB
-    assert search.skip_reason({"batch_size": 64, "precision": "fp32"}, rows, usable, False)["from"] == [0, 1]
-    assert search.skip_reason({"batch_size": 16, "precision": "fp32"}, rows, usable, False) is None  # 58 MiB fits
-    assert search.skip_reason({"batch_size": 32, "precision": "fp32"}, rows, usable, False) is None  # 106: inside margin
-    assert search.skip_reason({"batch_size": 64, "precision": "bf16-mixed"}, rows, usable, False) is None  # other family
+    assert search.skip_reason({"batch_size": 64, "precision": "fp32"}, rows, usable)["from"] == [0, 1]
+    assert search.skip_reason({"batch_size": 16, "precision": "fp32"}, rows, usable) is None  # 58 MiB fits
+    assert search.skip_reason({"batch_size": 32, "precision": "fp32"}, rows, usable) is None  # 106: inside margin
+    assert search.skip_reason({"batch_size": 64, "precision": "bf16-mixed"}, rows, usable) is None  # other family
+
+
+def drive(space, table, usable, derived=False, device="cpu"):
+    """Run the structured search to its end on a looked-up landscape: the configs it measures, in order."""
+    rows = []
+    while (probe := search.next_probe(space, rows, usable, derived, device)) is not None:
+        assert search.key(probe) not in {search.key(r["config"]) for r in rows}  # never the same config twice
+        rows.append({"number": len(rows), "config": probe, **table(probe)})
+    return [(c["config"]["batch_size"], c["config"]["precision"], c["config"]["checkpointing"]) for c in rows]
+
+
+def test_each_family_is_probed_top_down_to_its_memory_frontier_and_savers_only_above_it(tmp_path):
+    spec = make_spec(tmp_path)
+    order = drive(list(specs.all_configs(spec)), landscape, usable=90 * MiB)
+    assert order == [
+        (32, "bf16-mixed", "none"),  # the prior's first family, at its largest batch: OOM (106 MiB)
+        (8, "bf16-mixed", "none"),   # bisect below the wall (nothing fits yet to draw a line through)
+        (16, "bf16-mixed", "none"),  # 58 MiB: fits; 32 did not, so this family's frontier is 16
+        (32, "fp32", "none"), (8, "fp32", "none"), (16, "fp32", "none"),
+        (32, "bf16-mixed", "full"),  # checkpointing only above its twin's frontier (16): 58 MiB, fits
+        (32, "fp32", "full"),
+    ]
+    fits = [c for c in specs.all_configs(spec) if landscape(c)["status"] == "ok" and landscape(c)["peak_memory"] <= 90 * MiB]
+    fastest = max(fits, key=lambda c: landscape(c)["throughput"])
+    assert (fastest["batch_size"], fastest["precision"], fastest["checkpointing"]) in order  # 8 of 16 measured
+
+
+def test_a_line_through_two_peaks_jumps_to_the_largest_batch_predicted_to_fit(tmp_path):
+    spec = make_spec(tmp_path, batch_size=[4, 8, 12, 16, 20, 24, 28, 32], precision=["fp32"], checkpointing=["none"])
+    rows = [{"number": n, "config": spec.config({"batch_size": b, "precision": "fp32", "checkpointing": "none"}),
+             **landscape(spec.config({"batch_size": b, "precision": "fp32", "checkpointing": "none"}))}
+            for n, b in enumerate((4, 8))]
+    probe = search.next_probe(list(specs.all_configs(spec)), rows, 90 * MiB, False, "cpu")
+    assert probe["batch_size"] == 24  # 10 + 3 * 24 = 82 MiB <= 90; 28 would be 94
+
+
+def test_an_accumulation_sibling_is_measured_once_at_the_known_frontier(tmp_path):
+    spec = make_spec(tmp_path, batch_size=[4, 8, 16, 32], accumulation=[1, 2], precision=["fp32"], checkpointing=["none"])
+    order = drive(list(specs.all_configs(spec)), lambda c: landscape(c), usable=90 * MiB)
+    configs = [o for o in order]
+    assert configs[:3] == [(32, "fp32", "none"), (8, "fp32", "none"), (16, "fp32", "none")]  # accumulation 1 first
+    assert configs[3:] == [(16, "fp32", "none")]  # accumulation 2: its memory is accumulation 1's, so one probe
+
+
+def test_an_accumulation_sibling_of_a_slow_family_is_not_measured(tmp_path):
+    spec = make_spec(tmp_path, batch_size=[4, 8, 16, 32], accumulation=[1, 2], precision=["fp32", "fp16-mixed"],
+                     checkpointing=["none"])
+
+    def cpu_fp16(config):  # fp16 autocast on a CPU: a tenth of the speed
+        rec = landscape({**config, "precision": "fp32"})
+        if config["precision"] == "fp16-mixed" and rec["throughput"]:
+            rec["throughput"] /= 10
+        return rec
+    order = drive(list(specs.all_configs(spec)), cpu_fp16, usable=90 * MiB)
+    assert [o for o in order if o[1] == "fp16-mixed"] == [(32, "fp16-mixed", "none"), (8, "fp16-mixed", "none"),
+                                                         (16, "fp16-mixed", "none")]  # accumulation 1 only
+    assert len([o for o in order if o[1] == "fp32"]) == 4  # fp32's accumulation 2 sibling is measured
 
 
 def test_confirmation_reruns_change_a_noisy_winner(tmp_path):
