@@ -96,6 +96,8 @@ def create(spec: Spec, storage, device: str) -> optuna.Study:
         attrs = {"spec_path": str(spec.path), "spec_relative": relative(spec.path), "scenario": spec.scenario, "workload": spec.workload,
                  "memory_budget": spec.memory_budget, "headroom": spec.headroom, "device": device,
                  "objective": spec.objective,
+                 # what the sampler's params index (ordinal knobs are suggested as positions): a resume keeps it
+                 "choices": {knob: list(dim.choices) for knob, dim in spec.search.items() if dim.choices},
                  "created": datetime.datetime.now().isoformat(timespec="seconds"), "bench": __version__}
         for key, value in attrs.items():
             study.set_user_attr(key, value)
@@ -534,8 +536,8 @@ def resumed(spec: Spec, study: optuna.Study, device: str) -> Spec:
                         f"asks for {_budget(spec.memory_budget)}; {hint}")
     if "device" in info and info["device"].split(":")[0] != device.split(":")[0]:
         raise UserError(f"study {name!r} ran on {info['device']}, this run is on {device}; {hint}")
-    sampled = {}
-    for trial in study.get_trials(deepcopy=False):
+    sampled = {knob: tuple(choices) for knob, choices in (info.get("choices") or {}).items()}
+    for trial in study.get_trials(deepcopy=False):  # studies from before "choices" was kept
         for knob, dist in trial.distributions.items():
             if isinstance(dist, optuna.distributions.CategoricalDistribution):
                 sampled.setdefault(knob, tuple(dist.choices))
