@@ -15,7 +15,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from harness import pareto
+from harness import busy, pareto
 from harness.units import gib, size
 
 JSON_KEYS = ("number", "status", "config", "throughput", "peak_memory", "pareto", "best", "baseline", "tier",
@@ -233,12 +233,10 @@ def watch_lines(rows: list[dict]) -> list[str]:
                          f"(inferred from trials {', '.join(map(str, skip.get('from', [])))}); not measured")
         if r.get("remeasured_after"):
             b = r["remeasured_after"]
-            lines.append(f"re-measured #{r['number']}: the machine was busy during its first run "
-                         f"(load {b['load1']:.1f} on {b['cores']} cores, steal {b['steal']:.0%})")
+            lines.append(f"re-measured #{r['number']}: the machine was busy during its first run ({busy.describe(b)})")
         elif r.get("busy"):
             b = r["busy"]
-            lines.append(f"busy during #{r['number']}: load {b['load1']:.1f} on {b['cores']} cores, "
-                         f"steal {b['steal']:.0%}; its numbers may be low")
+            lines.append(f"busy during #{r['number']}: {busy.describe(b)}; its numbers may be low")
     return lines
 
 

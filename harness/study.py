@@ -287,10 +287,10 @@ class Sweep:
         return rec
 
     def launch_once(self, config: dict, number: int) -> dict:
-        before = busy.snapshot()
+        before = busy.snapshot(self.device)
         rec = launch.run(self.spec.job(self.device, config), launch.Limits(self.spec.trial_timeout_s, self.spec.stall_s),
                          self.log_path(number), on_beat=self.progress.trial_phase)
-        rec["busy"] = busy.verdict(before, busy.snapshot())
+        rec["busy"] = busy.verdict(before, busy.snapshot(self.device))
         return rec
 
     # -- confirmation ------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from harness import pareto, search, spec as specs, study as studies
+from harness import busy, pareto, search, spec as specs, study as studies
 
 MiB = 2**20
 ROOT = Path(__file__).resolve().parents[1]
@@ -218,3 +218,26 @@ def test_replay_runs_on_a_tiny_landscape(tmp_path):
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["grid"] == 16 and result["wrong_skips"] == 0
     assert 1 <= result["bench"]["median"] <= 16 and set(result["tpe"]) == {"median", "p90"}
+
+
+def test_a_trial_run_while_the_machine_was_busy_is_measured_again_and_reported(tmp_path, monkeypatch, faulty_path):
+    """The real launcher: two real child trials, the first one's busy verdict forced (load and steal
+    cannot be staged reliably); the record keeps the measurement taken when the machine was quiet."""
+    from harness import busy, report
+    from tests.conftest import faulty_spec
+    spec = specs.load(faulty_spec(tmp_path, "busy", ["none"]))
+    verdicts = iter([{"load1": 9.0, "cores": 2, "steal": 0.0, "gpu_processes": 1}, None])
+    monkeypatch.setattr(busy, "verdict", lambda before, after: next(verdicts))
+    study = studies.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    studies.Sweep(spec, study, "cpu", tmp_path, 1, None).run()
+    row = studies.rows_of(study)[0]
+    assert row["status"] == "ok" and row["busy"] is None and row["remeasured_after"]["load1"] == 9.0
+    text = "\n".join(report.watch_lines([row]))
+    assert "re-measured #0: the machine was busy during its first run (load 9.0 on 2 cores" in text
+    assert "1 other process(es) on the GPU" in text
+
+
+def test_busy_counts_other_processes_on_the_gpu_and_not_on_a_cpu():
+    quiet = {"steal": 0.0, "total": 100.0, "gpu_processes": 0}
+    assert busy.verdict(quiet, {**quiet, "total": 200.0, "gpu_processes": 2})["gpu_processes"] == 2
+    assert busy.gpu_processes("cpu") == 0
