@@ -247,7 +247,9 @@ class Sweep:
             self.progress.duplicate(trial.number, previous.number, config)
             self.enqueue_unmeasured(trial.number)
             return False
-        skip = search.skip_reason(config, rows_of(self.study), usable_memory(self.spec))
+        # sampler: grid measures every config (that is how landscapes are recorded and skips checked)
+        skip = None if self.spec.sampler == "grid" else search.skip_reason(config, rows_of(self.study),
+                                                                           usable_memory(self.spec))
         if skip:
             self.tell_skipped(trial, config, skip)
             return False

@@ -241,3 +241,17 @@ def test_busy_counts_other_processes_on_the_gpu_and_not_on_a_cpu():
     quiet = {"steal": 0.0, "total": 100.0, "gpu_processes": 0}
     assert busy.verdict(quiet, {**quiet, "total": 200.0, "gpu_processes": 2})["gpu_processes"] == 2
     assert busy.gpu_processes("cpu") == 0
+
+
+def test_a_grid_measures_every_config_even_above_an_oom(tmp_path):
+    """sampler: grid is how landscapes are recorded: a skip there would hide whether skips are right."""
+    raw = {"study": "g", "workload": {"name": "emberformer"}, "sampler": "grid", "trials": 8,
+           "search": {"batch_size": [4, 8, 16, 32, 64], "precision": ["fp32"], "checkpointing": ["none"]},
+           "memory": {"budget": "100MiB", "headroom": 0.1}}
+    spec = specs.build(raw, tmp_path / "spec.yaml", None, ())
+    runner = Runner()
+    sweep = sweep_for(spec, tmp_path, runner, total=5)
+    studies.enqueue_grid(sweep.study, spec)
+    sweep.run()
+    assert [c["batch_size"] for c in runner.runs[:5]] == [4, 8, 16, 32, 64]  # 64 ran although 32 hit the wall
+    assert not [r for r in studies.rows_of(sweep.study) if r["status"] == "skipped"]
