@@ -94,7 +94,9 @@ def main(debug: bool) -> None:
 
 @main.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
-@click.option("--trials", type=click.IntRange(min=1), help="Trials the study should hold (default: the spec's).")
+@click.option("--trials", default="auto", show_default=True, metavar="N|auto",
+              help="Trials the study should hold; auto stops once the best stops improving, "
+                   "with the spec's `trials` as the cap.")
 @click.option("--timeout", "timeout", metavar="DURATION", help="Stop starting trials after this long, e.g. 30m.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--study", "study_name", metavar="NAME", help="Study name (default: the spec's).")
@@ -105,13 +107,14 @@ def main(debug: bool) -> None:
 @user_errors
 def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budget, storage, results):
     """Run (or resume) the study of SPEC: short real trials over the search space."""
+    fixed_total = None if trials == "auto" else parse_trials(trials)
     device = resolve_device(device)
     deadline = time.monotonic() + parse_duration(timeout, "--timeout") if timeout else None
     # a database study writes nothing under the current folder; trial logs only where --results says
     logs = results if not storage or click.get_current_context().get_parameter_source("results").name != "DEFAULT" else None
     # every scenario is checked against the device before the first trial runs
     for spec in [device_spec(spec, device) for spec in load_specs(spec_path, scenarios, study_name, memory_budget)]:
-        run_sweep(spec, device, trials or spec.trials, deadline, storage, logs)
+        run_sweep(spec, device, fixed_total or spec.trials, deadline, storage, logs, auto=fixed_total is None)
     out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
 
 
@@ -187,12 +190,18 @@ def visible_gpus() -> int:
     return min(count, len(visible.split(","))) if visible else count
 
 
-def run_sweep(spec, device, total, deadline, storage_url, results) -> None:
+def parse_trials(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise UserError(f"--trials {value}: give a positive whole number, or auto")
+    return int(value)
+
+
+def run_sweep(spec, device, total, deadline, storage_url, results, auto=False) -> None:
     """Sweep one spec. Ctrl-C, SIGTERM and SIGHUP stop the running trial and record it interrupted."""
     progress = LiveProgress(spec)
     try:
         with launch.stop_signals_interrupt():
-            sweep_into_study(spec, device, total, deadline, storage_url, results, progress)
+            sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto)
     except (KeyboardInterrupt, UserError, OSError) as exc:
         progress.stop()  # a running spinner keeps the terminal's cursor hidden: stop it before any message
         if isinstance(exc, OSError) and stores.is_no_space(exc):
@@ -206,7 +215,7 @@ def run_sweep(spec, device, total, deadline, storage_url, results) -> None:
         sys.exit(getattr(exc, "exit_code", 130))
 
 
-def sweep_into_study(spec, device, total, deadline, storage_url, results, progress) -> None:
+def sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto) -> None:
     base = spec.baseline(apply.read_current(spec.apply) if spec.apply else {})
     if not storage_url:
         make_results_folder(results)
@@ -227,7 +236,7 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
         out.print(f"memory budget {gib(spec.memory_budget)}, headroom {spec.headroom:.0%}")
         warn_budget_above_device(spec.memory_budget, device)
     sweep = studies.Sweep(spec, study, device, results, total, deadline, progress,
-                          claim=stores.claim_lock(storage, results, spec.study))
+                          claim=stores.claim_lock(storage, results, spec.study), auto=auto)
     sweep.run()
 
 

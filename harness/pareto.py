@@ -36,10 +36,34 @@ def capacity(rows: list[dict], budget: int | None) -> float | None:
 
 
 def speed(row: dict, objective: str = "samples") -> float | None:
-    """The throughput a study optimizes: samples/s, or tokens/s."""
+    """The throughput a study optimizes: samples/s, or tokens/s; the median over the trial and its
+    confirmation runs where it was confirmed."""
+    runs = runs_of(row, objective)
+    return sorted(runs)[len(runs) // 2] if len(runs) > 2 else (runs[0] if runs else None)
+
+
+def single(row: dict, objective: str) -> float | None:
     if objective == "tokens":
         return (row.get("tokens_per_s") or {}).get("median")
     return row.get("throughput")
+
+
+def runs_of(row: dict, objective: str = "samples") -> list[float]:
+    """Every measured throughput of a config: its trial, then its confirmation runs."""
+    values = [single(row, objective)] + [single(r, objective) for r in row.get("repeats") or []
+                                         if r.get("status") == "ok"]
+    return [v for v in values if v]
+
+
+def speedup(best: dict, base: dict, objective: str = "samples") -> tuple[float, float] | None:
+    """best/baseline throughput and its spread (std of the ratios of runs made side by side), or None."""
+    a, b = runs_of(best, objective), runs_of(base, objective)
+    ratios = [x / y for x, y in zip(a, b)]
+    if not ratios:
+        return None
+    mean = sum(ratios) / len(ratios)
+    spread = (sum((r - mean) ** 2 for r in ratios) / (len(ratios) - 1)) ** 0.5 if len(ratios) > 1 else None
+    return speed(best, objective) / speed(base, objective), spread
 
 
 def measured(rows: list[dict], objective: str = "samples") -> list[dict]:
@@ -59,15 +83,26 @@ def pareto_front(rows: list[dict], objective: str = "samples") -> list[dict]:
 
 
 def noise(row: dict) -> float:
-    """Relative noise of a row's throughput: twice its step-time CV, within [MIN_NOISE, MAX_NOISE]."""
+    """Relative noise of a row's throughput: twice its step-time CV, or twice the spread of its
+    confirmation runs when it has them, within [MIN_NOISE, MAX_NOISE]."""
     cv = (row.get("timing") or {}).get("step_s", {}).get("cv") or 0.0
+    runs = runs_of(row)
+    if len(runs) > 2:
+        mean = sum(runs) / len(runs)
+        cv = (sum((r - mean) ** 2 for r in runs) / (len(runs) - 1)) ** 0.5 / mean
     return min(max(2 * cv, MIN_NOISE), MAX_NOISE)
+
+
+def confirmed(row: dict) -> bool:
+    return len(runs_of(row)) > 2
 
 
 def pick(candidates: list[dict], objective: str = "samples") -> dict | None:
     """Fastest candidate; among those tied with it within noise, the one using least memory."""
     if not candidates:
         return None
+    if any(confirmed(r) for r in candidates):  # once leaders were re-measured, best is decided on the repeats
+        candidates = [r for r in candidates if confirmed(r)]
     top = max(candidates, key=lambda r: speed(r, objective))
     fastest = speed(top, objective)
     tied = [r for r in candidates if fastest - speed(r, objective) <= max(noise(top), noise(r)) * fastest]

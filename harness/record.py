@@ -30,7 +30,8 @@ CRASH = "crash"
 ERROR = "error"
 DIVERGED = "diverged"
 INTERRUPTED = "interrupted"
-STATUSES = (OK, OOM, TIMEOUT, CRASH, ERROR, DIVERGED, INTERRUPTED)
+SKIPPED = "skipped"  # not run: its memory family proves it cannot fit (record["skip"] says why)
+STATUSES = (OK, OOM, TIMEOUT, CRASH, ERROR, DIVERGED, INTERRUPTED, SKIPPED)
 
 # Child exit codes that carry meaning for the parent (anything else is classified from the log).
 EXIT_OK = 0

@@ -15,12 +15,12 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from harness import pareto, report_time
+from harness import busy, pareto, report_time
 from harness.units import gib, size
 
 JSON_KEYS = ("number", "status", "config", "throughput", "peak_memory", "pareto", "best", "baseline", "tier",
              "samples_per_s", "tokens_per_s", "memory", "timing", "flops", "loss", "env", "error", "workload", "adapter", "log",
-             "reused", "start")
+             "reused", "start", "repeats", "skip", "busy", "remeasured_after")
 MAIN_KNOBS = ("batch_size", "accumulation", "precision", "checkpointing", "compile")
 
 
@@ -191,8 +191,7 @@ def summary(rows: list[dict], choice: pareto.Choice, info: dict) -> Text:
         lines.append(f"best: trial {best['number']}  {describe(best['config'])}  "
                      f"{rate(best)}, peak {gib(best['peak_memory'])}")
         if base and pareto.speed(base, objective) and base["status"] == "ok":
-            speedup = pareto.speed(best, objective) / pareto.speed(base, objective)
-            lines.append(f"vs baseline (trial {base['number']}): {speedup:.2f}× {objective}/s, "
+            lines.append(f"vs baseline (trial {base['number']}): {speedup_text(best, base, info)}, "
                          f"memory {signed_gib(best['peak_memory'] - base['peak_memory'])}")
         elif base:
             lines.append(f"baseline (trial {base['number']}) ended {base['status']}: nothing to compare against")
@@ -207,11 +206,41 @@ def summary(rows: list[dict], choice: pareto.Choice, info: dict) -> Text:
                      "runtime and data)")
     lines.extend(compile_lines(rows))
     lines.extend(report_time.lines(rows))
+    lines.extend(watch_lines(rows))
     lines.append("tiers (headroom of capacity: " + ", ".join(f"{n} {h:.0%}" for n, h in pareto.TIERS.items()) + "):")
     for name, tier in choice.tiers.items():
         lines.append(f"  {name:<10} " + (f"trial {tier['number']}: {rate(tier)}, "
                                          f"peak {gib(tier['peak_memory'])}" if tier else "nothing fits"))
     return Text("\n".join(lines))
+
+
+def speedup_text(best: dict, base: dict, info: dict) -> str:
+    """The speedup with its spread over the interleaved confirmation runs; inside the noise it is a tie."""
+    objective = info.get("objective", "samples")
+    ratio, spread = pareto.speedup(best, base, objective)
+    runs = min(len(pareto.runs_of(best, objective)), len(pareto.runs_of(base, objective)))
+    if spread is None:
+        return f"{ratio:.2f}× {objective}/s (one run each, not confirmed)"
+    tie = abs(ratio - 1) <= max(2 * spread, pareto.noise(best), pareto.noise(base))
+    verdict = " — a tie: within the noise" if tie else ""
+    return f"{ratio:.2f}× ± {spread:.2f} {objective}/s over {runs} runs each, interleaved{verdict}"
+
+
+def watch_lines(rows: list[dict]) -> list[str]:
+    """Skipped configs (never measured) and trials re-measured because the machine was busy."""
+    lines = []
+    for r in rows:
+        if r["status"] == "skipped":
+            skip = r.get("skip") or {}
+            lines.append(f"skipped #{r['number']} {describe(r['config'])}: {skip.get('reason')} "
+                         f"(inferred from trials {', '.join(map(str, skip.get('from', [])))}); not measured")
+        if r.get("remeasured_after"):
+            b = r["remeasured_after"]
+            lines.append(f"re-measured #{r['number']}: the machine was busy during its first run ({busy.describe(b)})")
+        elif r.get("busy"):
+            b = r["busy"]
+            lines.append(f"busy during #{r['number']}: {busy.describe(b)}; its numbers may be low")
+    return lines
 
 
 def compile_payback(rows: list[dict]) -> list[dict]:

@@ -337,6 +337,7 @@ header .size-warning { margin:0 0 10px; padding:6px 10px; border-radius:8px; bac
 .st-timeout { background:#fff1d6; color:#a15c07; } .st-crash { background:#f3e3f7; color:#7a2e8e; }
 .st-error { background:#fbe4e4; color:#912018; } .st-diverged { background:#ffe9d5; color:#b54708; }
 .st-interrupted { background:#eceff3; color:#4b5563; }
+.st-skipped { background:#f3f4f6; color:#6b7280; font-style:italic; }
 .hero { background:linear-gradient(135deg,#1f2a44,#2f4a7a); color:#fff; border-radius:14px;
   padding:18px 22px; margin:18px 0; box-shadow:0 6px 18px rgba(31,42,68,.18); }
 .hero.bad { background:#7a1f1f; }

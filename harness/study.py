@@ -12,13 +12,14 @@ import datetime
 import hashlib
 import random
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
 
-from harness import __version__, launch, pareto, record
+from harness import __version__, busy, launch, pareto, record, search
 from harness import storage
 from harness.storage import (JOURNAL, existing_storage, is_stale, open_storage,  # noqa: F401 (open_storage: API)
                              redact, study_dir, worker_id)
@@ -28,6 +29,13 @@ from harness.spec import Dimension, Spec, all_configs
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 MAX_DUPLICATES_IN_A_ROW = 30
+PATIENCE = 5
+"""--trials auto: the eager search ends after this many measured trials without a better best."""
+COMPILE_TOP = 2
+"""Compile modes are tried only on this many of the best eager configs."""
+CONFIRM_TOP = 2
+CONFIRM_ROUNDS = 2
+"""Before a sweep ends, the leading configs and the baseline run again this many times, interleaved."""
 
 
 # ---- storage (harness/storage.py holds where and how; these read a study) ----------------------
@@ -70,7 +78,10 @@ def spec_file(info: dict) -> str:
 
 def make_sampler(spec: Spec) -> optuna.samplers.BaseSampler:
     samplers = {
-        "tpe": lambda: optuna.samplers.TPESampler(seed=spec.seed, n_startup_trials=min(8, max(spec.trials // 2, 1))),
+        # multivariate+group: compile is searched only in a later phase, so trials' spaces differ;
+        # constant_liar: several workers do not all sample the same point.
+        "tpe": lambda: optuna.samplers.TPESampler(seed=spec.seed, n_startup_trials=min(5, max(spec.trials // 3, 1)),
+                                                  multivariate=True, group=True, constant_liar=True),
         "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=spec.seed),
         "random": lambda: optuna.samplers.RandomSampler(seed=spec.seed),
         "grid": lambda: optuna.samplers.RandomSampler(seed=spec.seed),  # the grid itself is enqueued (create)
@@ -79,12 +90,15 @@ def make_sampler(spec: Spec) -> optuna.samplers.BaseSampler:
 
 
 def create(spec: Spec, storage, device: str) -> optuna.Study:
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     study = optuna.create_study(study_name=spec.study, storage=storage, load_if_exists=True,
                                 directions=["maximize", "minimize"], sampler=make_sampler(spec))
     if "spec_path" not in study.user_attrs:
         attrs = {"spec_path": str(spec.path), "spec_relative": relative(spec.path), "scenario": spec.scenario, "workload": spec.workload,
                  "memory_budget": spec.memory_budget, "headroom": spec.headroom, "device": device,
                  "objective": spec.objective,
+                 # what the sampler's params index (ordinal knobs are suggested as positions): a resume keeps it
+                 "choices": {knob: list(dim.choices) for knob, dim in spec.search.items() if dim.choices},
                  "created": datetime.datetime.now().isoformat(timespec="seconds"), "bench": __version__}
         for key, value in attrs.items():
             study.set_user_attr(key, value)
@@ -117,6 +131,15 @@ class Sweep:
     claim: object = None
     """() -> a context manager held from ask to claiming a config (storage.claim_lock; default: a host lock)."""
 
+    auto: bool = False
+    """--trials auto: stop once the best stops improving and every family's frontier is known."""
+    runner: object = None
+    """config -> trial record. The real launcher by default; benchmarks/search_replay.py looks results up."""
+
+    def __post_init__(self):
+        self.runner = self.runner or self.launch
+        self.stale = 0  # measured trials since the best last improved
+
     def run(self) -> None:
         launch.prestart()  # the warm trial server imports torch while the study gets ready
         self.fail_stale_trials()
@@ -128,22 +151,96 @@ class Sweep:
                 return
             if len(self.measured_configs()) >= space:
                 self.progress.note(f"all {space} configs of the search space are measured")
-                return
+                break
             if duplicates_in_a_row >= MAX_DUPLICATES_IN_A_ROW:
                 self.progress.note("the sampler keeps proposing measured configs; stopping early")
-                return
+                break
+            if not self.plan_next():
+                break
             duplicates_in_a_row = 0 if self.run_one() else duplicates_in_a_row + 1
+        self.confirm()
+
+    def plan_next(self) -> bool:
+        """With nothing queued, queue what the search measures next; False once it should stop (--trials auto).
+
+        The order: the structured eager search (every family's memory frontier), then the sampler's
+        own proposals until the best stops improving, then compile modes for the best eager configs.
+        """
+        if self.queued() or self.queue_probe():
+            return True
+        if self.eager_phase() and self.eager_done():
+            self.end_eager_phase()
+            return True
+        if self.auto and self.searched_enough():
+            self.progress.note("the best stopped improving and every family's frontier is measured: "
+                               "stopping (--trials auto)")
+            return False
+        return True
 
     def remaining(self) -> bool:
         storage.fail_stale_trials(self.study)  # first: another host's dead worker's trial must not count as running
         return self.counted() < self.total
 
+    # -- phases: eager configs first, compile only for the best eager ones ---------------------------
+    def eager_phase(self) -> bool:
+        compile_dim = self.spec.search.get("compile")
+        if self.spec.sampler == "grid" or not compile_dim or set(compile_dim.choices) <= {"off"}:
+            return False
+        return not self.study.user_attrs.get("compile_phase")
+
+    def eager_done(self) -> bool:
+        eager = [c for c in all_configs(self.spec) if c.get("compile") == "off"]
+        left = self.total - self.counted()
+        reserve = COMPILE_TOP * (len(self.spec.search["compile"].choices) - 1)
+        return all(config_key(c) in self.measured_configs() for c in eager) or left <= reserve or self.stale >= PATIENCE
+
+    def end_eager_phase(self) -> None:
+        """Queue every compile mode of the best eager configs (by measured speed, feasible ones)."""
+        rows = rows_of(self.study)
+        usable = usable_memory(self.spec)
+        fits = [r for r in pareto.measured(rows, self.spec.objective) if not usable or r["peak_memory"] <= usable]
+        top = sorted(fits, key=lambda r: -pareto.speed(r, self.spec.objective))[:COMPILE_TOP]
+        for r in top:
+            for mode in self.spec.search["compile"].choices:
+                if mode != "off":
+                    self.enqueue({**r["config"], "compile": mode})
+        self.study.set_user_attr("compile_phase", True)
+        self.stale = 0
+        self.progress.note(f"eager search done; compile modes queued for the {len(top)} best eager configs")
+
+    def searched_enough(self) -> bool:
+        """After the compile phase's queue is run; without a compile phase, after PATIENCE trials without
+        a better best (every family's frontier is measured by then: queue_probe comes first)."""
+        return bool(self.study.user_attrs.get("compile_phase")) or self.stale >= PATIENCE
+
+    def queue_probe(self) -> bool:
+        """Queue the structured search's next eager config (search.next_probe); False once it has none."""
+        if self.spec.sampler != "tpe" or self.study.user_attrs.get("compile_phase"):
+            return False
+        eager = [c for c in all_configs(self.spec) if c.get("compile", "off") == "off"]
+        probe = search.next_probe(eager, rows_of(self.study), usable_memory(self.spec),
+                                  bool(self.spec.effective_batch), self.device, self.spec.objective)
+        if probe is None:
+            return False
+        self.enqueue(probe)
+        return True
+
+    def enqueue(self, config: dict) -> None:
+        self.study.enqueue_trial(sampler_params(self.spec, config), user_attrs={"config": config})
+
+    def queued(self) -> bool:
+        return bool(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+    # -- one trial ---------------------------------------------------------------------------------
     def run_one(self) -> bool:
-        """Ask, run (or reuse a measurement) and tell one trial. False when it was a duplicate."""
+        """Ask, run (or skip, or drop a duplicate) and tell one trial. False when nothing was measured."""
         done = self.counted()
         with self.claiming():
             trial = self.study.ask()
-            config = trial.user_attrs.get("config") or self.spec.config(suggest(trial, self.spec))
+            # suggest() even for enqueued trials: it records their fixed params with distributions,
+            # so the sampler sees every trial (baseline, grid, compile and frontier probes included).
+            params = suggest(trial, self.spec, eager_only=self.eager_phase() and "config" not in trial.user_attrs)
+            config = trial.user_attrs.get("config") or self.spec.config(params)
             trial.set_user_attr("config", config)
             trial.set_user_attr("worker", worker_id())
             previous = self.measured_configs(besides=trial.number).get(config_key(config))
@@ -152,13 +249,17 @@ class Sweep:
             self.progress.duplicate(trial.number, previous.number, config)
             self.enqueue_unmeasured(trial.number)
             return False
+        # sampler: grid measures every config (that is how landscapes are recorded and skips checked)
+        skip = None if self.spec.sampler == "grid" else search.skip_reason(config, rows_of(self.study),
+                                                                           usable_memory(self.spec))
+        if skip:
+            self.tell_skipped(trial, config, skip)
+            return False
         baseline = bool(trial.user_attrs.get("baseline"))
         self.progress.trial_started(trial.number, done, self.total, config, baseline)
         try:
             with storage.heartbeat(self.study, trial):
-                rec = launch.run(self.job(config, trial.number),
-                                 launch.Limits(self.spec.trial_timeout_s, self.spec.stall_s), self.log_path(trial.number),
-                                 on_beat=self.progress.trial_phase)
+                rec = self.runner(config, trial.number)
         except KeyboardInterrupt as stop:
             self.tell_interrupted(trial, config, str(stop) or "interrupted by the user (Ctrl-C)")
             raise
@@ -170,8 +271,12 @@ class Sweep:
         rec.setdefault("error", None)
         log = self.log_path(trial.number)
         rec["log"] = str(log.resolve()) if log else None  # readable from wherever `bench report` runs
+        before = self.best_so_far()
         self.tell(trial, rec)
-        self.progress.trial_finished(trial.number, rec, self.best_so_far())
+        best = self.best_so_far()
+        improved = best is not None and (before is None or best["number"] != before["number"])
+        self.stale = 0 if improved else self.stale + 1
+        self.progress.trial_finished(trial.number, rec, best)
         return True
 
     def job(self, config: dict, number: int, repeat: bool = False) -> dict:
@@ -184,6 +289,49 @@ class Sweep:
             digest = hashlib.sha256(repr(config_key(config)).encode()).hexdigest()[:16]
             job.update(reuse_dir=str(folder / "reuse"), compile_cache=str(folder / "inductor" / digest))
         return job
+
+    def launch(self, config: dict, number: int, repeat: bool = False) -> dict:
+        """Run `config` in a fresh child; a trial run while the machine was busy runs once more."""
+        rec = self.launch_once(config, number, repeat)
+        if rec.get("busy") and rec["status"] == record.OK:
+            self.progress.note(f"trial {number} ran while the machine was busy ({busy.describe(rec['busy'])}); "
+                               "measuring it again")
+            again = self.launch_once(config, number, repeat)
+            again["remeasured_after"] = rec["busy"]
+            rec = again
+        return rec
+
+    def launch_once(self, config: dict, number: int, repeat: bool) -> dict:
+        before = busy.snapshot(self.device)
+        rec = launch.run(self.job(config, number, repeat), launch.Limits(self.spec.trial_timeout_s, self.spec.stall_s),
+                         self.log_path(number), on_beat=self.progress.trial_phase)
+        rec["busy"] = busy.verdict(before, busy.snapshot(self.device))
+        return rec
+
+    # -- confirmation ------------------------------------------------------------------------------
+    def confirm(self) -> None:
+        """Re-measure the leaders and the baseline in fresh processes, interleaved (A B C A B C)."""
+        repeats = dict(self.study.user_attrs.get("repeats") or {})
+        rows = rows_of(self.study)
+        usable = usable_memory(self.spec)
+        fits = [r for r in pareto.measured(rows, self.spec.objective) if not usable or r["peak_memory"] <= usable]
+        leaders = sorted(fits, key=lambda r: -pareto.speed(r, self.spec.objective))[:CONFIRM_TOP]
+        base = next((r for r in rows if r.get("baseline") and r["status"] == record.OK), None)
+        chosen = leaders + ([base] if base and all(base["number"] != r["number"] for r in leaders) else [])
+        if len(chosen) < 2:
+            return
+        self.progress.note("confirming: " + ", ".join(f"#{r['number']}" for r in chosen)
+                           + f" run {CONFIRM_ROUNDS} more times each, interleaved")
+        for _ in range(CONFIRM_ROUNDS):
+            for r in chosen:
+                runs = repeats.setdefault(str(r["number"]), [])
+                if len(runs) >= CONFIRM_ROUNDS:
+                    continue
+                rec = self.runner(r["config"], r["number"], repeat=True)  # a warm compile cache is fine here
+                runs.append({"status": rec["status"], "throughput": rec.get("throughput"),
+                             "tokens_per_s": rec.get("tokens_per_s"), "peak_memory": rec.get("peak_memory"),
+                             "busy": rec.get("busy")})
+                self.study.set_user_attr("repeats", repeats)  # each run kept at once: resume continues
 
     def claiming(self):
         """Workers take turns from ask to claiming a config, and in recovering stale trials.
@@ -233,15 +381,24 @@ class Sweep:
         return max(told, default=0.0)
 
     def tell_duplicate(self, trial, previous) -> None:
-        """A config measured before is not run again: its result is copied, marked duplicate_of."""
+        """A config measured before is not run again, nor told as a second observation of it:
+        FAIL, which samplers ignore, marked duplicate_of (the measurement is already in the history)."""
         trial.set_user_attr("duplicate_of", previous.number)
         trial.set_user_attr("status", previous.user_attrs.get("status"))
-        for key, value in (previous.constraints or {}).items():
-            trial.set_constraint(key, value)
-        if previous.state == TrialState.COMPLETE:
-            self.study.tell(trial, previous.values)
-        else:
-            self.study.tell(trial, state=TrialState.FAIL)
+        self.study.tell(trial, state=TrialState.FAIL)
+
+    def tell_skipped(self, trial, config: dict, skip: dict) -> None:
+        """Not run: its family proves it cannot fit. The sampler learns the wall (infeasible);
+        reports never show it as a measurement and it is never chosen."""
+        rec = {"status": record.SKIPPED, "config": config, "throughput": None, "peak_memory": None,
+               "number": trial.number, "error": None, "skip": skip}
+        trial.set_user_attr("status", record.SKIPPED)
+        trial.set_user_attr("record", rec)
+        trial.set_constraint("memory", 1.0)
+        trial.set_constraint("numerics", -1.0)
+        self.study.tell(trial, [0.0, float(skip.get("predicted_peak") or usable_memory(self.spec) or 0.0)])
+        self.progress.note(f"trial {trial.number} skipped: {report_config(config)}: {skip['reason']} "
+                           f"(from trial{'s' if len(skip['from']) > 1 else ''} {', '.join(map(str, skip['from']))})")
 
     def enqueue_unmeasured(self, number: int) -> None:
         """Samplers re-propose measured configs (TPE on a small space does, often): queue one not yet measured."""
@@ -251,9 +408,11 @@ class Sweep:
         for _ in range(1000):
             params = {name: rng.choice(dim.choices) if dim.choices else rng.randint(dim.low, dim.high)
                       for name, dim in self.spec.search.items()}
+            if self.eager_phase() and "compile" in params:
+                params["compile"] = "off"
             config = self.spec.config(params)
             if config_key(config) not in measured:
-                self.study.enqueue_trial(params, user_attrs={"config": config})
+                self.enqueue(config)
                 return
 
     def tell_interrupted(self, trial, config: dict, why: str) -> None:
@@ -285,8 +444,8 @@ class Sweep:
 
     def counted(self) -> int:
         """Trials that count toward the total: measured (not duplicates, not interrupted) or running."""
-        done = sum(1 for t in self.finished()
-                   if "duplicate_of" not in t.user_attrs and not interrupted(t))
+        done = sum(1 for t in self.finished() if "duplicate_of" not in t.user_attrs
+                   and not interrupted(t) and t.user_attrs.get("status") != record.SKIPPED)
         running = len(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))  # other workers'
         return done + running
 
@@ -318,14 +477,36 @@ def usable_memory(spec: Spec) -> float | None:
     return spec.memory_budget * (1 - spec.headroom) if spec.memory_budget else None
 
 
-def suggest(trial: optuna.Trial, spec: Spec) -> dict:
+def suggest(trial: optuna.Trial, spec: Spec, eager_only: bool = False) -> dict:
+    """Knob values for `trial`. Numeric choices (batch size, seq_len) are ordinal: the sampler
+    draws an index into the sorted list with suggest_int, so TPE's kernel knows 16 lies between
+    8 and 32 (a categorical would not). In the eager phase compile is held off, not searched."""
     params = {}
     for name, dim in spec.search.items():
-        if dim.choices:
+        if name == "compile" and eager_only:
+            params[name] = "off"
+        elif search.is_ordinal(dim.choices):
+            values = search.ordered(dim.choices)
+            params[name] = values[trial.suggest_int(name, 0, len(values) - 1)]
+        elif dim.choices:
             params[name] = trial.suggest_categorical(name, list(dim.choices))
         else:
             params[name] = trial.suggest_int(name, dim.low, dim.high)
     return params
+
+
+def sampler_params(spec: Spec, config: dict) -> dict:
+    """The params a sampler stores for `config` (ordinal knobs as indices): what enqueue_trial takes."""
+    params = {}
+    for name, dim in spec.search.items():
+        if name in config:
+            value = config[name]
+            params[name] = search.ordered(dim.choices).index(value) if search.is_ordinal(dim.choices) else value
+    return params
+
+
+def report_config(config: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in config.items())
 
 
 def requeue(study: optuna.Study, params: dict, attrs: dict) -> None:
@@ -370,8 +551,8 @@ def resumed(spec: Spec, study: optuna.Study, device: str) -> Spec:
                         f"asks for {_budget(spec.memory_budget)}; {hint}")
     if "device" in info and info["device"].split(":")[0] != device.split(":")[0]:
         raise UserError(f"study {name!r} ran on {info['device']}, this run is on {device}; {hint}")
-    sampled = {}
-    for trial in study.get_trials(deepcopy=False):
+    sampled = {knob: tuple(choices) for knob, choices in (info.get("choices") or {}).items()}
+    for trial in study.get_trials(deepcopy=False):  # studies from before "choices" was kept
         for knob, dist in trial.distributions.items():
             if isinstance(dist, optuna.distributions.CategoricalDistribution):
                 sampled.setdefault(knob, tuple(dist.choices))
@@ -397,8 +578,8 @@ def enqueue_baseline(study: optuna.Study, spec: Spec, config: dict) -> None:
     """Measure the user's current config first (once per study)."""
     if any(t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)):
         return
-    params = {name: config[name] for name in spec.search if name in config}
-    study.enqueue_trial(params, user_attrs={"baseline": True, "config": config}, skip_if_exists=False)
+    study.enqueue_trial(sampler_params(spec, config), user_attrs={"baseline": True, "config": config},
+                        skip_if_exists=False)
 
 
 def enqueue_grid(study: optuna.Study, spec: Spec) -> None:
@@ -406,14 +587,14 @@ def enqueue_grid(study: optuna.Study, spec: Spec) -> None:
     if spec.sampler != "grid" or any(t.user_attrs.get("grid") for t in study.get_trials(deepcopy=False)):
         return
     for config in all_configs(spec):
-        study.enqueue_trial({n: config[n] for n in spec.search}, user_attrs={"config": config, "grid": True})
+        study.enqueue_trial(sampler_params(spec, config), user_attrs={"config": config, "grid": True})
 
 
 # ---- reading -------------------------------------------------------------------------------------
 
 def rows_of(study: optuna.Study) -> list[dict]:
     """One row per trial for reports: the stored record plus number, baseline and duplicate marks."""
-    rows = []
+    rows, repeats = [], study.user_attrs.get("repeats") or {}
     for t in study.get_trials(deepcopy=False):
         if t.state in (TrialState.WAITING,):
             continue
@@ -428,6 +609,8 @@ def rows_of(study: optuna.Study) -> list[dict]:
         rec.update(number=t.number, config=t.user_attrs.get("config", rec.get("config", {})),
                    baseline=bool(t.user_attrs.get("baseline")))
         rec.setdefault("status", t.user_attrs.get("status", "unknown"))
+        if str(t.number) in repeats and rec.get("status") == record.OK:
+            rec["repeats"] = repeats[str(t.number)]
         rows.append(rec)
     return rows
 

@@ -53,22 +53,23 @@ def test_a_resume_keeps_the_choices_the_study_was_sampled_with(tmp_path):
     """After `bench apply best` the old baseline value leaves the space; Optuna then raised
     "CategoricalDistribution does not support dynamic value space"."""
     spec = spec_for(tmp_path, search={"batch_size": [8, 16], "fault": ["none", "inf"]})
-    study = optuna.create_study(directions=["maximize", "minimize"])
     first = studies.including(spec, {"batch_size": 12})  # the user's old value, outside the list
+    study = studies.create(first, optuna.storages.InMemoryStorage(), "cpu")
     t = study.ask()
     studies.suggest(t, first)
     study.tell(t, [1.0, 1.0])
     again = studies.resumed(spec, study, "cpu")
-    assert again.search["batch_size"].choices == (8, 16, 12)
+    assert again.search["batch_size"].choices == (8, 16, 12)  # batch 16 keeps its position (index 2 of 8, 12, 16)
     t = study.ask()
     studies.suggest(t, again)  # raised before
     study.tell(t, [1.0, 1.0])
 
 
 def test_a_resume_refuses_a_new_choice(tmp_path):
-    study = optuna.create_study(directions=["maximize", "minimize"])
+    first = spec_for(tmp_path, search={"batch_size": [8, 16]})
+    study = studies.create(first, optuna.storages.InMemoryStorage(), "cpu")
     t = study.ask()
-    studies.suggest(t, spec_for(tmp_path, search={"batch_size": [8, 16]}))
+    studies.suggest(t, first)
     study.tell(t, [1.0, 1.0])
     with pytest.raises(UserError, match=r"search.batch_size now has 32.*--study NAME"):
         studies.resumed(spec_for(tmp_path, search={"batch_size": [8, 16, 32]}), study, "cpu")

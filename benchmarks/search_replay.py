@@ -1,0 +1,166 @@
+"""How many distinct configs does a search measure before it finds the best? Replayed on a recorded landscape.
+
+    python benchmarks/search_replay.py LANDSCAPE.json [--seeds 20] [--budget 450MiB] [--headroom 0.1] [--json]
+
+LANDSCAPE.json is `bench report --format json` of a study where every config of a space was
+measured once (`sampler: grid`). bench's own sweep (harness.study.Sweep: the same sampler, skips,
+phases and confirmation) runs with a runner that looks each trial up in the landscape instead of
+launching it; plain Optuna TPE and random sampling run on the same table. For each: the median and
+p90, over seeds, of distinct configs measured until one within 2% of the best feasible config is.
+Skipped configs are not measured; a skip of a config that did fit in the landscape is an error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import optuna
+
+from harness import pareto, search, spec as specs, study as studies
+from harness.units import parse_size
+
+WITHIN = 0.02
+
+
+def load(path: Path, budget: int | None, headroom: float | None, objective: str | None) -> dict:
+    doc = json.loads(path.read_text())
+    rows = doc["rows"] if isinstance(doc, dict) else doc
+    info = doc.get("study", {}) if isinstance(doc, dict) else {}
+    budget = budget or info.get("memory_budget")
+    headroom = headroom if headroom is not None else info.get("headroom", 0.1)
+    objective = objective or info.get("objective") or ("tokens" if rows[0].get("tokens_per_s") else "samples")
+    usable = budget * (1 - headroom) if budget else None
+    table = {search.key(r["config"]): r for r in rows}
+    fits = [r for r in rows if r["status"] == "ok" and (not usable or r["peak_memory"] <= usable)]
+    best = max(pareto.single(r, objective) for r in fits)
+    return {"rows": rows, "table": table, "budget": budget, "headroom": headroom, "objective": objective,
+            "usable": usable, "target": best * (1 - WITHIN), "fits": {search.key(r["config"]) for r in fits}}
+
+
+def spec_for(land: dict, path: Path, seed: int, trials: int) -> specs.Spec:
+    """A spec whose search space is the landscape's: every knob with more than one value recorded."""
+    configs = [r["config"] for r in land["rows"]]
+    values = {k: sorted({c[k] for c in configs}, key=repr) for k in configs[0]}
+    derived = len(values.get("accumulation", [])) > 1 and len({c["batch_size"] * c["accumulation"] for c in configs}) == 1
+    search_raw = {k: v for k, v in values.items() if not (derived and k == "accumulation")}
+    if derived:
+        search_raw["accumulation"] = {"effective_batch": configs[0]["batch_size"] * configs[0]["accumulation"]}
+    raw = {"study": f"replay-{seed}", "workload": {"name": land["rows"][0].get("workload", {}).get("name", "gpt")
+                                                    if isinstance(land["rows"][0].get("workload"), dict) else "gpt"},
+           "search": search_raw, "trials": trials, "seed": seed, "objective": land["objective"],
+           "memory": {"budget": land["budget"], "headroom": land["headroom"]} if land["budget"] else {}}
+    return specs.build(raw, path, None, ())
+
+
+class Counter:
+    """The replay runner: looks a trial up, counts distinct configs, notes when the target was reached."""
+
+    def __init__(self, land: dict):
+        self.land, self.seen, self.hit_at = land, [], None
+
+    def __call__(self, config: dict, number: int, repeat: bool = False) -> dict:
+        k = search.key(config)
+        if k not in self.seen:
+            self.seen.append(k)
+            rec = self.land["table"][k]
+            speed = pareto.single(rec, self.land["objective"])
+            if self.hit_at is None and k in self.land["fits"] and speed >= self.land["target"]:
+                self.hit_at = len(self.seen)
+        return json.loads(json.dumps(self.land["table"][k]))
+
+
+def run_bench(land: dict, path: Path, seed: int) -> tuple[int, list]:
+    grid = len(land["rows"])
+    spec = spec_for(land, path, seed, trials=grid)
+    study = studies.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    base = next((r["config"] for r in land["rows"] if r.get("baseline")), land["rows"][0]["config"])
+    studies.enqueue_baseline(study, spec, base)
+    counter = Counter(land)
+    with tempfile.TemporaryDirectory() as results:  # the claim lock's folder; nothing else is written
+        sweep = studies.Sweep(spec, study, "cpu", Path(results), grid, None, auto=False, runner=counter)
+        while counter.hit_at is None and sweep.counted() < grid and len(sweep.measured_configs()) < grid:
+            if not sweep.plan_next():
+                break
+            sweep.run_one()
+    wrong = [r for r in studies.rows_of(study) if r["status"] == "skipped" and search.key(r["config"]) in land["fits"]]
+    return counter.hit_at or grid, wrong
+
+
+def run_tpe(land: dict, seed: int) -> int:
+    configs = [r["config"] for r in land["rows"]]
+    names = [k for k in configs[0] if len({repr(c[k]) for c in configs}) > 1]
+    choices = {k: sorted({c[k] for c in configs}, key=repr) for k in names}
+    by_params = {tuple(c[k] for k in names): c for c in configs}
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
+    counter = Counter(land)
+    for _ in range(len(configs) * 20):
+        if counter.hit_at or len(counter.seen) >= len(configs):
+            break
+        trial = study.ask()
+        config = by_params.get(tuple(trial.suggest_categorical(k, choices[k]) for k in names))
+        if config is None:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            continue
+        rec = counter(config, trial.number)
+        fits = search.key(config) in land["fits"]
+        study.tell(trial, pareto.single(rec, land["objective"]) or 0.0 if fits else 0.0)
+    return counter.hit_at or len(configs)
+
+
+def run_random(land: dict, seed: int) -> int:
+    order = list(land["rows"])
+    random.Random(seed).shuffle(order)
+    counter = Counter(land)
+    for r in order:
+        counter(r["config"], 0)
+        if counter.hit_at:
+            break
+    return counter.hit_at or len(order)
+
+
+def summary(counts: list[int]) -> dict:
+    ordered = sorted(counts)
+    return {"median": statistics.median(ordered), "p90": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("landscape", type=Path)
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--budget", help="memory budget, e.g. 450MiB (default: the study's)")
+    ap.add_argument("--headroom", type=float)
+    ap.add_argument("--objective", choices=("samples", "tokens"))
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore")
+    land = load(args.landscape, parse_size(args.budget, "--budget") if args.budget else None, args.headroom, args.objective)
+    results, wrong = {"bench": [], "tpe": [], "random": []}, []
+    for seed in range(args.seeds):
+        n, bad = run_bench(land, args.landscape, seed)
+        results["bench"].append(n)
+        wrong += bad
+        results["tpe"].append(run_tpe(land, seed))
+        results["random"].append(run_random(land, seed))
+    grid = len(land["rows"])
+    out = {"grid": grid, **{k: summary(v) for k, v in results.items()}, "wrong_skips": len(wrong)}
+    print(f"{args.landscape.name}: {grid} configs, {args.seeds} seeds; distinct configs measured until one "
+          f"within {WITHIN:.0%} of the best feasible ({land['target'] / (1 - WITHIN):.1f} {land['objective']}/s)")
+    print("| search | median | p90 |\n|---|---|---|")
+    for name in ("bench", "tpe", "random"):
+        s = out[name]
+        print(f"| {name} | {s['median']:g} ({s['median'] / grid:.0%}) | {s['p90']:g} ({s['p90'] / grid:.0%}) |")
+    print(f"skips of configs that fit in the landscape: {len(wrong)}")
+    if args.json:
+        print(json.dumps(out))
+    sys.exit(1 if wrong else 0)
+
+
+if __name__ == "__main__":
+    main()

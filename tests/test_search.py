@@ -1,0 +1,257 @@
+"""The search policy (issue #11): sampler feed, duplicates, per-family memory skips, confirmation, auto stop, replay.
+
+Trials here are looked up, not launched (Sweep's `runner` seam, the one benchmarks/search_replay.py
+uses), so the policy is tested exactly and fast; the real launcher path is covered by test_cli/test_faults.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from harness import busy, pareto, search, spec as specs, study as studies
+
+MiB = 2**20
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_spec(tmp_path, trials=16, **search_over) -> specs.Spec:
+    search_raw = search_over or {"batch_size": [4, 8, 16, 32], "precision": ["fp32", "bf16-mixed"],
+                                 "checkpointing": ["none", "full"]}
+    raw = {"study": "s", "workload": {"name": "emberformer"}, "search": search_raw, "trials": trials,
+           "memory": {"budget": "100MiB", "headroom": 0.1}}
+    return specs.build(raw, tmp_path / "spec.yaml", None, ())
+
+
+def landscape(config: dict) -> dict:
+    """Peak grows with batch (checkpointing halves the slope); speed grows with batch; OOM over 100 MiB."""
+    slope = 1.5 if config["checkpointing"] == "full" else 3.0
+    peak = (10 + slope * config["batch_size"]) * MiB
+    speed = config["batch_size"] * (1.3 if config["precision"] == "bf16-mixed" else 1.0) * (
+        0.8 if config["checkpointing"] == "full" else 1.0)
+    if peak > 100 * MiB:
+        return {"status": "oom", "throughput": None, "peak_memory": None}
+    return {"status": "ok", "throughput": speed, "peak_memory": peak, "timing": {"step_s": {"cv": 0.005}}}
+
+
+class Runner:
+    def __init__(self, table=landscape):
+        self.table, self.runs = table, []
+
+    def __call__(self, config, number, repeat=False):
+        self.runs.append(dict(config))
+        return dict(self.table(config))
+
+
+def sweep_for(spec, tmp_path, runner, total=None, auto=False, baseline=None):
+    study = studies.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    if baseline:
+        studies.enqueue_baseline(study, spec, spec.config(baseline))
+    return studies.Sweep(spec, study, "cpu", tmp_path, total or spec.trials, None, auto=auto, runner=runner)
+
+
+def test_enqueued_trials_reach_the_sampler_with_params_and_batch_is_ordinal(tmp_path):
+    spec = make_spec(tmp_path)
+    sweep = sweep_for(spec, tmp_path, Runner(), baseline={"batch_size": 8, "precision": "fp32", "checkpointing": "none"})
+    sweep.run_one()
+    first = sweep.study.trials[0]
+    assert first.user_attrs["baseline"] and first.params  # the enqueued baseline is in the sampler's history
+    assert isinstance(first.distributions["batch_size"], optuna.distributions.IntDistribution)  # ordinal index
+    assert first.params["batch_size"] == 1 and first.user_attrs["config"]["batch_size"] == 8
+
+
+def test_duplicates_are_not_told_as_observations(tmp_path):
+    spec = make_spec(tmp_path)
+    sweep = sweep_for(spec, tmp_path, Runner())
+    config = spec.config({"batch_size": 8, "precision": "fp32", "checkpointing": "none"})
+    sweep.enqueue(config)
+    sweep.enqueue(config)
+    sweep.study.enqueue_trial(studies.sampler_params(spec, config), user_attrs={"config": config}, skip_if_exists=False)
+    for _ in range(3):
+        sweep.run_one()
+    complete = sweep.study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(complete) == 1  # one observation of that config, however often it was proposed
+    dupes = [t for t in sweep.study.trials if "duplicate_of" in t.user_attrs]
+    assert dupes and all(t.state == TrialState.FAIL for t in dupes)
+
+
+def test_a_batch_above_an_oom_of_its_family_is_skipped_with_its_record(tmp_path):
+    spec = make_spec(tmp_path)
+    runner = Runner()
+    sweep = sweep_for(spec, tmp_path, runner)
+    family = {"precision": "fp32", "checkpointing": "none"}
+    sweep.enqueue(spec.config({"batch_size": 32, **family}))  # 106 MiB: OOM
+    sweep.enqueue(spec.config({"batch_size": 32, **family, "checkpointing": "full"}))  # other family: runs, fits
+    sweep.run_one()
+    sweep.run_one()
+    assert len(runner.runs) == 2
+    # a bigger batch of the OOM family is never run (widen the space so there is one)
+    spec2 = make_spec(tmp_path, batch_size=[4, 8, 16, 32, 64], precision=["fp32", "bf16-mixed"], checkpointing=["none", "full"])
+    sweep.spec = spec2
+    sweep.enqueue(spec2.config({"batch_size": 64, **family}))
+    sweep.run_one()
+    assert len(runner.runs) == 2
+    rows = studies.rows_of(sweep.study)
+    skipped = [r for r in rows if r["status"] == "skipped"]
+    assert len(skipped) == 1 and skipped[0]["skip"]["from"] == [0] and skipped[0]["throughput"] is None
+    choice = pareto.choose(rows, spec.memory_budget, spec.headroom)
+    assert choice.best["status"] == "ok"
+
+
+def test_a_fitted_peak_far_over_the_budget_is_skipped_and_never_a_config_that_fits(tmp_path):
+    rows = [{"number": n, "status": "ok", "config": {"batch_size": b, "precision": "fp32"}, "peak_memory": (10 + 3 * b) * MiB}
+            for n, b in enumerate((4, 8))]
+    usable = 90 * MiB
+    assert search.skip_reason({"batch_size": 64, "precision": "fp32"}, rows, usable)["from"] == [0, 1]
+    assert search.skip_reason({"batch_size": 16, "precision": "fp32"}, rows, usable) is None  # 58 MiB fits
+    assert search.skip_reason({"batch_size": 32, "precision": "fp32"}, rows, usable) is None  # 106: inside margin
+    assert search.skip_reason({"batch_size": 64, "precision": "bf16-mixed"}, rows, usable) is None  # other family
+
+
+def drive(space, table, usable, derived=False, device="cpu"):
+    """Run the structured search to its end on a looked-up landscape: the configs it measures, in order."""
+    rows = []
+    while (probe := search.next_probe(space, rows, usable, derived, device)) is not None:
+        assert search.key(probe) not in {search.key(r["config"]) for r in rows}  # never the same config twice
+        rows.append({"number": len(rows), "config": probe, **table(probe)})
+    return [(c["config"]["batch_size"], c["config"]["precision"], c["config"]["checkpointing"]) for c in rows]
+
+
+def test_each_family_is_probed_top_down_to_its_memory_frontier_and_savers_only_above_it(tmp_path):
+    spec = make_spec(tmp_path)
+    order = drive(list(specs.all_configs(spec)), landscape, usable=90 * MiB)
+    assert order == [
+        (32, "bf16-mixed", "none"),  # the prior's first family, at its largest batch: OOM (106 MiB)
+        (8, "bf16-mixed", "none"),   # bisect below the wall (nothing fits yet to draw a line through)
+        (16, "bf16-mixed", "none"),  # 58 MiB: fits; 32 did not, so this family's frontier is 16
+        (32, "fp32", "none"), (8, "fp32", "none"), (16, "fp32", "none"),
+        (32, "bf16-mixed", "full"),  # checkpointing only above its twin's frontier (16): 58 MiB, fits
+        (32, "fp32", "full"),
+    ]
+    fits = [c for c in specs.all_configs(spec) if landscape(c)["status"] == "ok" and landscape(c)["peak_memory"] <= 90 * MiB]
+    fastest = max(fits, key=lambda c: landscape(c)["throughput"])
+    assert (fastest["batch_size"], fastest["precision"], fastest["checkpointing"]) in order  # 8 of 16 measured
+
+
+def test_a_line_through_two_peaks_jumps_to_the_largest_batch_predicted_to_fit(tmp_path):
+    spec = make_spec(tmp_path, batch_size=[4, 8, 12, 16, 20, 24, 28, 32], precision=["fp32"], checkpointing=["none"])
+    rows = [{"number": n, "config": spec.config({"batch_size": b, "precision": "fp32", "checkpointing": "none"}),
+             **landscape(spec.config({"batch_size": b, "precision": "fp32", "checkpointing": "none"}))}
+            for n, b in enumerate((4, 8))]
+    probe = search.next_probe(list(specs.all_configs(spec)), rows, 90 * MiB, False, "cpu")
+    assert probe["batch_size"] == 24  # 10 + 3 * 24 = 82 MiB <= 90; 28 would be 94
+
+
+def test_an_accumulation_sibling_is_measured_once_at_the_known_frontier(tmp_path):
+    spec = make_spec(tmp_path, batch_size=[4, 8, 16, 32], accumulation=[1, 2], precision=["fp32"], checkpointing=["none"])
+    order = drive(list(specs.all_configs(spec)), lambda c: landscape(c), usable=90 * MiB)
+    configs = [o for o in order]
+    assert configs[:3] == [(32, "fp32", "none"), (8, "fp32", "none"), (16, "fp32", "none")]  # accumulation 1 first
+    assert configs[3:] == [(16, "fp32", "none")]  # accumulation 2: its memory is accumulation 1's, so one probe
+
+
+def test_an_accumulation_sibling_of_a_slow_family_is_not_measured(tmp_path):
+    spec = make_spec(tmp_path, batch_size=[4, 8, 16, 32], accumulation=[1, 2], precision=["fp32", "fp16-mixed"],
+                     checkpointing=["none"])
+
+    def cpu_fp16(config):  # fp16 autocast on a CPU: a tenth of the speed
+        rec = landscape({**config, "precision": "fp32"})
+        if config["precision"] == "fp16-mixed" and rec["throughput"]:
+            rec["throughput"] /= 10
+        return rec
+    order = drive(list(specs.all_configs(spec)), cpu_fp16, usable=90 * MiB)
+    assert [o for o in order if o[1] == "fp16-mixed"] == [(32, "fp16-mixed", "none"), (8, "fp16-mixed", "none"),
+                                                         (16, "fp16-mixed", "none")]  # accumulation 1 only
+    assert len([o for o in order if o[1] == "fp32"]) == 4  # fp32's accumulation 2 sibling is measured
+
+
+def test_confirmation_reruns_change_a_noisy_winner(tmp_path):
+    spec = make_spec(tmp_path, batch_size=[4, 8], precision=["fp32", "bf16-mixed"])
+    first = {}
+
+    def noisy(config):  # batch 8 fp32 was lucky once; bf16 is really faster
+        rec = landscape({**config, "checkpointing": "none"})
+        key = (config["batch_size"], config["precision"])
+        if key == (8, "fp32") and key not in first:
+            first[key] = True
+            rec["throughput"] = 20.0
+        return rec
+
+    sweep = sweep_for(spec, tmp_path, Runner(noisy), total=4, baseline={"batch_size": 4, "precision": "fp32"})
+    sweep.run()
+    rows = studies.rows_of(sweep.study)
+    before = max(rows, key=lambda r: r["throughput"] or 0)
+    assert before["config"]["precision"] == "fp32"  # the single runs crown the lucky one
+    best = pareto.choose(rows, spec.memory_budget, spec.headroom).best
+    assert best["config"] == spec.config({"batch_size": 8, "precision": "bf16-mixed"}) and len(best["repeats"]) == 2
+    ratio, spread = pareto.speedup(best, next(r for r in rows if r["baseline"]))
+    assert ratio == pytest.approx(2.6) and spread == pytest.approx(0.0)
+
+
+def test_trials_auto_stops_before_the_cap(tmp_path):
+    spec = make_spec(tmp_path, trials=40, batch_size=[4, 8, 16, 32], precision=["fp32", "bf16-mixed"],
+                     checkpointing=["none", "full"], compile=["off", "default"])
+    runner = Runner(lambda c: landscape(c) if c["compile"] == "off" else {**landscape(c), "throughput": (landscape(c)["throughput"] or 0) * 1.1 or None})
+    sweep = sweep_for(spec, tmp_path, runner, auto=True, baseline={"batch_size": 8, "precision": "fp32", "checkpointing": "none", "compile": "off"})
+    sweep.run()
+    measured = sweep.counted()
+    assert measured < 30  # stopped on its own, well under the cap of 40 and the 32-config space
+    compiled = [c for c in runner.runs if c["compile"] != "off"]
+    assert compiled and len({search.key(c) for c in compiled}) <= studies.COMPILE_TOP
+
+
+def test_replay_runs_on_a_tiny_landscape(tmp_path):
+    spec = make_spec(tmp_path)
+    rows = [{"number": n, **landscape(c), "config": c, "baseline": n == 0, "workload": {"name": "emberformer"}}
+            for n, c in enumerate(specs.all_configs(spec))]
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(rows))
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_replay.py"), str(path), "--seeds", "3",
+                          "--budget", "100MiB", "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["grid"] == 16 and result["wrong_skips"] == 0
+    assert 1 <= result["bench"]["median"] <= 16 and set(result["tpe"]) == {"median", "p90"}
+
+
+def test_a_trial_run_while_the_machine_was_busy_is_measured_again_and_reported(tmp_path, monkeypatch, faulty_path):
+    """The real launcher: two real child trials, the first one's busy verdict forced (load and steal
+    cannot be staged reliably); the record keeps the measurement taken when the machine was quiet."""
+    from harness import busy, report
+    from tests.conftest import faulty_spec
+    spec = specs.load(faulty_spec(tmp_path, "busy", ["none"]))
+    verdicts = iter([{"load1": 9.0, "cores": 2, "steal": 0.0, "gpu_processes": 1}, None])
+    monkeypatch.setattr(busy, "verdict", lambda before, after: next(verdicts))
+    study = studies.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    studies.Sweep(spec, study, "cpu", tmp_path, 1, None).run()
+    row = studies.rows_of(study)[0]
+    assert row["status"] == "ok" and row["busy"] is None and row["remeasured_after"]["load1"] == 9.0
+    text = "\n".join(report.watch_lines([row]))
+    assert "re-measured #0: the machine was busy during its first run (load 9.0 on 2 cores" in text
+    assert "1 other process(es) on the GPU" in text
+
+
+def test_busy_counts_other_processes_on_the_gpu_and_not_on_a_cpu():
+    quiet = {"steal": 0.0, "total": 100.0, "gpu_processes": 0}
+    assert busy.verdict(quiet, {**quiet, "total": 200.0, "gpu_processes": 2})["gpu_processes"] == 2
+    assert busy.gpu_processes("cpu") == 0
+
+
+def test_a_grid_measures_every_config_even_above_an_oom(tmp_path):
+    """sampler: grid is how landscapes are recorded: a skip there would hide whether skips are right."""
+    raw = {"study": "g", "workload": {"name": "emberformer"}, "sampler": "grid", "trials": 8,
+           "search": {"batch_size": [4, 8, 16, 32, 64], "precision": ["fp32"], "checkpointing": ["none"]},
+           "memory": {"budget": "100MiB", "headroom": 0.1}}
+    spec = specs.build(raw, tmp_path / "spec.yaml", None, ())
+    runner = Runner()
+    sweep = sweep_for(spec, tmp_path, runner, total=5)
+    studies.enqueue_grid(sweep.study, spec)
+    sweep.run()
+    assert [c["batch_size"] for c in runner.runs[:5]] == [4, 8, 16, 32, 64]  # 64 ran although 32 hit the wall
+    assert not [r for r in studies.rows_of(sweep.study) if r["status"] == "skipped"]
