@@ -35,8 +35,9 @@ def test_a_duplicate_is_reported_and_the_child_phases_reach_the_display(project)
     trial = dict(FAST_TRIAL, window=0.5, min_windows=2, max_seconds=2)
     spec = specs.load(write_spec(project, search={"batch_size": [4, 8]}, trial=trial))
     study = studies.create(spec, studies.open_storage(None, project / "results", spec.study), "cpu")
-    study.enqueue_trial({"batch_size": 4})
-    study.enqueue_trial({"batch_size": 4})  # the same config again: reused, not run, but shown
+    params = studies.sampler_params(spec, {"batch_size": 4})  # batch size is ordinal: the sampler holds its index
+    study.enqueue_trial(params)
+    study.enqueue_trial(params)  # the same config again: reused, not run, but shown
     progress = Recorder()
     studies.Sweep(spec, study, "cpu", project / "results", 2, None, progress).run()
     assert progress.events == [("finished", 0), ("duplicate", 1, 0), ("finished", 2)]
