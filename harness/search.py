@@ -2,9 +2,13 @@
 
 Peak memory grows with batch size when every other memory-affecting knob is held: a *family* is
 a config without its batch size (and without the accumulation an effective batch derives from
-it). Within a family a batch at or above one that ran out of memory cannot fit, and neither can
-one whose peak a straight-line fit of the family's measured peaks puts clearly over the usable
-budget; such configs are recorded as `skipped` instead of being run.
+it). Within a family a batch at or above one that ran out of memory cannot fit (accumulation
+counted: it holds the gradients, so an OOM with it says nothing of the same batch without), and
+neither can one whose peak a straight-line fit of the family's measured peaks puts clearly over the
+usable budget; such configs are recorded as `skipped` instead of being run.
+
+The search: each family's memory frontier (`next_probe`), then hill climbing from the best config
+(`next_neighbour`); the sampler's proposals after that.
 """
 from __future__ import annotations
 
@@ -41,7 +45,7 @@ batches the same config without them cannot fit."""
 
 
 def memory_family(config: dict) -> tuple:
-    """Configs whose peak memory differs only through batch size (accumulation reuses the same buffers)."""
+    """Configs whose peak memory differs only through batch size and accumulation (see holds_gradients)."""
     return tuple(sorted((k, repr(v)) for k, v in config.items() if k not in ("batch_size", "accumulation")))
 
 
@@ -63,21 +67,37 @@ def fits(r: dict, usable: float | None) -> bool:
     return bool(r.get("peak_memory")) and r["status"] in ("ok", "diverged") and (not usable or r["peak_memory"] <= usable)
 
 
-def frontier(kin: list[dict], usable: float | None) -> tuple[int | None, int | None]:
-    """The largest batch of a memory family measured to fit, and the smallest one known not to."""
-    def walled(r):
-        return r["status"] in ("oom", "skipped") or (r["status"] == "ok" and usable and r["peak_memory"] > usable)
-    return (max((r["config"]["batch_size"] for r in kin if fits(r, usable)), default=None),
-            min((r["config"]["batch_size"] for r in kin if walled(r)), default=None))
+def holds_gradients(config: dict) -> bool:
+    """With accumulation the gradients stay alive through the next micro-batch's forward and backward,
+    so at the same batch its peak is higher than without (by about the gradients' size)."""
+    return config.get("accumulation", 1) > 1
+
+
+def walled(r: dict, usable: float | None) -> bool:
+    return r["status"] in ("oom", "skipped") or bool(r["status"] == "ok" and usable and r["peak_memory"] > usable)
+
+
+def frontier(kin: list[dict], usable: float | None, config: dict | None = None) -> tuple[int | None, int | None]:
+    """The largest batch of a memory family measured to fit, and the smallest one known not to.
+
+    Given `config`, only what holds for it: a fit of a config holding as much gradient memory or
+    more (accumulation), a wall of one holding as much or less.
+    """
+    level = holds_gradients(config) if config else None
+    return (max((r["config"]["batch_size"] for r in kin if fits(r, usable)
+                 and (level is None or holds_gradients(r["config"]) >= level)), default=None),
+            min((r["config"]["batch_size"] for r in kin if walled(r, usable)
+                 and (level is None or holds_gradients(r["config"]) <= level)), default=None))
 
 
 def next_probe(space: list[dict], rows: list[dict], usable: float | None, derived_accumulation: bool,
-               device: str, objective: str = "samples") -> dict | None:
+               device: str, objective: str = "samples", savers: bool = True) -> dict | None:
     """The structured search's next config: per family, in `rank` order, the largest batch that may fit.
 
     Throughput grows with batch size until memory runs out, so each family's answer is at its memory
     frontier: found top-down (one OOM is cheap), then by a line through the family's measured peaks
-    or by bisection. None once every family's frontier is known and measured.
+    or by bisection. None once every family's frontier is known and measured (`savers=False`: every
+    family without a memory saver).
     """
     rows = [r for r in rows if r.get("config") and "batch_size" in r["config"]]
     measured = {key(r["config"]) for r in rows}
@@ -87,6 +107,8 @@ def next_probe(space: list[dict], rows: list[dict], usable: float | None, derive
             families.setdefault(speed_family(config, derived_accumulation), []).append(config)
     fastest = max((pareto.single(r, objective) or 0 for r in rows if fits(r, usable)), default=0)
     for configs in sorted(families.values(), key=lambda cs: rank(cs[0], device)):
+        if not savers and rank(configs[0], device)[0]:
+            continue
         configs = sorted(configs, key=lambda c: c["batch_size"])
         floor = saver_floor(configs[0], rows, usable)
         probe = family_probe(configs, rows, usable, measured, floor, SIBLING_WITHIN * fastest, objective)
@@ -95,20 +117,68 @@ def next_probe(space: list[dict], rows: list[dict], usable: float | None, derive
     return None
 
 
+def next_neighbour(space: list[dict], rows: list[dict], usable: float | None, derived_accumulation: bool,
+                   device: str, objective: str = "samples") -> dict | None:
+    """Hill climbing once the frontiers are known: the fastest config that fits, then its unmeasured
+    neighbours (one knob one step away) until none is left or one of them leads.
+
+    The frontier is where throughput should peak. On a plateau (a CPU, a saturated GPU, a fixed
+    global batch where a smaller micro-batch keeps in cache) a neighbour below it can be faster, and
+    only a measurement says so; the neighbours are few, so they are measured before the sampler's
+    proposals.
+    """
+    rows = [r for r in rows if r.get("config") and "batch_size" in r["config"]]
+    leaders = [r for r in rows if r.get("status") == "ok" and fits(r, usable) and pareto.single(r, objective)]
+    if not leaders:
+        return None
+    leader = max(leaders, key=lambda r: pareto.single(r, objective))["config"]
+    seen = {key(r["config"]) for r in rows}  # measured or skipped
+    for config in neighbours(leader, space, derived_accumulation, device):
+        if (key(config) not in seen and skip_reason(config, rows, usable) is None
+                and config["batch_size"] > saver_floor(config, rows, usable)
+                and not above_wall(config, rows, usable)):
+            return config
+    return None
+
+
+def neighbours(config: dict, space: list[dict], derived_accumulation: bool, device: str) -> list[dict]:
+    """The configs one step from `config`: the next smaller then larger batch of its family, then one
+    other knob changed at the same batch, in the families' `rank` order."""
+    family = speed_family(config, derived_accumulation)
+    kin = sorted((c for c in space if "batch_size" in c and speed_family(c, derived_accumulation) == family),
+                 key=lambda c: c["batch_size"])
+    at = [c["batch_size"] for c in kin].index(config["batch_size"]) if config in kin else None
+    batch_steps = [] if at is None else [c for i, c in enumerate(kin) if i in (at - 1, at + 1)]
+    ignore = {"batch_size"} | ({"accumulation"} if derived_accumulation else set())
+    one_knob = [c for c in space if c.get("batch_size") == config["batch_size"]
+                and sum(c.get(k) != v for k, v in config.items() if k not in ignore) == 1]
+    return batch_steps + sorted(one_knob, key=lambda c: rank(c, device))
+
+
+def above_wall(config: dict, rows: list[dict], usable: float | None) -> bool:
+    """At or above a batch of its memory family measured over the usable memory (it ran, but does not fit)."""
+    _, wall = frontier([r for r in rows if memory_family(r["config"]) == memory_family(config)], usable, config)
+    return wall is not None and config["batch_size"] >= wall
+
+
 def family_probe(configs: list[dict], rows: list[dict], usable, measured: set, floor: int, worth: float,
                  objective: str) -> dict | None:
     kin = [r for r in rows if memory_family(r["config"]) == memory_family(configs[0])]
-    fit, wall = frontier(kin, usable)
+    fit, _ = frontier(kin, usable)
+    _, wall = frontier(kin, usable, configs[0])
     tried = {r["config"]["batch_size"] for r in kin}
     open_ = [c for c in configs if c["batch_size"] > max(fit or 0, floor) and (wall is None or c["batch_size"] < wall)
              and c["batch_size"] not in tried]
     if open_:
         return choose(open_, kin, usable, wall)
-    at_frontier = next((c for c in configs if c["batch_size"] == fit), None)
-    if at_frontier is None or fit <= floor or key(at_frontier) in measured:
+    # The frontier is known from a sibling (accumulation 1 at the same batches): measure this family
+    # once there, or below its own wall, when the memory family is fast enough to matter.
+    at = next((c for c in reversed(configs) if floor < c["batch_size"] <= (fit or 0)
+               and (wall is None or c["batch_size"] < wall)), None)
+    if at is None or key(at) in measured:
         return None
-    sibling = max((pareto.single(r, objective) or 0 for r in kin if r["config"]["batch_size"] == fit), default=0)
-    return at_frontier if sibling >= worth else None  # the frontier is known from a sibling: measure this one there
+    fastest_kin = max((pareto.single(r, objective) or 0 for r in kin if fits(r, usable)), default=0)
+    return at if fastest_kin >= worth else None
 
 
 def choose(open_: list[dict], kin: list[dict], usable, wall) -> dict:
@@ -140,7 +210,8 @@ def skip_reason(config: dict, rows: list[dict], usable: float | None) -> dict | 
         return None
     mine, batch = memory_family(config), config["batch_size"]
     kin = [r for r in rows if r.get("config") and "batch_size" in r["config"] and memory_family(r["config"]) == mine]
-    ooms = [r for r in kin if r.get("status") == "oom" and r["config"]["batch_size"] <= batch]
+    ooms = [r for r in kin if r.get("status") == "oom" and r["config"]["batch_size"] <= batch
+            and holds_gradients(r["config"]) <= holds_gradients(config)]
     if ooms:
         smallest = min(ooms, key=lambda r: r["config"]["batch_size"])
         return {"reason": f"batch {smallest['config']['batch_size']} of the same family ran out of memory",

@@ -214,12 +214,16 @@ class Sweep:
         return bool(self.study.user_attrs.get("compile_phase")) or self.stale >= PATIENCE
 
     def queue_probe(self) -> bool:
-        """Queue the structured search's next eager config (search.next_probe); False once it has none."""
+        """Queue the structured search's next eager config: the frontiers of the families without a memory
+        saver (search.next_probe), the best config's neighbours (search.next_neighbour), then the frontiers
+        of the families with one (they pay for memory in speed); False once it has none."""
         if self.spec.sampler != "tpe" or self.study.user_attrs.get("compile_phase"):
             return False
         eager = [c for c in all_configs(self.spec) if c.get("compile", "off") == "off"]
-        probe = search.next_probe(eager, rows_of(self.study), usable_memory(self.spec),
-                                  bool(self.spec.effective_batch), self.device, self.spec.objective)
+        args = (eager, rows_of(self.study), usable_memory(self.spec), bool(self.spec.effective_batch),
+                self.device, self.spec.objective)
+        probe = (search.next_probe(*args, savers=False) or search.next_neighbour(*args)
+                 or search.next_probe(*args))
         if probe is None:
             return False
         self.enqueue(probe)

@@ -171,6 +171,68 @@ def test_an_accumulation_sibling_of_a_slow_family_is_not_measured(tmp_path):
     assert len([o for o in order if o[1] == "fp32"]) == 4  # fp32's accumulation 2 sibling is measured
 
 
+def test_an_oom_with_accumulation_says_nothing_about_the_same_batch_without():
+    # accumulation keeps the gradients alive through the next micro-batch: its peak is the higher one
+    oom = {"number": 0, "status": "oom", "config": {"batch_size": 32, "accumulation": 2, "precision": "fp32"}}
+    assert search.skip_reason({"batch_size": 32, "accumulation": 1, "precision": "fp32"}, [oom], 90 * MiB) is None
+    oom1 = {**oom, "config": {**oom["config"], "accumulation": 1}}
+    assert search.skip_reason({"batch_size": 32, "accumulation": 2, "precision": "fp32"}, [oom1], 90 * MiB)["from"] == [0]
+
+
+def test_an_accumulation_sibling_over_the_budget_at_the_frontier_is_measured_one_batch_below(tmp_path):
+    spec = make_spec(tmp_path, batch_size=[4, 8, 16, 32], accumulation=[1, 2], precision=["fp32"], checkpointing=["none"])
+
+    def grads_held(config):  # accumulation 2 peaks 20 MiB higher: 16 fits without it, not with it
+        rec = landscape(config)
+        if config["accumulation"] == 2 and rec["peak_memory"]:
+            rec["peak_memory"] += 20 * MiB
+        return rec
+    order = drive(list(specs.all_configs(spec)), grads_held, usable=60 * MiB)
+    assert order == [(32, "fp32", "none"), (8, "fp32", "none"), (16, "fp32", "none"),  # accumulation 1: 16 fits
+                     (16, "fp32", "none"), (8, "fp32", "none")]  # accumulation 2: 78 MiB at 16, so 8
+
+
+def plateau(config: dict) -> dict:
+    """Speed peaks at batch 16 and falls above it (a saturated device, or one out of cache)."""
+    rec = landscape(config)
+    if rec["throughput"]:
+        rec["throughput"] = min(config["batch_size"], 36 - config["batch_size"]) * (
+            1.3 if config["precision"] == "bf16-mixed" else 1.0)
+    return rec
+
+
+def test_after_the_frontiers_the_best_configs_neighbours_are_measured(tmp_path):
+    spec = make_spec(tmp_path, batch_size=[4, 8, 16, 24, 32], precision=["fp32", "bf16-mixed"], checkpointing=["none"])
+    space = list(specs.all_configs(spec))
+    rows = []
+    for b in (32, 24):  # the bf16-mixed frontier: 32 OOMs (106 MiB), 24 fits (82 MiB) at 15.6
+        config = spec.config({"batch_size": b, "precision": "bf16-mixed", "checkpointing": "none"})
+        rows.append({"number": len(rows), "config": config, **plateau(config)})
+    neighbour = search.next_neighbour(space, rows, 90 * MiB, False, "cpu")
+    assert (neighbour["batch_size"], neighbour["precision"]) == (16, "bf16-mixed")  # one batch below, not above the wall
+    rows.append({"number": len(rows), "config": neighbour, **plateau(neighbour)})  # 20.8: faster, the new leader
+    neighbour = search.next_neighbour(space, rows, 90 * MiB, False, "cpu")
+    assert (neighbour["batch_size"], neighbour["precision"]) == (8, "bf16-mixed")
+    rows.append({"number": len(rows), "config": neighbour, **plateau(neighbour)})
+    neighbour = search.next_neighbour(space, rows, 90 * MiB, False, "cpu")
+    assert (neighbour["batch_size"], neighbour["precision"]) == (16, "fp32")  # then one other knob
+    rows.append({"number": len(rows), "config": neighbour, **plateau(neighbour)})
+    assert search.next_neighbour(space, rows, 90 * MiB, False, "cpu") is None  # the leader's neighbours are all known
+
+
+def test_a_sweep_measures_the_leaders_neighbours_before_the_sampler_proposes(tmp_path):
+    spec = make_spec(tmp_path, trials=9, batch_size=[4, 8, 16, 24], precision=["fp32", "bf16-mixed"],
+                     checkpointing=["none"])
+    runner = Runner(plateau)
+    sweep = sweep_for(spec, tmp_path, runner)
+    for _ in range(3):
+        assert sweep.plan_next()
+        sweep.run_one()
+    measured = [(c["batch_size"], c["precision"]) for c in runner.runs]
+    # each family's frontier is its largest batch (24 fits), yet the fastest config is one batch below
+    assert measured == [(24, "bf16-mixed"), (24, "fp32"), (16, "bf16-mixed")]
+
+
 def test_confirmation_reruns_change_a_noisy_winner(tmp_path):
     spec = make_spec(tmp_path, batch_size=[4, 8], precision=["fp32", "bf16-mixed"])
     first = {}
