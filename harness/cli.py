@@ -485,7 +485,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     if spec.apply is None:
         raise UserError(f"{info['spec_path']}: has no `apply:` section naming the config file to write; add one")
     provenance = {"study": name, "trial": row["number"], "device": (row.get("env") or {}).get("device"),
-                  "throughput": row["throughput"], "peak_memory": row["peak_memory"],
+                  "throughput": pareto.speed(row), "peak_memory": row["peak_memory"],  # confirmed: the runs' median
                   "date": datetime.date.today().isoformat(), "bench_version": __version__}
     current = apply.read_current(spec.apply)
     plan = apply.plan(spec.apply, row["config"], provenance, to=to, create_keys=create_keys, current_values=current)

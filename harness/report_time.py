@@ -51,8 +51,9 @@ def reuse_counts(rows: list[dict]) -> dict[str, int]:
 
 
 def duration(seconds: float) -> str:
-    if seconds >= 60:
-        return f"{int(seconds // 60)}m {seconds % 60:02.0f}s"
+    if seconds >= 59.95:  # round once, then split: 239.7 s is 4m 00s, not 3m 60s
+        minutes, rest = divmod(round(seconds), 60)
+        return f"{minutes}m {rest:02d}s"
     return f"{seconds:.1f}s"
 
 

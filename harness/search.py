@@ -131,9 +131,14 @@ def next_neighbour(space: list[dict], rows: list[dict], usable: float | None, de
     leaders = [r for r in rows if r.get("status") == "ok" and fits(r, usable) and pareto.single(r, objective)]
     if not leaders:
         return None
-    leader = max(leaders, key=lambda r: pareto.single(r, objective))["config"]
+    best = max(leaders, key=lambda r: pareto.single(r, objective))
+    leader, worth = best["config"], SIBLING_WITHIN * pareto.single(best, objective)
     seen = {key(r["config"]) for r in rows}  # measured or skipped
     for config in neighbours(leader, space, derived_accumulation, device):
+        kin_speeds = [pareto.single(r, objective) or 0 for r in rows
+                      if memory_family(r["config"]) == memory_family(config) and fits(r, usable)]
+        if kin_speeds and max(kin_speeds) < worth:  # a family measured slow (fp16 on a CPU) stays slow here
+            continue
         if (key(config) not in seen and skip_reason(config, rows, usable) is None
                 and config["batch_size"] > saver_floor(config, rows, usable)
                 and not above_wall(config, rows, usable)):

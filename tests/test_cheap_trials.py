@@ -119,3 +119,7 @@ def test_compile_caches_are_cold_except_for_a_repeat(tmp_path):
     assert launch.compile_cache(dict(job, repeat=True), tmp_path) == (kept, "warm")
     assert launch.compile_cache(job, tmp_path) == (kept, "cold") and not kept.exists()  # a first run starts cold
     assert launch.compile_cache({"config": {"compile": "default"}}, tmp_path) == (tmp_path / "inductor", "cold")
+
+
+def test_a_duration_is_rounded_before_it_is_split_into_minutes():
+    assert [report_time.duration(s) for s in (239.7, 59.9, 59.96, 125.4)] == ["4m 00s", "59.9s", "1m 00s", "2m 05s"]

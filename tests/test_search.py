@@ -220,6 +220,19 @@ def test_after_the_frontiers_the_best_configs_neighbours_are_measured(tmp_path):
     assert search.next_neighbour(space, rows, 90 * MiB, False, "cpu") is None  # the leader's neighbours are all known
 
 
+def test_a_neighbour_in_a_family_measured_slow_is_not_measured(tmp_path):
+    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["bf16-mixed", "fp16-mixed"], checkpointing=["none"])
+    space = list(specs.all_configs(spec))
+    rows = [{"number": 0, "config": spec.config({"batch_size": 16, "precision": "bf16-mixed", "checkpointing": "none"}),
+             "status": "ok", "throughput": 100.0, "peak_memory": 50 * MiB},
+            {"number": 1, "config": spec.config({"batch_size": 8, "precision": "fp16-mixed", "checkpointing": "none"}),
+             "status": "ok", "throughput": 10.0, "peak_memory": 30 * MiB}]  # fp16 autocast on a CPU
+    neighbour = search.next_neighbour(space, rows, 90 * MiB, False, "cpu")
+    assert (neighbour["batch_size"], neighbour["precision"]) == (8, "bf16-mixed")
+    rows.append({"number": 2, "config": neighbour, "status": "ok", "throughput": 60.0, "peak_memory": 30 * MiB})
+    assert search.next_neighbour(space, rows, 90 * MiB, False, "cpu") is None  # not fp16-mixed at 16
+
+
 def test_a_sweep_measures_the_leaders_neighbours_before_the_sampler_proposes(tmp_path):
     spec = make_spec(tmp_path, trials=9, batch_size=[4, 8, 16, 24], precision=["fp32", "bf16-mixed"],
                      checkpointing=["none"])
@@ -280,6 +293,28 @@ def test_replay_runs_on_a_tiny_landscape(tmp_path):
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["grid"] == 16 and result["wrong_skips"] == 0
     assert 1 <= result["bench"]["median"] <= 16 and set(result["tpe"]) == {"median", "p90"}
+
+
+def test_merged_passes_give_each_config_its_median_and_the_replay_reads_them(tmp_path):
+    spec = make_spec(tmp_path)
+    reports = []
+    for scale in (1.0, 1.5, 0.5):  # three passes of one grid: the middle one is each config's median
+        rows = [{"number": n, **landscape(c), "config": c, "baseline": n == 0} for n, c in enumerate(specs.all_configs(spec))]
+        for r in rows:
+            r["throughput"] = r["throughput"] * scale if r["throughput"] else None
+        reports.append(tmp_path / f"p{scale}.json")
+        reports[-1].write_text(json.dumps(rows))
+    out = tmp_path / "merged.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "landscape_merge.py"), str(out), *map(str, reports),
+                          "--budget", "100MiB"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    row = next(r for r in doc["rows"] if r["status"] == "ok")
+    assert row["throughput"] == landscape(row["config"])["throughput"] and len(row["passes"]) == 3
+    assert doc["study"]["memory_budget"] == 100 * MiB
+    replay = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_replay.py"), str(out), "--seeds", "2",
+                             "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert replay.returncode == 0 and json.loads(replay.stdout.strip().splitlines()[-1])["grid"] == 16
 
 
 def test_a_trial_run_while_the_machine_was_busy_is_measured_again_and_reported(tmp_path, monkeypatch, faulty_path):
