@@ -73,10 +73,16 @@ def env_for(folder: Path) -> dict:
 STARTED: list[subprocess.Popen] = []
 
 
+def ctrl_c_reaches_it() -> None:
+    """As in a terminal: a test run started in the background (CI, `cmd &`) inherits SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_sweep(folder: Path, **streams) -> subprocess.Popen:
     streams = streams or {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
     STARTED.append(subprocess.Popen([sys.executable, "-c", "from harness.cli import main; main()", "sweep",
-                                     "stop.yaml", "--device", "cpu"], cwd=folder, env=env_for(folder), **streams))
+                                     "stop.yaml", "--device", "cpu"], cwd=folder, env=env_for(folder),
+                                    preexec_fn=ctrl_c_reaches_it, **streams))
     return STARTED[-1]
 
 
