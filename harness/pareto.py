@@ -104,18 +104,26 @@ def pick(candidates: list[dict], objective: str = "samples") -> dict | None:
     if any(confirmed(r) for r in candidates):  # once leaders were re-measured, best is decided on the repeats
         candidates = [r for r in candidates if confirmed(r)]
     top = max(candidates, key=lambda r: speed(r, objective))
-    fastest = speed(top, objective)
-    tied = [r for r in candidates if fastest - speed(r, objective) <= max(noise(top), noise(r)) * fastest]
+    tied = [r for r in candidates if not faster(top, r, objective)]
     return min(tied, key=lambda r: (r["peak_memory"], -speed(r, objective)))
+
+
+def faster(a: dict, b: dict, objective: str = "samples") -> bool:
+    """Is `a` faster than `b` by more than the noise of either?"""
+    sa, sb = speed(a, objective), speed(b, objective)
+    return sa is not None and sb is not None and sa - sb > max(noise(a), noise(b)) * sa
 
 
 def choose(rows: list[dict], budget: int | None, headroom: float, objective: str = "samples") -> Choice:
     """Mark rows with `pareto`, `best` and `tier`; return the choice."""
     cap = capacity(rows, budget)
-    front = pareto_front(measured(rows, objective), objective)
+    candidates = measured(rows, objective)
+    front = pareto_front(candidates, objective)
     fits = (lambda r, h: r["peak_memory"] <= cap * (1 - h)) if cap else (lambda r, h: True)
-    best = pick([r for r in front if fits(r, headroom)], objective)
-    tiers = {name: pick([r for r in front if fits(r, h)], objective) for name, h in TIERS.items()}
+    # From every fitting row, not the front alone: a confirmed median can fall below an unconfirmed
+    # single run that then "dominates" it, and best must still be decided on the confirmed runs.
+    best = pick([r for r in candidates if fits(r, headroom)], objective)
+    tiers = {name: pick([r for r in candidates if fits(r, h)], objective) for name, h in TIERS.items()}
     front_ids = {id(r) for r in front}
     for r in rows:
         r["pareto"] = id(r) in front_ids

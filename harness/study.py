@@ -32,10 +32,12 @@ MAX_DUPLICATES_IN_A_ROW = 30
 PATIENCE = 5
 """--trials auto: the eager search ends after this many measured trials without a better best."""
 COMPILE_TOP = 2
-"""Compile modes are tried only on this many of the best eager configs."""
+"""Compile modes are tried on the best eager config, and on up to this many while compile keeps winning."""
 CONFIRM_TOP = 2
 CONFIRM_ROUNDS = 2
 """Before a sweep ends, the leading configs and the baseline run again this many times, interleaved."""
+CHALLENGERS = 2
+"""...and then at most this many configs whose single run still beats the confirmed best."""
 
 
 # ---- storage (harness/storage.py holds where and how; these read a study) ----------------------
@@ -171,6 +173,8 @@ class Sweep:
         if self.eager_phase() and self.eager_done():
             self.end_eager_phase()
             return True
+        if self.study.user_attrs.get("compile_phase") and self.queue_compile():
+            return True
         if self.auto and self.searched_enough():
             self.progress.note("the best stopped improving and every family's frontier is measured: "
                                "stopping (--trials auto)")
@@ -195,18 +199,31 @@ class Sweep:
         return all(config_key(c) in self.measured_configs() for c in eager) or left <= reserve or self.stale >= PATIENCE
 
     def end_eager_phase(self) -> None:
-        """Queue every compile mode of the best eager configs (by measured speed, feasible ones)."""
-        rows = rows_of(self.study)
-        usable = usable_memory(self.spec)
-        fits = [r for r in pareto.measured(rows, self.spec.objective) if not usable or r["peak_memory"] <= usable]
-        top = sorted(fits, key=lambda r: -pareto.speed(r, self.spec.objective))[:COMPILE_TOP]
-        for r in top:
-            for mode in self.spec.search["compile"].choices:
-                if mode != "off":
-                    self.enqueue({**r["config"], "compile": mode})
         self.study.set_user_attr("compile_phase", True)
         self.stale = 0
-        self.progress.note(f"eager search done; compile modes queued for the {len(top)} best eager configs")
+        if self.queue_compile():
+            self.progress.note("eager search done; compile modes queued for the best eager config")
+
+    def queue_compile(self) -> bool:
+        """Queue every compile mode of the next-best eager config (by measured speed, feasible ones),
+        up to COMPILE_TOP of them: the best always, each further one only while compiling has beaten
+        its eager twin beyond the noise, since a cold compile costs a minute on a CPU. False if none."""
+        eager = sorted((r for r in self.fitting(rows_of(self.study)) if r["config"].get("compile") == "off"),
+                       key=lambda r: -pareto.speed(r, self.spec.objective))[:COMPILE_TOP]
+        compiled = [r for r in rows_of(self.study) if r["config"].get("compile", "off") != "off"]
+        tried = [r for r in eager if any(eager_twin(c["config"]) == config_key(r["config"]) for c in compiled)]
+        if tried and not any(pareto.faster(c, r, self.spec.objective) for r in tried for c in compiled
+                             if eager_twin(c["config"]) == config_key(r["config"])):
+            return False
+        untried = [r for r in eager if r not in tried]
+        if not untried:
+            return False
+        if tried:
+            self.progress.note(f"compile beat eager on #{tried[-1]['number']}: compiling the next-best eager config too")
+        for mode in self.spec.search["compile"].choices:
+            if mode != "off":
+                self.enqueue({**untried[0]["config"], "compile": mode})
+        return True
 
     def searched_enough(self) -> bool:
         """After the compile phase's queue is run; without a compile phase, after PATIENCE trials without
@@ -314,11 +331,11 @@ class Sweep:
 
     # -- confirmation ------------------------------------------------------------------------------
     def confirm(self) -> None:
-        """Re-measure the leaders and the baseline in fresh processes, interleaved (A B C A B C)."""
-        repeats = dict(self.study.user_attrs.get("repeats") or {})
+        """Re-measure the leaders and the baseline in fresh processes, interleaved (A B C A B C); then
+        any config whose single run beats the confirmed best's median, so best is never a config that
+        an unconfirmed run still outpaces (at most CHALLENGERS of them)."""
         rows = rows_of(self.study)
-        usable = usable_memory(self.spec)
-        fits = [r for r in pareto.measured(rows, self.spec.objective) if not usable or r["peak_memory"] <= usable]
+        fits = self.fitting(rows)
         leaders = sorted(fits, key=lambda r: -pareto.speed(r, self.spec.objective))[:CONFIRM_TOP]
         base = next((r for r in rows if r.get("baseline") and r["status"] == record.OK), None)
         chosen = leaders + ([base] if base and all(base["number"] != r["number"] for r in leaders) else [])
@@ -326,6 +343,17 @@ class Sweep:
             return
         self.progress.note("confirming: " + ", ".join(f"#{r['number']}" for r in chosen)
                            + f" run {CONFIRM_ROUNDS} more times each, interleaved")
+        self.confirm_runs(chosen)
+        for _ in range(CHALLENGERS):
+            challenger = self.challenger()
+            if challenger is None:
+                return
+            self.progress.note(f"#{challenger['number']} ran faster once than the confirmed best's median: "
+                               f"confirming it too")
+            self.confirm_runs([challenger])
+
+    def confirm_runs(self, chosen: list[dict]) -> None:
+        repeats = dict(self.study.user_attrs.get("repeats") or {})
         for _ in range(CONFIRM_ROUNDS):
             for r in chosen:
                 runs = repeats.setdefault(str(r["number"]), [])
@@ -336,6 +364,21 @@ class Sweep:
                              "tokens_per_s": rec.get("tokens_per_s"), "peak_memory": rec.get("peak_memory"),
                              "busy": rec.get("busy")})
                 self.study.set_user_attr("repeats", repeats)  # each run kept at once: resume continues
+
+    def challenger(self) -> dict | None:
+        """The fastest unconfirmed fitting config whose single run beats the confirmed best's median."""
+        fits = self.fitting(rows_of(self.study))
+        confirmed = [r for r in fits if pareto.confirmed(r)]
+        if not confirmed:
+            return None
+        bar = max(pareto.speed(r, self.spec.objective) for r in confirmed)
+        open_ = [r for r in fits if not pareto.confirmed(r) and pareto.speed(r, self.spec.objective) > bar]
+        return max(open_, key=lambda r: pareto.speed(r, self.spec.objective), default=None)
+
+    def fitting(self, rows: list[dict]) -> list[dict]:
+        """Measured rows that leave the spec's headroom: the candidates for best."""
+        usable = usable_memory(self.spec)
+        return [r for r in pareto.measured(rows, self.spec.objective) if not usable or r["peak_memory"] <= usable]
 
     def claiming(self):
         """Workers take turns from ask to claiming a config, and in recovering stale trials.
@@ -516,6 +559,11 @@ def report_config(config: dict) -> str:
 def requeue(study: optuna.Study, params: dict, attrs: dict) -> None:
     keep = {k: v for k, v in attrs.items() if k in ("baseline", "config")}
     study.enqueue_trial(params, user_attrs=keep, skip_if_exists=False)
+
+
+def eager_twin(config: dict) -> tuple:
+    """The key of the same config without compile."""
+    return config_key({**config, "compile": "off"})
 
 
 def config_key(config: dict) -> tuple:

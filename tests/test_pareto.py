@@ -60,3 +60,13 @@ def test_a_tokens_objective_compares_contexts_fairly():
     long = row(1, 120, 5, tokens_per_s={"median": 120 * 1024})
     assert pareto.choose([short, long], None, 0.1).best["number"] == 0
     assert pareto.choose([short, long], None, 0.1, objective="tokens").best["number"] == 1
+
+
+def test_a_confirmed_leader_beaten_once_by_an_unconfirmed_run_is_still_best_not_the_baseline():
+    # the quickstart of 2026-11-23: #4's confirmed median (139) fell below #9's single run (149), whose
+    # smaller peak then "dominated" it, and only the baseline was left confirmed on the front
+    base = row(0, 105.2, 0.09, cv=0.014, baseline=True, repeats=[{"status": "ok", "throughput": t} for t in (132.1, 96.8)])
+    lead = row(4, 167.5, 0.30, cv=0.11, repeats=[{"status": "ok", "throughput": t} for t in (130.1, 138.6)])
+    single = row(9, 149.4, 0.12, cv=0.065)
+    choice = pareto.choose([base, lead, single], 24 * GiB, 0.1)
+    assert choice.best["number"] == 4 and pareto.speed(choice.best) == 138.6

@@ -352,3 +352,45 @@ def test_a_grid_measures_every_config_even_above_an_oom(tmp_path):
     sweep.run()
     assert [c["batch_size"] for c in runner.runs[:5]] == [4, 8, 16, 32, 64]  # 64 ran although 32 hit the wall
     assert not [r for r in studies.rows_of(sweep.study) if r["status"] == "skipped"]
+
+
+def test_a_single_run_faster_than_the_confirmed_best_is_confirmed_too(tmp_path):
+    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32", "bf16-mixed"])
+    seen = {}
+
+    def drifting(config):  # both batch-16 configs ran fast once, then slower; 8 bf16 runs 10.4 throughout
+        rec = landscape({**config, "checkpointing": "none"})
+        key = (config["batch_size"], config["precision"])
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] > 1 and config["batch_size"] == 16:
+            rec["throughput"] = {"bf16-mixed": 9.0, "fp32": 8.0}[config["precision"]]
+        return rec
+
+    sweep = sweep_for(spec, tmp_path, Runner(drifting), total=4, baseline={"batch_size": 8, "precision": "fp32"})
+    sweep.run()
+    rows = studies.rows_of(sweep.study)
+    by_config = {(r["config"]["batch_size"], r["config"]["precision"]): r for r in rows}
+    challenger = by_config[(8, "bf16-mixed")]
+    assert seen[(8, "bf16-mixed")] == 3 and pareto.confirmed(challenger)  # its 10.4 beat the leaders' medians
+    assert pareto.speed(by_config[(16, "bf16-mixed")]) == 9.0
+    assert pareto.choose(rows, spec.memory_budget, spec.headroom).best is challenger
+
+
+def compile_sweep(tmp_path, gain):
+    spec = make_spec(tmp_path, trials=20, batch_size=[4, 8, 16], precision=["fp32", "bf16-mixed"],
+                     checkpointing=["none"], compile=["off", "default"])
+
+    def table(config):
+        rec = landscape(config)
+        return {**rec, "throughput": rec["throughput"] * gain} if config["compile"] != "off" else rec
+
+    runner = Runner(table)
+    sweep = sweep_for(spec, tmp_path, runner, auto=True,
+                      baseline={"batch_size": 4, "precision": "fp32", "checkpointing": "none", "compile": "off"})
+    sweep.run()
+    return {search.key({**c, "compile": "off"}) for c in runner.runs if c["compile"] != "off"}
+
+
+def test_compile_is_tried_on_a_second_config_only_when_it_beat_eager_on_the_first(tmp_path):
+    assert len(compile_sweep(tmp_path / "slower", 0.9)) == 1  # a minute of cold compile saved on a CPU
+    assert len(compile_sweep(tmp_path / "faster", 1.3)) == studies.COMPILE_TOP
