@@ -368,6 +368,8 @@ def outcome(rec: dict) -> str:
                 f"cv {100 * t.get('step_s', {}).get('cv', 0):.1f}%, {t.get('trial_wall_s', 0):.0f}s")
         if t.get("compile_s"):
             line += f" (compile {t['compile_s']:.0f}s)"
+        if t.get("cut_short"):
+            line += ", 2 windows: under half the best so far"
         return line + (f" — {rec['error']['message']}" if rec.get("error") else "")
     message = (rec.get("error") or {}).get("message", "")
     return f"{status}: {message[:160]}"

@@ -33,11 +33,13 @@ PATIENCE = 5
 """--trials auto: the eager search ends after this many measured trials without a better best."""
 COMPILE_TOP = 2
 """Compile modes are tried on the best eager config, and on up to this many while compile keeps winning."""
-CONFIRM_TOP = 2
+SLOW_CUT = 0.5
+"""A trial under this share of the best so far's samples/s after two windows stops measuring there."""
+CONFIRM_TOP = 1
 CONFIRM_ROUNDS = 2
-"""Before a sweep ends, the leading configs and the baseline run again this many times, interleaved."""
-CHALLENGERS = 2
-"""...and then at most this many configs whose single run still beats the confirmed best."""
+"""Before a sweep ends, the leading config and the baseline run again this many times, interleaved."""
+CHALLENGERS = 3
+"""...and then at most this many configs that would still beat the confirmed best on their single run."""
 
 
 # ---- storage (harness/storage.py holds where and how; these read a study) ----------------------
@@ -305,6 +307,9 @@ class Sweep:
         (harness.reuse) and each config keeps its compile cache, warm only for a `repeat` of a
         measured config (launch.compile_cache)."""
         job = dict(self.spec.job(self.device, config), trial=number, repeat=repeat)
+        best = None if repeat else self.best_so_far()
+        if best is not None and best.get("throughput"):  # a config at a fraction of it needs no precise figure
+            job["measure"] = dict(job["measure"], slow_below=SLOW_CUT * best["throughput"])
         if self.results is not None:
             folder = study_dir(self.results, self.spec.study)
             digest = hashlib.sha256(repr(config_key(config)).encode()).hexdigest()[:16]
@@ -331,9 +336,9 @@ class Sweep:
 
     # -- confirmation ------------------------------------------------------------------------------
     def confirm(self) -> None:
-        """Re-measure the leaders and the baseline in fresh processes, interleaved (A B C A B C); then
-        any config whose single run beats the confirmed best's median, so best is never a config that
-        an unconfirmed run still outpaces (at most CHALLENGERS of them)."""
+        """Re-measure the leader and the baseline in fresh processes, interleaved (A B A B); then each
+        config that would win over the confirmed best if its single run held (at most CHALLENGERS):
+        a race, so best is never beaten by an unconfirmed run and no run is spent on a clear loser."""
         rows = rows_of(self.study)
         fits = self.fitting(rows)
         leaders = sorted(fits, key=lambda r: -pareto.speed(r, self.spec.objective))[:CONFIRM_TOP]
@@ -366,14 +371,17 @@ class Sweep:
                 self.study.set_user_attr("repeats", repeats)  # each run kept at once: resume continues
 
     def challenger(self) -> dict | None:
-        """The fastest unconfirmed fitting config whose single run beats the confirmed best's median."""
+        """The fastest unconfirmed fitting config that would be chosen over the confirmed best if its
+        single run held: faster than the best's median, or tied with it and lighter (pareto.pick)."""
+        objective = self.spec.objective
         fits = self.fitting(rows_of(self.study))
-        confirmed = [r for r in fits if pareto.confirmed(r)]
-        if not confirmed:
+        best = pareto.pick([r for r in fits if pareto.confirmed(r)], objective)
+        if best is None:
             return None
-        bar = max(pareto.speed(r, self.spec.objective) for r in confirmed)
-        open_ = [r for r in fits if not pareto.confirmed(r) and pareto.speed(r, self.spec.objective) > bar]
-        return max(open_, key=lambda r: pareto.speed(r, self.spec.objective), default=None)
+        open_ = [r for r in fits if not pareto.confirmed(r) and (
+            pareto.speed(r, objective) > pareto.speed(best, objective)
+            or (not pareto.faster(best, r, objective) and r["peak_memory"] < best["peak_memory"]))]
+        return max(open_, key=lambda r: pareto.speed(r, objective), default=None)
 
     def fitting(self, rows: list[dict]) -> list[dict]:
         """Measured rows that leave the spec's headroom: the candidates for best."""

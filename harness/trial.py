@@ -266,6 +266,8 @@ class Trial:
         window_steps = max(1, math.ceil(m.get("window_s", 0.5) / max(self.warm_step_s, 1e-6)))
         min_w, max_w = int(m.get("min_windows", 3)), int(m.get("max_windows", 12))
         target_cv, max_s = float(m.get("target_cv", 0.02)), float(m.get("max_seconds", 20))
+        slow_below = float(m.get("slow_below") or 0)  # samples/s under which the config is out of the race
+        eff_batch = int(self.config["batch_size"]) * self.accum * self.world
         per_step, peaks, start, done = [], [], time.perf_counter(), 0
         while True:
             t0 = measure.now(self.device)
@@ -277,7 +279,12 @@ class Trial:
             self.hb.beat("measure", done)
             diverged = not all(map(math.isfinite, self.flush_losses()))  # no use timing it further
             enough = len(per_step) >= min_w
-            stop = (diverged or len(per_step) >= max_w or (enough and measure.spread(per_step)["cv"] < target_cv)
+            hopeless = len(per_step) == 2 and eff_batch / max(per_step) < slow_below
+            if hopeless:
+                self.timing["cut_short"] = (f"{eff_batch / max(per_step):.1f} samples/s at best over 2 windows, "
+                                            f"under {slow_below:.1f} (half the best so far): not timed further")
+            stop = (diverged or hopeless or len(per_step) >= max_w
+                    or (enough and measure.spread(per_step)["cv"] < target_cv)
                     or (enough and time.perf_counter() - start > max_s))
             if self.across_ranks(float(stop)):  # every process runs the same number of steps
                 break

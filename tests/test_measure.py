@@ -148,3 +148,18 @@ def test_nvml_reads_the_gpu_cuda_means_not_nvml_index_0(monkeypatch):
     assert measure.nvml_used_bytes(0) == 7000
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert measure.nvml_used_bytes(0) == 1
+
+
+def test_a_config_far_under_the_best_so_far_stops_after_two_windows_and_says_so(tmp_path):
+    def with_measure(**extra):
+        config = {"batch_size": 8, "accumulation": 1, "precision": "fp32", "checkpointing": "none", "compile": "off"}
+        measure = dict(FAST, min_windows=4, max_windows=6, max_seconds=30, target_cv=0.0, **extra)
+        job = {"workload": TINY_EMBER, "config": config, "device": "cpu", "memory_budget": None,
+               "measure": measure, "seed": 0}
+        return launch.run(job, launch.Limits(60, 30), Path(tmp_path) / "trial.log")
+
+    cut = with_measure(slow_below=1e9)  # no CPU runs a billion samples/s
+    assert cut["status"] == "ok" and cut["timing"]["windows"] == 2 and "under" in cut["timing"]["cut_short"]
+    assert cut["throughput"] > 0 and cut["timing"]["step_s"]["n"] == 2  # still a real, if short, measurement
+    full = with_measure(slow_below=1.0)
+    assert full["timing"]["windows"] >= 4 and "cut_short" not in full["timing"]

@@ -394,3 +394,21 @@ def compile_sweep(tmp_path, gain):
 def test_compile_is_tried_on_a_second_config_only_when_it_beat_eager_on_the_first(tmp_path):
     assert len(compile_sweep(tmp_path / "slower", 0.9)) == 1  # a minute of cold compile saved on a CPU
     assert len(compile_sweep(tmp_path / "faster", 1.3)) == studies.COMPILE_TOP
+
+
+def test_a_lighter_config_tied_with_the_confirmed_leader_is_confirmed_and_wins_the_tie(tmp_path):
+    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32", "bf16-mixed"])
+    speeds = {(8, "fp32"): 8.0, (16, "fp32"): 12.0, (8, "bf16-mixed"): 19.9, (16, "bf16-mixed"): 20.0}
+
+    def table(config):
+        rec = landscape({**config, "checkpointing": "none"})
+        return {**rec, "throughput": speeds[(config["batch_size"], config["precision"])],
+                "timing": {"step_s": {"cv": 0.03}}}
+
+    runner = Runner(table)
+    sweep = sweep_for(spec, tmp_path, runner, total=4, baseline={"batch_size": 8, "precision": "fp32"})
+    sweep.run()
+    runs = [(c["batch_size"], c["precision"]) for c in runner.runs]
+    assert runs.count((8, "bf16-mixed")) == 3 and runs.count((16, "fp32")) == 1  # the clear loser is not re-run
+    best = pareto.choose(studies.rows_of(sweep.study), spec.memory_budget, spec.headroom).best
+    assert (best["config"]["batch_size"], best["config"]["precision"]) == (8, "bf16-mixed")
