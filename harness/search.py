@@ -91,22 +91,22 @@ def frontier(kin: list[dict], usable: float | None, config: dict | None = None) 
 
 
 def next_probe(space: list[dict], rows: list[dict], usable: float | None, derived_accumulation: bool,
-               device: str, objective: str = "samples", savers: bool = True) -> dict | None:
+               device: str, objective: str = "samples", savers: bool = True, families: int | None = None) -> dict | None:
     """The structured search's next config: per family, in `rank` order, the largest batch that may fit.
 
     Throughput grows with batch size until memory runs out, so each family's answer is at its memory
     frontier: found top-down (one OOM is cheap), then by a line through the family's measured peaks
     or by bisection. None once every family's frontier is known and measured (`savers=False`: every
-    family without a memory saver).
+    family without a memory saver; `families=N`: the first N families in `rank` order).
     """
     rows = [r for r in rows if r.get("config") and "batch_size" in r["config"]]
     measured = {key(r["config"]) for r in rows}
-    families: dict[tuple, list[dict]] = {}
+    by_family: dict[tuple, list[dict]] = {}
     for config in space:
         if "batch_size" in config:
-            families.setdefault(speed_family(config, derived_accumulation), []).append(config)
+            by_family.setdefault(speed_family(config, derived_accumulation), []).append(config)
     fastest = max((pareto.single(r, objective) or 0 for r in rows if fits(r, usable)), default=0)
-    for configs in sorted(families.values(), key=lambda cs: rank(cs[0], device)):
+    for configs in sorted(by_family.values(), key=lambda cs: rank(cs[0], device))[:families]:
         if not savers and rank(configs[0], device)[0]:
             continue
         configs = sorted(configs, key=lambda c: c["batch_size"])

@@ -233,15 +233,17 @@ class Sweep:
         return bool(self.study.user_attrs.get("compile_phase")) or self.stale >= PATIENCE
 
     def queue_probe(self) -> bool:
-        """Queue the structured search's next eager config: the frontiers of the families without a memory
-        saver (search.next_probe), the best config's neighbours (search.next_neighbour), then the frontiers
-        of the families with one (they pay for memory in speed); False once it has none."""
+        """Queue the structured search's next eager config: the frontier of the first family in the prior's
+        order (search.next_probe), the best config's neighbours (search.next_neighbour), the frontiers of
+        the other families without a memory saver and the neighbours of the best again, then the
+        frontiers of the families with one (they pay for memory in speed); False once it has none."""
         if self.spec.sampler != "tpe" or self.study.user_attrs.get("compile_phase"):
             return False
         eager = [c for c in all_configs(self.spec) if c.get("compile", "off") == "off"]
         args = (eager, rows_of(self.study), usable_memory(self.spec), bool(self.spec.effective_batch),
                 self.device, self.spec.objective)
-        probe = (search.next_probe(*args, savers=False) or search.next_neighbour(*args)
+        probe = (search.next_probe(*args, savers=False, families=1) or search.next_neighbour(*args)
+                 or search.next_probe(*args, savers=False) or search.next_neighbour(*args)
                  or search.next_probe(*args))
         if probe is None:
             return False

@@ -238,12 +238,13 @@ def test_a_sweep_measures_the_leaders_neighbours_before_the_sampler_proposes(tmp
                      checkpointing=["none"])
     runner = Runner(plateau)
     sweep = sweep_for(spec, tmp_path, runner)
-    for _ in range(3):
+    for _ in range(5):
         assert sweep.plan_next()
         sweep.run_one()
     measured = [(c["batch_size"], c["precision"]) for c in runner.runs]
-    # each family's frontier is its largest batch (24 fits), yet the fastest config is one batch below
-    assert measured == [(24, "bf16-mixed"), (24, "fp32"), (16, "bf16-mixed")]
+    # the first family's frontier is its largest batch (24 fits), yet the fastest config is one batch
+    # below: the leader's neighbourhood is climbed before the next family's frontier is surveyed
+    assert measured == [(24, "bf16-mixed"), (16, "bf16-mixed"), (8, "bf16-mixed"), (16, "fp32"), (24, "fp32")]
 
 
 def test_confirmation_reruns_change_a_noisy_winner(tmp_path):
