@@ -38,7 +38,7 @@ SLOW_CUT = 0.5
 CONFIRM_TOP = 1
 CONFIRM_ROUNDS = 2
 """Before a sweep ends, the leading config and the baseline run again this many times, interleaved."""
-CHALLENGERS = 3
+CHALLENGERS = 2
 """...and then at most this many configs that would still beat the confirmed best on their single run."""
 
 
