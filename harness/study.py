@@ -170,7 +170,12 @@ class Sweep:
         The order: the structured eager search (every family's memory frontier), then the sampler's
         own proposals until the best stops improving, then compile modes for the best eager configs.
         """
-        if self.queued() or self.queue_probe():
+        if self.queued():
+            return True
+        if self.eager_phase() and self.compile_reserve_reached():  # the cap must leave compile its trials
+            self.end_eager_phase()
+            return True
+        if self.queue_probe():
             return True
         if self.eager_phase() and self.eager_done():
             self.end_eager_phase()
@@ -196,9 +201,13 @@ class Sweep:
 
     def eager_done(self) -> bool:
         eager = [c for c in all_configs(self.spec) if c.get("compile") == "off"]
-        left = self.total - self.counted()
+        return (all(config_key(c) in self.measured_configs() for c in eager) or self.compile_reserve_reached()
+                or self.stale >= PATIENCE)
+
+    def compile_reserve_reached(self) -> bool:
+        """Only the trials the compile phase may need are left under the cap."""
         reserve = COMPILE_TOP * (len(self.spec.search["compile"].choices) - 1)
-        return all(config_key(c) in self.measured_configs() for c in eager) or left <= reserve or self.stale >= PATIENCE
+        return self.total - self.counted() <= reserve
 
     def end_eager_phase(self) -> None:
         self.study.set_user_attr("compile_phase", True)

@@ -413,3 +413,15 @@ def test_a_lighter_config_tied_with_the_confirmed_leader_is_confirmed_and_wins_t
     assert runs.count((8, "bf16-mixed")) == 3 and runs.count((16, "fp32")) == 1  # the clear loser is not re-run
     best = pareto.choose(studies.rows_of(sweep.study), spec.memory_budget, spec.headroom).best
     assert (best["config"]["batch_size"], best["config"]["precision"]) == (8, "bf16-mixed")
+
+
+def test_the_structured_search_leaves_the_compile_phase_its_trials_under_the_cap(tmp_path):
+    spec = make_spec(tmp_path, trials=5, batch_size=[4, 8, 16, 32], precision=["fp32", "bf16-mixed"],
+                     checkpointing=["none", "full"], compile=["off", "default"])
+    runner = Runner()
+    sweep = sweep_for(spec, tmp_path, runner, baseline={"batch_size": 8, "precision": "fp32", "checkpointing": "none",
+                                                         "compile": "off"})
+    sweep.run()
+    distinct = list(dict.fromkeys(search.key(c) for c in runner.runs))  # confirmation repeats left out
+    compiles = [dict(k)["compile"] for k in distinct][:4]
+    assert compiles == ["'off'"] * 3 + ["'default'"]  # eager frontiers were still open; compile got its turn
