@@ -383,15 +383,18 @@ class Sweep:
 
     def challenger(self) -> dict | None:
         """The fastest unconfirmed fitting config that would be chosen over the confirmed best if its
-        single run held: faster than the best's median, or tied with it and lighter (pareto.pick)."""
+        single run held: faster than the best's median, or tied with it and lighter where memory is
+        scarce (pareto.pick)."""
         objective = self.spec.objective
         fits = self.fitting(rows_of(self.study))
-        best = pareto.pick([r for r in fits if pareto.confirmed(r)], objective)
+        capacity = pareto.capacity(fits, self.spec.memory_budget)
+        best = pareto.pick([r for r in fits if pareto.confirmed(r)], objective, capacity)
         if best is None:
             return None
         open_ = [r for r in fits if not pareto.confirmed(r) and (
             pareto.speed(r, objective) > pareto.speed(best, objective)
-            or (not pareto.faster(best, r, objective) and r["peak_memory"] < best["peak_memory"]))]
+            or (not pareto.faster(best, r, objective) and r["peak_memory"] < best["peak_memory"]
+                and not pareto.roomy([best, r], capacity)))]
         return max(open_, key=lambda r: pareto.speed(r, objective), default=None)
 
     def fitting(self, rows: list[dict]) -> list[dict]:

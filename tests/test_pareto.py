@@ -70,3 +70,10 @@ def test_a_confirmed_leader_beaten_once_by_an_unconfirmed_run_is_still_best_not_
     single = row(9, 149.4, 0.12, cv=0.065)
     choice = pareto.choose([base, lead, single], 24 * GiB, 0.1)
     assert choice.best["number"] == 4 and pareto.speed(choice.best) == 138.6
+
+
+def test_a_tie_goes_to_less_memory_only_where_memory_is_scarce():
+    roomy = [row(0, 155.7, 0.23, cv=0.06), row(1, 172.7, 0.28, cv=0.06)]  # the quickstart: 24 GiB budget
+    assert pareto.choose(roomy, 24 * GiB, 0.1).best["number"] == 1
+    tight = [row(0, 155.7, 17, cv=0.06), row(1, 172.7, 20, cv=0.06)]  # 20 GiB of 24 leaves under 25%
+    assert pareto.choose(tight, 24 * GiB, 0.1).best["number"] == 0
