@@ -369,7 +369,7 @@ def outcome(rec: dict) -> str:
         if t.get("compile_s"):
             line += f" (compile {t['compile_s']:.0f}s)"
         if t.get("cut_short"):
-            line += ", 2 windows: under half the best so far"
+            line += f", 2 windows: under {studies.SLOW_CUT:.0%} of the best so far"
         return line + (f" — {rec['error']['message']}" if rec.get("error") else "")
     message = (rec.get("error") or {}).get("message", "")
     return f"{status}: {message[:160]}"

@@ -318,8 +318,10 @@ class Sweep:
         (harness.reuse) and each config keeps its compile cache, warm only for a `repeat` of a
         measured config (launch.compile_cache)."""
         job = dict(self.spec.job(self.device, config), trial=number, repeat=repeat)
-        best = None if repeat else self.best_so_far()
-        if best is not None and best.get("throughput"):  # a config at a fraction of it needs no precise figure
+        # a config at a fraction of the best so far needs no precise figure; in samples/s, so not where
+        # the objective is tokens (a longer sequence has fewer samples/s and may still lead)
+        best = None if repeat or self.spec.objective != "samples" else self.best_so_far()
+        if best is not None and best.get("throughput"):
             job["measure"] = dict(job["measure"], slow_below=SLOW_CUT * best["throughput"])
         if self.results is not None:
             folder = study_dir(self.results, self.spec.study)

@@ -279,10 +279,10 @@ class Trial:
             self.hb.beat("measure", done)
             diverged = not all(map(math.isfinite, self.flush_losses()))  # no use timing it further
             enough = len(per_step) >= min_w
-            hopeless = len(per_step) == 2 and eff_batch / max(per_step) < slow_below
+            hopeless = len(per_step) == 2 and eff_batch / min(per_step) < slow_below  # even its faster window
             if hopeless:
-                self.timing["cut_short"] = (f"{eff_batch / max(per_step):.1f} samples/s at best over 2 windows, "
-                                            f"under {slow_below:.1f} (half the best so far): not timed further")
+                self.timing["cut_short"] = (f"{eff_batch / min(per_step):.1f} samples/s at best over 2 windows, "
+                                            f"under the sweep's cut of {slow_below:.1f}: not timed further")
             stop = (diverged or hopeless or len(per_step) >= max_w
                     or (enough and measure.spread(per_step)["cv"] < target_cv)
                     or (enough and time.perf_counter() - start > max_s))
