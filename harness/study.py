@@ -168,7 +168,8 @@ class Sweep:
         """With nothing queued, queue what the search measures next; False once it should stop (--trials auto).
 
         The order: the structured eager search (every family's memory frontier), then the sampler's
-        own proposals until the best stops improving, then compile modes for the best eager configs.
+        own proposals until the best stops improving, then compile modes for the best eager config
+        (and the next-best while compile keeps winning).
         """
         if self.queued():
             return True
