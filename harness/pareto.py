@@ -102,10 +102,15 @@ def pick(candidates: list[dict], objective: str = "samples", capacity: float | N
     """Fastest candidate; among those tied with it within noise, the one using least memory, unless
     every tied one leaves the safe tier's headroom of `capacity` free: then memory is not scarce, and
     the faster median wins (0.23 against 0.28 GiB of a 24 GiB budget is no reason to give up 10%)."""
-    if not candidates:
-        return None
     if any(confirmed(r) for r in candidates):  # once leaders were re-measured, best is decided on the repeats
         candidates = [r for r in candidates if confirmed(r)]
+    return prefer(candidates, objective, capacity)
+
+
+def prefer(candidates: list[dict], objective: str = "samples", capacity: float | None = None) -> dict | None:
+    """pick's rule on the figures as they stand, confirmed or not."""
+    if not candidates:
+        return None
     top = max(candidates, key=lambda r: speed(r, objective))
     tied = [r for r in candidates if not faster(top, r, objective)]
     if roomy(tied, capacity):

@@ -202,8 +202,7 @@ class Sweep:
 
     def eager_done(self) -> bool:
         eager = [c for c in all_configs(self.spec) if c.get("compile") == "off"]
-        return (all(config_key(c) in self.measured_configs() for c in eager) or self.compile_reserve_reached()
-                or self.stale >= PATIENCE)
+        return all(search.key(c) in self.measured_configs() for c in eager) or self.stale >= PATIENCE
 
     def compile_reserve_reached(self) -> bool:
         """Only the trials the compile phase may need are left under the cap."""
@@ -220,12 +219,16 @@ class Sweep:
         """Queue every compile mode of the next-best eager config (by measured speed, feasible ones),
         up to COMPILE_TOP of them: the best always, each further one only while compiling has beaten
         its eager twin beyond the noise, since a cold compile costs a minute on a CPU. False if none."""
-        eager = sorted((r for r in self.fitting(rows_of(self.study)) if r["config"].get("compile") == "off"),
+        rows = rows_of(self.study)
+        eager = sorted((r for r in self.fitting(rows) if r["config"].get("compile") == "off"),
                        key=lambda r: -pareto.speed(r, self.spec.objective))[:COMPILE_TOP]
-        compiled = [r for r in rows_of(self.study) if r["config"].get("compile", "off") != "off"]
-        tried = [r for r in eager if any(eager_twin(c["config"]) == config_key(r["config"]) for c in compiled)]
-        if tried and not any(pareto.faster(c, r, self.spec.objective) for r in tried for c in compiled
-                             if eager_twin(c["config"]) == config_key(r["config"])):
+        compiled: dict[tuple, list[dict]] = {}
+        for r in rows:
+            if r["config"].get("compile", "off") != "off":
+                compiled.setdefault(eager_twin(r["config"]), []).append(r)
+        tried = [r for r in eager if search.key(r["config"]) in compiled]
+        if tried and not any(pareto.faster(c, r, self.spec.objective)
+                             for r in tried for c in compiled[search.key(r["config"])]):
             return False
         untried = [r for r in eager if r not in tried]
         if not untried:
@@ -278,7 +281,7 @@ class Sweep:
             config = trial.user_attrs.get("config") or self.spec.config(params)
             trial.set_user_attr("config", config)
             trial.set_user_attr("worker", worker_id())
-            previous = self.measured_configs(besides=trial.number).get(config_key(config))
+            previous = self.measured_configs(besides=trial.number).get(search.key(config))
         if previous is not None and previous.number != trial.number:
             self.tell_duplicate(trial, previous)
             self.progress.duplicate(trial.number, previous.number, config)
@@ -326,7 +329,7 @@ class Sweep:
             job["measure"] = dict(job["measure"], slow_below=SLOW_CUT * best["throughput"])
         if self.results is not None:
             folder = study_dir(self.results, self.spec.study)
-            digest = hashlib.sha256(repr(config_key(config)).encode()).hexdigest()[:16]
+            digest = hashlib.sha256(repr(search.key(config)).encode()).hexdigest()[:16]
             job.update(reuse_dir=str(folder / "reuse"), compile_cache=str(folder / "inductor" / digest))
         return job
 
@@ -386,18 +389,15 @@ class Sweep:
 
     def challenger(self) -> dict | None:
         """The fastest unconfirmed fitting config that would be chosen over the confirmed best if its
-        single run held: faster than the best's median, or tied with it and lighter where memory is
-        scarce (pareto.pick)."""
+        single run held (pareto.prefer: faster than the best's median, or tied with it and lighter
+        where memory is scarce)."""
         objective = self.spec.objective
         fits = self.fitting(rows_of(self.study))
         capacity = pareto.capacity(fits, self.spec.memory_budget)
         best = pareto.pick([r for r in fits if pareto.confirmed(r)], objective, capacity)
         if best is None:
             return None
-        open_ = [r for r in fits if not pareto.confirmed(r) and (
-            pareto.speed(r, objective) > pareto.speed(best, objective)
-            or (not pareto.faster(best, r, objective) and r["peak_memory"] < best["peak_memory"]
-                and not pareto.roomy([best, r], capacity)))]
+        open_ = [r for r in fits if not pareto.confirmed(r) and pareto.prefer([best, r], objective, capacity) is r]
         return max(open_, key=lambda r: pareto.speed(r, objective), default=None)
 
     def fitting(self, rows: list[dict]) -> list[dict]:
@@ -483,7 +483,7 @@ class Sweep:
             if self.eager_phase() and "compile" in params:
                 params["compile"] = "off"
             config = self.spec.config(params)
-            if config_key(config) not in measured:
+            if search.key(config) not in measured:
                 self.enqueue(config)
                 return
 
@@ -531,7 +531,7 @@ class Sweep:
             if interrupted(t) or "duplicate_of" in t.user_attrs or t.number == besides:
                 continue
             if "config" in t.user_attrs:
-                out.setdefault(config_key(t.user_attrs["config"]), t)
+                out.setdefault(search.key(t.user_attrs["config"]), t)
         return out
 
     def best_so_far(self) -> dict | None:
@@ -588,11 +588,7 @@ def requeue(study: optuna.Study, params: dict, attrs: dict) -> None:
 
 def eager_twin(config: dict) -> tuple:
     """The key of the same config without compile."""
-    return config_key({**config, "compile": "off"})
-
-
-def config_key(config: dict) -> tuple:
-    return tuple(sorted((k, repr(v)) for k, v in config.items()))
+    return search.key({**config, "compile": "off"})
 
 
 # ---- baseline ------------------------------------------------------------------------------------
