@@ -4,6 +4,7 @@ Every figure here is read from the device, the allocator or the kernel; nothing 
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 import resource
@@ -109,6 +110,15 @@ def cpu_memory_limited() -> bool:
     return soft != hard
 
 
+def refused_memory() -> bool:
+    """Whether this process has met its memory wall: a CPU wall is set (RLIMIT_DATA), or the CUDA
+    caching allocator has refused an allocation (its num_ooms count), which libraries that allocate
+    through it (cuDNN's workspaces) may report only as a failure to find a kernel."""
+    if cpu_memory_limited():
+        return True
+    return bool(torch.cuda.is_initialized() and torch.cuda.memory_stats().get("num_ooms", 0))
+
+
 def lift_cpu_memory_limit() -> None:
     """After an OOM the record still has to be written: give the memory back."""
     _, hard = resource.getrlimit(resource.RLIMIT_DATA)
@@ -175,8 +185,22 @@ def start_cuda(device: torch.device) -> dict:
             "device_total": torch.cuda.get_device_properties(device).total_memory}
 
 
+def release_cached(device: torch.device) -> None:
+    """Give back memory freed but still held: the CUDA allocator's unused cached segments, glibc's
+    free heap. Before a peak window starts, so that what one-off work left cached (cuDNN benchmark
+    workspaces, autotuning buffers) is not counted as the window's."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        return
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the free heap stays, and counts
+        pass
+
+
 def reset_peak(device: torch.device) -> None:
-    """Start the peak over: what ran before (the fp32 reference pass) is not the trial's footprint."""
+    """Start the peak over: what ran before is not in the window that follows."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
