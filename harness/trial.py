@@ -102,13 +102,17 @@ class Trial:
         for ref in workloads.user_refs(self.job["workload"]):
             import_factory(ref)
         t0 = time.perf_counter()
-        self.wl = workloads.build(self.job["workload"])
+        self.wl = self.build_workload()
         self.timing["build_s"] = time.perf_counter() - t0
         self.check_knobs()
         t0 = time.perf_counter()
         self.flops_per_micro, self.flops_error = self.figures.get("flops", self.figure_key(), self.count_flops)
         self.timing["flops_s"] = time.perf_counter() - t0
         self.t_setup = t_setup
+
+    def build_workload(self):
+        """The workload, its model on the CPU (harness.distributed's FSDP ranks: on the meta device)."""
+        return workloads.build(self.job["workload"])
 
     def figure_key(self, *knobs_used) -> dict:
         """What a figure filed for reuse depends on (harness.reuse): the build, the batch's shape, the versions."""
@@ -237,10 +241,11 @@ class Trial:
         return self.figures.get("reference", key, lambda: self.fp32_loss(model, batch))
 
     def fp32_loss(self, model, batch) -> float:
-        buffers = {k: v.clone() for k, v in model.named_buffers()}  # keep BatchNorm stats as they were
+        buffers = [(b, b.clone()) for b in model.buffers()]  # keep BatchNorm stats as they were
         with torch.no_grad():
             loss = float(self.wl.loss(model, batch))
-        model.load_state_dict(buffers, strict=False)
+            for b, saved in buffers:
+                b.copy_(saved)
         return loss
 
     def warm_up(self) -> None:
