@@ -245,7 +245,10 @@ def rank_main(job_path: str, workdir: str) -> None:
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     job = json.loads(Path(job_path).read_text())
     cuda = job["device"].startswith("cuda")
-    job = dict(job, device=f"cuda:{local}" if cuda else "cpu", heartbeat=str(rank_beat(workdir, rank)))
+    job = dict(job, device=f"cuda:{local}" if cuda else "cpu", heartbeat=str(rank_beat(workdir, rank)),
+               # before set_device below creates this rank's CUDA context: the context is then counted
+               # where NVML has no per-process figure (measure.context_reading)
+               nvml_used_at_start=measure.nvml_used_bytes(local) if cuda else None)
     hb = trial.Heartbeat(job["heartbeat"])
     hb.beat("start")
     out = Path(workdir) / f"rank{rank}.json"

@@ -166,12 +166,13 @@ def context_reading(device: torch.device, used_before: int | None) -> dict:
                                      "allocator's reserved peak alone (context and libraries not counted)"}
 
 
-def start_cuda(device: torch.device) -> dict:
+def start_cuda(device: torch.device, used_before: int | None = None) -> dict:
     """Create the CUDA context, load cuBLAS and cuDNN, and measure what that costs outside the
     caching allocator. Libraries loaded later (Triton, more kernels) are caught by the re-read at
-    the end of the trial (harness.trial)."""
+    the end of the trial (harness.trial). `used_before`: NVML's device-wide use read before anything
+    in this process touched CUDA, where something did before this call (a rank's set_device)."""
     index = device.index or 0
-    before = nvml_used_bytes(index)
+    before = used_before if used_before is not None else nvml_used_bytes(index)
     torch.cuda.set_device(index)
     x = torch.ones(8, 8, device=device)
     x @ x  # cuBLAS handle and workspace

@@ -93,7 +93,7 @@ class Trial:
         self.memory["baseline_rss"] = measure.rss_bytes()
         budget = self.job.get("memory_budget")
         if self.device.type == "cuda":
-            self.memory.update(measure.start_cuda(self.device))
+            self.memory.update(measure.start_cuda(self.device, self.job.get("nvml_used_at_start")))
             if budget:
                 measure.limit_cuda_memory(self.device, budget, self.memory["context_bytes"])
         elif budget:
