@@ -214,7 +214,15 @@ def reset_peak(device: torch.device) -> None:
 
 
 def limit_cuda_memory(device: torch.device, budget: int, context_bytes: int | None) -> None:
-    """Cap the allocator so that allocator + context stay under `budget`: a real OutOfMemoryError."""
+    """Cap the allocator so that allocator + context stay under `budget`: a real OutOfMemoryError.
+
+    The cap (set_per_process_memory_fraction) covers what torch's caching allocator reserves and
+    nothing else: the CUDA context, cuBLAS/cuDNN handles and workspaces outside the allocator, and
+    NCCL's communicator buffers (cudaMalloc'd by NCCL itself, on its first collective) are outside it.
+    So the cap is the budget less what this process holds outside the allocator, read at start
+    (`context_bytes`) and read again after the first steps, when NCCL and lazily loaded kernels have
+    taken theirs (harness.trial); the record's peak adds the larger reading back.
+    """
     total = torch.cuda.get_device_properties(device).total_memory
     usable = budget - (context_bytes or 0)
     torch.cuda.set_per_process_memory_fraction(max(min(usable / total, 1.0), 0.0), device)

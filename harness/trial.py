@@ -288,6 +288,12 @@ class Trial:
         """Close the first steps' memory window (its peak is kept) and start the steady state's."""
         self.memory["first_step_peak"] = self.peak_so_far()
         measure.release_cached(self.device)
+        budget = self.job.get("memory_budget")
+        if self.device.type == "cuda" and budget:  # the wall now also makes room for what the first steps loaded
+            grown = measure.context_reading(self.device, self.memory.get("nvml_used_at_start"))["bytes"]
+            if grown is not None and grown > (self.memory.get("context_bytes") or 0):
+                self.memory["context_after_first_steps"] = grown
+                measure.limit_cuda_memory(self.device, budget, grown)
         measure.reset_peak(self.device)
 
     def measure_windows(self) -> list[float]:
