@@ -90,6 +90,8 @@ class Trial:
         """Device, memory wall and workload: everything before the first step."""
         t_setup = time.perf_counter()
         torch.ones(512, 512) @ torch.ones(512, 512)  # start the OpenMP pool now: its thread stacks are baseline
+        if self.device.type == "cpu":
+            measure.map_large_allocations()
         self.memory["baseline_rss"] = measure.rss_bytes()
         budget = self.job.get("memory_budget")
         if self.device.type == "cuda":
