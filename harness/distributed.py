@@ -15,6 +15,7 @@ trial is reported by the rank that failed first, with that rank's log.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -26,7 +27,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from harness import launch, measure, record, trial
+from harness import knobs, launch, measure, record, trial, workloads
 
 # A collective that fails because another rank died: that rank's failure is the trial's, not this one's.
 PEER_PHRASES = ("connection closed by peer", "connection reset by peer", "broken pipe", "remote process exited",
@@ -46,6 +47,21 @@ class RankTrial(trial.Trial):
         super().prepare()
         self.wl.dataset = self.my_shard(self.wl.dataset)
 
+    def build_workload(self):
+        """FSDP: the workload with its model on the meta device, so no rank ever holds the whole model
+        (torchtitan's order: build on meta, fully_shard, materialise). Rank 0 also builds it on the CPU,
+        seeded as a one-process trial is: its weights are broadcast into every rank's shards, one
+        tensor at a time, and then dropped."""
+        if self.parallel != "fsdp":
+            return super().build_workload()
+        self.full_state = None
+        if self.rank == 0:
+            source = workloads.build(self.job["workload"]).model
+            self.full_state = {**source.state_dict(), **named_buffers(source)}
+            del source
+        with torch.device("meta"):
+            return workloads.build(self.job["workload"])
+
     def my_shard(self, dataset):
         """This rank's contiguous part of the data: ranks train on different samples, so equal
         parameters afterwards show the gradients really were averaged."""
@@ -61,15 +77,74 @@ class RankTrial(trial.Trial):
             from torch.nn.parallel import DistributedDataParallel
             self.ddp = DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
             return self.ddp
+        return model  # FSDP: sharded as it was built (training_model)
+
+    # -- FSDP: built on meta, sharded, materialised ------------------------------------------------
+    def reference_pass(self) -> float | None:
+        """DDP: the untouched model, as one process. FSDP: taken from the sharded model in training_model."""
+        return super().reference_pass() if self.parallel != "fsdp" else None
+
+    def training_model(self) -> torch.nn.Module:
+        """FSDP: the reference loss on an fp32 sharded model, then the model that trains: the same one
+        for fp32 and tf32, else a twin sharded under its own precision (the fp32 one is freed first)."""
+        if self.parallel != "fsdp":
+            return super().training_model()
+        t0 = time.perf_counter()
+        plain = self.precision in ("fp32", "tf32")
+        fp32 = self.sharded_model("fp32")
+        knobs.set_numerics("fp32", False)
+        batch = knobs.to_device(self.sample_batch(self.wl.dataset, self.wl.collate), self.device, False)
+        self.reference = self.fp32_loss(fp32, batch)  # not filed for reuse: no rank has the whole weights to key it
+        knobs.set_numerics(self.precision, self.config.get("cudnn_benchmark", False))
+        if not plain:
+            del fp32
+            gc.collect()  # FSDP's hooks hold the module in reference cycles
+            model = self.sharded_model(self.precision)
+        else:
+            model = fp32
+        self.full_state = None  # rank 0's CPU copy: every rank has its shards now
+        self.timing["reference_s"] = time.perf_counter() - t0
+        self.memory["weights"] = measure.tensor_bytes(list(model.parameters()) + list(model.buffers()))  # this rank's shard
+        self.eager = model
+        return model
+
+    def sharded_model(self, precision: str) -> torch.nn.Module:
+        """A fresh meta build, checkpointed, fully_shard per block and root (mixed precision through
+        FSDP2's MixedPrecisionPolicy, bf16-true as bf16 shards), materialised on this rank's device
+        and filled from rank 0's weights (torch.distributed.checkpoint's broadcast_from_rank0)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
+        with torch.device("meta"):
+            model = workloads.build(self.job["workload"]).model
+        if precision == "bf16-true":
+            model = model.to(torch.bfloat16)  # on meta: the shards are made bf16, no fp32 copy ever exists
+        model = self.checkpointed(model)
         mesh = init_device_mesh(self.device.type, (self.world,))
         reshard = bool(self.config.get("reshard_after_forward", True))
         for block in [m for m in model.modules() if isinstance(m, self.wl.blocks)]:
-            fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
-        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)  # the rest (embeddings, head) as one group
-        self.memory["weights"] = measure.tensor_bytes(list(model.parameters()) + list(model.buffers()))  # this rank's shard
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mixed_precision(precision))
+        # the rest (embeddings, head) as one group; its outputs in fp32, so the loss runs in fp32 as under autocast
+        fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mixed_precision(precision, root=True))
+        model.to_empty(device=self.device)
+        full = self.full_state or {}
+        keys = set(model.state_dict())
+        with torch.no_grad():
+            set_model_state_dict(model, {k: v for k, v in full.items() if k in keys},
+                                 options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False))
+            for name, buf in named_buffers(model).items():  # buffers are not sharded; non-persistent ones are not in a state dict
+                if self.rank == 0:
+                    buf.copy_(full[name])
+                dist.broadcast(buf, src=0)
+        self.precision_seen = watch_dtypes(model, self.wl.blocks)
         return model
+
+    def precision_context(self):
+        """FSDP: no autocast; FSDP2 all-gathers the weights in the compute dtype and reduces in fp32."""
+        if self.parallel == "fsdp" and self.precision in MIXED:
+            import contextlib
+            return contextlib.nullcontext()
+        return super().precision_context()
 
     def sync_gradients(self, last: bool) -> None:
         """DDP averages gradients at the optimizer step's last micro-batch only, as no_sync() does;
@@ -94,12 +169,51 @@ class RankTrial(trial.Trial):
 
     def run(self) -> dict:
         rec = super().run()
+        if self.parallel == "fsdp":
+            rec["memory"]["fsdp_dtypes"] = self.precision_seen
         mine = {"rank": self.rank, "peak_memory": rec["peak_memory"], "memory": rec["memory"],
                 "status": rec["status"], "error": rec["error"], "params": self.param_checksum(),
                 "threads": torch.get_num_threads()}
         ranks: list = [None] * self.world
         dist.all_gather_object(ranks, mine)
         return merged(rec, ranks, self.config)
+
+
+MIXED = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}
+
+
+def mixed_precision(precision: str, root: bool = False):
+    """FSDP2's mixed precision, as torchtitan sets it: weights all-gathered in the compute dtype (so
+    the all-gather moves half the bytes, and no autocast copy of each layer's weights lives from
+    forward to backward), gradients reduced in fp32, the fp32 shards stepped by the optimizer. The
+    root's outputs are cast to fp32, so the workload's loss runs in fp32 as autocast would run it."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    dtype = MIXED.get(precision)
+    if dtype is None:
+        return MixedPrecisionPolicy()
+    return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32,
+                                output_dtype=torch.float32 if root else None)
+
+
+def watch_dtypes(model, blocks) -> dict:
+    """The dtypes a first block's weight has at rest (the shard) and inside its forward (what
+    FSDP all-gathered), read once by a forward hook: the record's proof of the precision used."""
+    seen = {}
+    block = next((m for m in model.modules() if isinstance(m, blocks)), model)
+    weight = next(block.parameters())
+    seen["sharded"] = str(weight.dtype)
+
+    def note(module, args):
+        seen.setdefault("in_forward", str(next(module.parameters()).dtype))
+        handle.remove()
+    handle = block.register_forward_pre_hook(note)
+    return seen
+
+
+def named_buffers(model) -> dict:
+    """Every buffer under the name a plain build gives it (checkpoint wrappers' prefix left out)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import _CHECKPOINT_PREFIX
+    return {name.replace(_CHECKPOINT_PREFIX, ""): b for name, b in model.named_buffers()}
 
 
 def merged(rec: dict, ranks: list[dict], config: dict) -> dict:
@@ -112,6 +226,7 @@ def merged(rec: dict, ranks: list[dict], config: dict) -> dict:
                           "reshard_after_forward": config.get("reshard_after_forward") if config["parallel"] == "fsdp" else None,
                           "gradient_sync": "every optimizer step" if config["parallel"] == "ddp" else "every micro-batch",
                           "threads_per_rank": [r["threads"] for r in ranks],
+                          "mixed_precision": (rec["memory"].get("fsdp_dtypes") if config["parallel"] == "fsdp" else None),
                           "param_checksums": [r["params"] for r in ranks]}
     bad = next((r for r in ranks if r["status"] != record.OK), None)
     if bad is not None and rec["status"] == record.OK:
@@ -130,7 +245,10 @@ def rank_main(job_path: str, workdir: str) -> None:
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     job = json.loads(Path(job_path).read_text())
     cuda = job["device"].startswith("cuda")
-    job = dict(job, device=f"cuda:{local}" if cuda else "cpu", heartbeat=str(rank_beat(workdir, rank)))
+    job = dict(job, device=f"cuda:{local}" if cuda else "cpu", heartbeat=str(rank_beat(workdir, rank)),
+               # before set_device below creates this rank's CUDA context: the context is then counted
+               # where NVML has no per-process figure (measure.context_reading)
+               nvml_used_at_start=measure.nvml_used_bytes(local) if cuda else None)
     hb = trial.Heartbeat(job["heartbeat"])
     hb.beat("start")
     out = Path(workdir) / f"rank{rank}.json"

@@ -1,12 +1,13 @@
 """Training knobs, applied to a freshly built workload in one documented order.
 
 Order (each step sees the model the previous one produced):
-  1. numerics   matmul/conv precision flags and cuDNN autotuning, process-wide, through the legacy API
+  1. numerics   matmul/conv precision flags (fp32: torch's defaults) and cuDNN autotuning, process-wide
   2. placement  model to the device; `bf16-true` casts the weights themselves (and, per step, the
                 floating-point inputs: see `to_device`)
   3. checkpointing  wrap the workload's repeated blocks (full: all, selective: every other one)
   4. sharding   over several processes, DDP or FSDP2 fully_shard per block and root (harness.distributed)
-  5. compile    torch.compile over the checkpointed (and sharded) model, so recompute is compiled too
+  5. compile    torch.compile over the loss of the checkpointed (and sharded) model, model and loss in
+                one graph, so recompute and the loss are compiled too
 Checkpointing, then sharding, then compile: the order torchtitan applies them in.
 The per-step knobs (autocast, GradScaler, optimizer implementation, DataLoader) are built here too,
 so the trial loop only composes them.
@@ -19,24 +20,34 @@ import functools
 import torch
 
 
-def set_numerics(precision: str, cudnn_benchmark: bool) -> None:
-    """TF32 on only for `tf32` (fp32 means IEEE fp32), through the legacy API only.
+# torch's own numerics in this process, read before any trial sets them: fp32 means these.
+TORCH_DEFAULTS = {"float32_matmul_precision": torch.get_float32_matmul_precision(),
+                  "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32}
 
-    Torch >= 2.9 also has `fp32_precision`, but a process that sets only the new API raises when
-    anything reads the legacy flags, and inductor and user code still read them (pytorch#166387).
-    The legacy setters keep both old and new reads consistent.
+
+def set_numerics(precision: str, cudnn_benchmark: bool) -> None:
+    """fp32 is torch's defaults, what a user's fp32 run gets: matmuls in IEEE fp32 ("highest"), cuDNN
+    convolutions allowed TF32 (torch.backends.cudnn.allow_tf32 is True by default; turning it off
+    would make bench's fp32 baseline slower than the user's and inflate every speedup on a conv
+    model). tf32 also lets matmuls use TF32 ("high").
+
+    Through the legacy API only: torch >= 2.9 also has `fp32_precision`, but a process that sets only
+    the new API raises when anything reads the legacy flags, and inductor and user code still read
+    them (pytorch#166387). The legacy setters keep both old and new reads consistent.
     """
-    tf32 = precision == "tf32"
-    torch.set_float32_matmul_precision("high" if tf32 else "highest")  # sets cuda.matmul.allow_tf32 too
-    torch.backends.cudnn.allow_tf32 = tf32
+    matmul = "high" if precision == "tf32" else TORCH_DEFAULTS["float32_matmul_precision"]
+    torch.set_float32_matmul_precision(matmul)  # sets cuda.matmul.allow_tf32 too
+    torch.backends.cudnn.allow_tf32 = TORCH_DEFAULTS["cudnn_allow_tf32"]
     torch.backends.cudnn.benchmark = bool(cudnn_benchmark)
 
 
 def tf32_mode() -> dict:
-    """The TF32 switches as torch reports them now (read through the legacy getters)."""
+    """The TF32 switches as torch reports them now (read through the legacy getters), and torch's
+    defaults beside them: the record shows that fp32 ran as torch leaves it."""
     return {"float32_matmul_precision": torch.get_float32_matmul_precision(),
             "cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32}
+            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+            "torch_defaults": dict(TORCH_DEFAULTS)}
 
 
 def input_dtype(precision: str) -> torch.dtype | None:
@@ -76,10 +87,16 @@ def apply_checkpointing(model: torch.nn.Module, blocks: tuple, mode: str) -> tor
     return model
 
 
-def apply_compile(model: torch.nn.Module, mode: str) -> torch.nn.Module:
+def compiled_loss(loss, model: torch.nn.Module, mode: str):
+    """`loss(model, batch)` as one function of the batch, compiled whole when compile is on: the
+    model and its loss in one graph, as nanoGPT compiles its model with the loss inside, so a
+    language model's vocabulary-sized cross-entropy is fused too. Python in a loss that dynamo cannot
+    trace graph-breaks and runs as it is (torch.compiler.disable keeps bookkeeping out of the graph)."""
+    def loss_of(batch):
+        return loss(model, batch)
     if mode == "off":
-        return model
-    return torch.compile(model, mode=None if mode == "default" else mode)
+        return loss_of
+    return torch.compile(loss_of, mode=None if mode == "default" else mode)
 
 
 def uses_cuda_graphs(mode: str, device: torch.device) -> bool:

@@ -4,6 +4,7 @@ Every figure here is read from the device, the allocator or the kernel; nothing 
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 import resource
@@ -86,6 +87,25 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+MMAP_THRESHOLD = 1 << 20
+M_MMAP_THRESHOLD = -3  # glibc malloc.h
+
+
+def map_large_allocations() -> None:
+    """Give every allocation of 1 MiB or more its own mapping, returned to the system when freed
+    (glibc's mallopt(M_MMAP_THRESHOLD), which also stops glibc from raising the threshold itself).
+
+    So that a CPU trial's peak RSS is the tensors it holds, not glibc's heap policy: by default the
+    first free of a large block raises the threshold (up to 32 MiB), tensors under it then live in
+    the heap, and interleaved lifetimes fragment it. A 2-rank FSDP GPT of 29M parameters peaked at
+    875 MB of RSS holding 235 MB of sharded state, 430 MB with the threshold fixed; DDP 853 / 713 MB.
+    """
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    except (OSError, AttributeError):  # not glibc: its allocator's own policy stands
+        pass
+
+
 def vm_data_bytes() -> int:
     with open("/proc/self/status") as f:
         for line in f:
@@ -107,6 +127,15 @@ def cpu_memory_limited() -> bool:
     """Whether this process runs under a CPU memory wall (limit_cpu_memory)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     return soft != hard
+
+
+def refused_memory() -> bool:
+    """Whether this process has met its memory wall: a CPU wall is set (RLIMIT_DATA), or the CUDA
+    caching allocator has refused an allocation (its num_ooms count), which libraries that allocate
+    through it (cuDNN's workspaces) may report only as a failure to find a kernel."""
+    if cpu_memory_limited():
+        return True
+    return bool(torch.cuda.is_initialized() and torch.cuda.memory_stats().get("num_ooms", 0))
 
 
 def lift_cpu_memory_limit() -> None:
@@ -156,12 +185,13 @@ def context_reading(device: torch.device, used_before: int | None) -> dict:
                                      "allocator's reserved peak alone (context and libraries not counted)"}
 
 
-def start_cuda(device: torch.device) -> dict:
+def start_cuda(device: torch.device, used_before: int | None = None) -> dict:
     """Create the CUDA context, load cuBLAS and cuDNN, and measure what that costs outside the
     caching allocator. Libraries loaded later (Triton, more kernels) are caught by the re-read at
-    the end of the trial (harness.trial)."""
+    the end of the trial (harness.trial). `used_before`: NVML's device-wide use read before anything
+    in this process touched CUDA, where something did before this call (a rank's set_device)."""
     index = device.index or 0
-    before = nvml_used_bytes(index)
+    before = used_before if used_before is not None else nvml_used_bytes(index)
     torch.cuda.set_device(index)
     x = torch.ones(8, 8, device=device)
     x @ x  # cuBLAS handle and workspace
@@ -175,8 +205,22 @@ def start_cuda(device: torch.device) -> dict:
             "device_total": torch.cuda.get_device_properties(device).total_memory}
 
 
+def release_cached(device: torch.device) -> None:
+    """Give back memory freed but still held: the CUDA allocator's unused cached segments, glibc's
+    free heap. Before a peak window starts, so that what one-off work left cached (cuDNN benchmark
+    workspaces, autotuning buffers) is not counted as the window's."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        return
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the free heap stays, and counts
+        pass
+
+
 def reset_peak(device: torch.device) -> None:
-    """Start the peak over: what ran before (the fp32 reference pass) is not the trial's footprint."""
+    """Start the peak over: what ran before is not in the window that follows."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -189,7 +233,15 @@ def reset_peak(device: torch.device) -> None:
 
 
 def limit_cuda_memory(device: torch.device, budget: int, context_bytes: int | None) -> None:
-    """Cap the allocator so that allocator + context stay under `budget`: a real OutOfMemoryError."""
+    """Cap the allocator so that allocator + context stay under `budget`: a real OutOfMemoryError.
+
+    The cap (set_per_process_memory_fraction) covers what torch's caching allocator reserves and
+    nothing else: the CUDA context, cuBLAS/cuDNN handles and workspaces outside the allocator, and
+    NCCL's communicator buffers (cudaMalloc'd by NCCL itself, on its first collective) are outside it.
+    So the cap is the budget less what this process holds outside the allocator, read at start
+    (`context_bytes`) and read again after the first steps, when NCCL and lazily loaded kernels have
+    taken theirs (harness.trial); the record's peak adds the larger reading back.
+    """
     total = torch.cuda.get_device_properties(device).total_memory
     usable = budget - (context_bytes or 0)
     torch.cuda.set_per_process_memory_fraction(max(min(usable / total, 1.0), 0.0), device)

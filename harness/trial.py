@@ -21,14 +21,7 @@ from pathlib import Path
 import psutil
 import torch
 
-from harness import __version__, knobs, measure, record, reuse, workloads
-
-# Phrases of a real allocation failure, CPU and CUDA. Anything else is not an OOM.
-OOM_PHRASES = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
-# oneDNN (CPU convolutions) says only this when its allocation fails; counted as OOM only under a CPU
-# memory wall, where a config that runs without the wall fails this way at the wall.
-WALL_PHRASES = ("could not create a primitive",)
-
+from harness import __version__, errors, knobs, measure, record, reuse, workloads
 
 class Heartbeat:
     """Progress the parent can read: the phase and the step count, rewritten on every step."""
@@ -72,15 +65,8 @@ def die_with_parent() -> None:
 
 
 def is_oom(exc: BaseException) -> bool:
-    while exc is not None:
-        if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
-            return True
-        if any(p in str(exc).lower() for p in OOM_PHRASES):
-            return True
-        if measure.cpu_memory_limited() and any(p in str(exc).lower() for p in WALL_PHRASES):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
+    """An allocation failure, by any library's word for it (harness.errors), the vaguer ones only at the wall."""
+    return errors.is_oom(exc, at_wall=measure.refused_memory())
 
 
 class Trial:
@@ -104,10 +90,12 @@ class Trial:
         """Device, memory wall and workload: everything before the first step."""
         t_setup = time.perf_counter()
         torch.ones(512, 512) @ torch.ones(512, 512)  # start the OpenMP pool now: its thread stacks are baseline
+        if self.device.type == "cpu":
+            measure.map_large_allocations()
         self.memory["baseline_rss"] = measure.rss_bytes()
         budget = self.job.get("memory_budget")
         if self.device.type == "cuda":
-            self.memory.update(measure.start_cuda(self.device))
+            self.memory.update(measure.start_cuda(self.device, self.job.get("nvml_used_at_start")))
             if budget:
                 measure.limit_cuda_memory(self.device, budget, self.memory["context_bytes"])
         elif budget:
@@ -116,13 +104,17 @@ class Trial:
         for ref in workloads.user_refs(self.job["workload"]):
             import_factory(ref)
         t0 = time.perf_counter()
-        self.wl = workloads.build(self.job["workload"])
+        self.wl = self.build_workload()
         self.timing["build_s"] = time.perf_counter() - t0
         self.check_knobs()
         t0 = time.perf_counter()
         self.flops_per_micro, self.flops_error = self.figures.get("flops", self.figure_key(), self.count_flops)
         self.timing["flops_s"] = time.perf_counter() - t0
         self.t_setup = t_setup
+
+    def build_workload(self):
+        """The workload, its model on the CPU (harness.distributed's FSDP ranks: on the meta device)."""
+        return workloads.build(self.job["workload"])
 
     def figure_key(self, *knobs_used) -> dict:
         """What a figure filed for reuse depends on (harness.reuse): the build, the batch's shape, the versions."""
@@ -159,35 +151,54 @@ class Trial:
         return (collate or torch.utils.data.default_collate)(items)
 
     def build_training(self) -> None:
-        """Knobs in the documented order (harness.knobs), optimizer, scaler, data."""
-        wl = self.wl
-        knobs.set_numerics("fp32", False)  # the reference is IEEE fp32 (cuDNN convs default to TF32)
+        """The reference loss, then the model as it trains and what drives its steps."""
+        knobs.set_numerics("fp32", False)  # the reference runs as torch leaves numerics (fp32)
         t0 = time.perf_counter()
-        self.reference = self.reference_loss(wl.model.to(self.device))  # before any knob touches the model
+        self.reference = self.reference_pass()
         self.timing["reference_s"] = time.perf_counter() - t0
-        measure.reset_peak(self.device)  # the reference pass is not part of the trial's footprint
+        measure.reset_peak(self.device)  # the first steps' window starts here: the reference pass is not in it
         knobs.set_numerics(self.precision, self.config.get("cudnn_benchmark", False))
-        model = knobs.place(wl.model, self.device, self.precision)
+        model = self.training_model()
+        self.params = self.wl.trainable(model) if self.wl.trainable else [p for p in model.parameters() if p.requires_grad]
+        self.loss_of = knobs.compiled_loss(self.wl.loss, self.eager, self.config.get("compile", "off"))
+        self.training_parts(model)
+        self.timing["setup_s"] = time.perf_counter() - self.t_setup
+
+    def reference_pass(self) -> float:
+        """The fp32 reference loss, on the untouched model placed on the device (harness.distributed's
+        FSDP ranks take it from their sharded model instead: the whole model never fits one rank)."""
+        return self.reference_loss(self.wl.model.to(self.device))
+
+    def training_model(self) -> torch.nn.Module:
+        """Placed (bf16-true: cast), checkpointed, sharded; sets `eager` (what the loss calls) and the
+        weights' bytes. Returns the module whose parameters train."""
+        model = knobs.place(self.wl.model, self.device, self.precision)
         self.memory["weights"] = measure.tensor_bytes(list(model.parameters()) + list(model.buffers()))
+        self.eager = self.shard(self.checkpointed(model))  # after checkpointing, before compile (see harness.knobs)
+        return model
+
+    def checkpointed(self, model):
         mode = self.config.get("checkpointing", "none")
-        self.eager = (wl.checkpoint(model, mode) if wl.checkpoint and mode != "none"
-                      else knobs.apply_checkpointing(model, wl.blocks, mode))
-        self.eager = self.shard(self.eager)  # after checkpointing, before compile (see harness.knobs)
-        self.model = knobs.apply_compile(self.eager, self.config.get("compile", "off"))
-        params = wl.trainable(model) if wl.trainable else [p for p in model.parameters() if p.requires_grad]
-        self.params = params
+        return (self.wl.checkpoint(model, mode) if self.wl.checkpoint and mode != "none"
+                else knobs.apply_checkpointing(model, self.wl.blocks, mode))
+
+    def training_parts(self, model) -> None:
+        """Optimizer, loss scaler, autocast, data: what each step composes."""
         self.cuda_graphs = knobs.uses_cuda_graphs(self.config.get("compile", "off"), self.device)
         if self.cuda_graphs:
-            knobs.own_gradients(params)
-        self.opt = (wl.optimizer(model) if wl.optimizer
-                    else knobs.optimizer(params, wl.lr, self.config.get("optimizer", "default"), self.device))
+            knobs.own_gradients(self.params)
+        self.opt = (self.wl.optimizer(model) if self.wl.optimizer
+                    else knobs.optimizer(self.params, self.wl.lr, self.config.get("optimizer", "default"), self.device))
         self.scaler = knobs.grad_scaler(self.precision, self.device)
-        self.autocast = knobs.autocast(self.precision, self.device)
-        self.loader = knobs.loader(wl.dataset, self.config, wl.collate, self.device)
+        self.autocast = self.precision_context()
+        self.loader = knobs.loader(self.wl.dataset, self.config, self.wl.collate, self.device)
         self.batches = self.cycle()
         self.non_blocking = bool(self.config.get("pin_memory")) and self.device.type == "cuda"
         self.input_dtype = knobs.input_dtype(self.precision)
-        self.timing["setup_s"] = time.perf_counter() - self.t_setup
+
+    def precision_context(self):
+        """The forward's autocast (harness.distributed's FSDP ranks: none, FSDP2 casts the weights)."""
+        return knobs.autocast(self.precision, self.device)
 
     def cycle(self):
         while True:
@@ -214,7 +225,7 @@ class Trial:
                 torch.compiler.cudagraph_mark_step_begin()
             self.sync_gradients(i == self.accum - 1)
             with self.autocast:
-                loss = self.wl.loss(self.model, batch)
+                loss = self.loss_of(batch)
             self.scaler.scale(loss / self.accum).backward()
             self.pending.append(loss.detach().clone())  # a CUDA-graph output would be overwritten next step
         self.scaler.step(self.opt)
@@ -232,14 +243,25 @@ class Trial:
         return self.figures.get("reference", key, lambda: self.fp32_loss(model, batch))
 
     def fp32_loss(self, model, batch) -> float:
-        buffers = {k: v.clone() for k, v in model.named_buffers()}  # keep BatchNorm stats as they were
+        buffers = [(b, b.clone()) for b in model.buffers()]  # keep BatchNorm stats as they were
         with torch.no_grad():
             loss = float(self.wl.loss(model, batch))
-        model.load_state_dict(buffers, strict=False)
+            for b, saved in buffers:
+                b.copy_(saved)
         return loss
 
     def warm_up(self) -> None:
-        """First step (compile, autotuning, allocator growth) and warm-up steps, timed apart."""
+        """First step (compile, autotuning, allocator growth) and warm-up steps, timed apart.
+
+        The memory they take is their own window: placement, the first step and the warm-up steps
+        hold one-off work (cuDNN benchmark workspaces, max-autotune's benchmarking buffers, CUDA-graph
+        recording, bf16-true's freed fp32 weights, cached blocks of the reference pass). Its peak is
+        recorded as `memory.first_step_peak`; it had to fit under the memory wall (the cap is set
+        before the first step, and going over it is this config's OOM), so a config that reaches the
+        measured steps is feasible at the wall. Then what that work left cached is given back and the
+        window restarts, before the last warm-up step, which regrows the cache untimed: `peak_memory`
+        is the steady state's peak, what the config keeps needing step after step.
+        """
         self.hb.beat("first_step")
         t0 = measure.now(self.device)
         self.step()
@@ -253,12 +275,28 @@ class Trial:
         steps = int(self.job["measure"].get("warmup_steps", 2))
         t0 = measure.now(self.device)
         for i in range(steps):
+            if i == steps - 1:
+                self.start_steady_window()
             self.step()
             self.hb.beat("warmup", i + 1)
+        if not steps:
+            self.start_steady_window()
         self.timing["warmup_steps"] = steps
         self.timing["warmup_s"] = measure.now(self.device) - t0
         self.flush_losses()
         self.warm_step_s = self.across_ranks(self.timing["warmup_s"] / steps if steps else first)
+
+    def start_steady_window(self) -> None:
+        """Close the first steps' memory window (its peak is kept) and start the steady state's."""
+        self.memory["first_step_peak"] = self.peak_so_far()
+        measure.release_cached(self.device)
+        budget = self.job.get("memory_budget")
+        if self.device.type == "cuda" and budget:  # the wall now also makes room for what the first steps loaded
+            grown = measure.context_reading(self.device, self.memory.get("nvml_used_at_start"))["bytes"]
+            if grown is not None and grown > (self.memory.get("context_bytes") or 0):
+                self.memory["context_after_first_steps"] = grown
+                measure.limit_cuda_memory(self.device, budget, grown)
+        measure.reset_peak(self.device)
 
     def measure_windows(self) -> list[float]:
         """Time windows of steps until their CV is under target or a cap is reached (adaptive)."""

@@ -30,7 +30,7 @@ def test_legacy_tf32_getters_still_read_after_each_precision(precision):
     """Inductor and user code read the legacy flags; setting only the new API made them raise."""
     knobs.set_numerics(precision, False)
     mode = knobs.tf32_mode()  # reads get_float32_matmul_precision, matmul.allow_tf32, cudnn.allow_tf32
-    assert mode["cudnn_allow_tf32"] is (precision == "tf32")
+    assert mode["cudnn_allow_tf32"] is mode["torch_defaults"]["cudnn_allow_tf32"] is True  # torch's default, every precision
     assert mode["float32_matmul_precision"] == ("high" if precision == "tf32" else "highest")
     assert torch.backends.cuda.matmul.fp32_precision in ("tf32" if precision == "tf32" else "ieee",)
     knobs.set_numerics("fp32", False)
@@ -195,7 +195,7 @@ def test_cuda_graph_gradients_accumulate_like_eager(mode):
     eager = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).to(dev)
     graphed = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).to(dev)
     graphed.load_state_dict(eager.state_dict())
-    compiled = knobs.apply_compile(graphed, mode)
+    compiled = knobs.compiled_loss(lambda m, x: m(x).sum(), graphed, mode)
     assert knobs.uses_cuda_graphs(mode, dev)
     knobs.own_gradients(graphed.parameters())
     xs = [torch.randn(8, 64, device=dev) for _ in range(3)]
@@ -204,7 +204,7 @@ def test_cuda_graph_gradients_accumulate_like_eager(mode):
             p.grad.zero_()
         for x in xs:
             torch.compiler.cudagraph_mark_step_begin()
-            compiled(x).sum().backward()
+            compiled(x).backward()
     for x in xs:
         eager(x).sum().backward()
     for a, b in zip(eager.parameters(), graphed.parameters()):

@@ -163,3 +163,74 @@ def test_a_config_far_under_the_best_so_far_stops_after_two_windows_and_says_so(
     assert cut["throughput"] > 0 and cut["timing"]["step_s"]["n"] == 2  # still a real, if short, measurement
     full = with_measure(slow_below=1.0)
     assert full["timing"]["windows"] >= 4 and "cut_short" not in full["timing"]
+
+
+# ---- what counts as out of memory (harness.errors) ------------------------------------------------------
+
+@pytest.mark.parametrize("library", ["cublas", "cudnn", "nccl"])
+def test_a_librarys_allocation_failure_is_an_oom(tmp_path, faulty_path, library):
+    """cuBLAS, cuDNN and NCCL say they ran out of memory in their own words (tests/workloads/faulty.py
+    quotes them from pytorch's sources); the search must learn the wall there, not see an error."""
+    wl = {"factory": "faulty:build", "params": {"fault": "library_oom", "library": library, "at_step": 2}}
+    rec = run(tmp_path, wl, {"batch_size": 8})
+    assert rec["status"] == "oom", rec.get("error")
+
+
+def test_cudnns_not_supported_is_an_oom_only_at_the_wall(tmp_path, faulty_path):
+    wl = {"factory": "faulty:build", "params": {"fault": "library_oom", "library": "cudnn_not_supported", "at_step": 2}}
+    assert run(tmp_path, wl, {"batch_size": 8})["status"] == "error"
+    assert run(tmp_path, wl, {"batch_size": 8}, budget=2 * 1024**3)["status"] == "oom"
+
+
+def test_oom_table_reads_the_cause_chain():
+    from harness import errors
+    try:
+        try:
+            raise RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
+        except RuntimeError as inner:
+            raise ValueError("the user's loss failed") from inner
+    except ValueError as outer:
+        assert errors.is_oom(outer)
+    assert not errors.is_oom(RuntimeError("CUDA error: CUBLAS_STATUS_INVALID_VALUE when calling `cublasSgemm`"))
+    assert not errors.is_oom(RuntimeError("GET was unable to find an engine to execute this computation"))
+    assert errors.is_oom(RuntimeError("GET was unable to find an engine to execute this computation"), at_wall=True)
+
+
+# ---- the peak windows: first steps, then the steady state ----------------------------------------------
+
+def test_first_step_work_is_its_own_peak_and_not_the_configs(tmp_path, faulty_path):
+    """A first step that allocates 256 MiB once (as cuDNN benchmarking or autotuning does) shows in
+    first_step_peak; peak_memory, the steady state's, holds what every step needs."""
+    wl = {"factory": "faulty:build", "params": {"first_step_mib": 256}}
+    rec = run(tmp_path, wl, {"batch_size": 8})
+    assert rec["status"] == "ok", rec.get("error")
+    mem = rec["memory"]
+    assert mem["first_step_peak"] >= 256 * 2**20
+    assert 0 < rec["peak_memory"] < 64 * 2**20, rec["peak_memory"]
+    plain = run(tmp_path, {"factory": "faulty:build", "params": {}}, {"batch_size": 8})
+    assert plain["memory"]["first_step_peak"] < 64 * 2**20
+
+
+# ---- the loss is compiled with the model ------------------------------------------------------------------
+
+def test_the_loss_is_in_the_compiled_graph_with_the_model(monkeypatch):
+    """nanoGPT compiles its model with the loss inside: one graph holds the matmuls and the cross-entropy."""
+    import functools
+
+    import torch
+    import torch.nn.functional as F
+
+    from harness import knobs
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=backend))
+    torch._dynamo.reset()
+    model = torch.nn.Linear(16, 10)
+    loss_of = knobs.compiled_loss(lambda m, b: F.cross_entropy(m(b[0]), b[1]), model, "default")
+    loss_of((torch.randn(4, 16), torch.tensor([1, 2, 3, 4])))
+    assert len(graphs) == 1
+    ops = {str(n.target) for n in graphs[0].graph.nodes if n.op in ("call_function", "call_module")}
+    assert any("linear" in op for op in ops) and any("cross_entropy" in op for op in ops), ops

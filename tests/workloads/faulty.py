@@ -21,7 +21,20 @@ import torch.nn.functional as F
 from harness.workloads import Workload
 
 FAULTS = ("none", "segfault", "abort", "raise", "hang", "hang_start", "oom", "exit0", "spam", "grandchild",
-          "inf", "build_error", "whoami", "desync")
+          "inf", "build_error", "whoami", "desync", "library_oom")
+# What torch raises when a CUDA library cannot get memory, word for word (pytorch
+# aten/src/ATen/cuda/Exceptions.h: TORCH_CUDABLAS_CHECK, AT_CUDNN_CHECK; ProcessGroupNCCL's message
+# with NCCL's last error), for `fault: library_oom` with `library: ...`.
+LIBRARY_OOM = {
+    "cublas": "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    "cudnn": "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+    "nccl": ("NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3356, unhandled cuda error (run "
+             "with NCCL_DEBUG=INFO for details), NCCL version 2.26.2\nncclUnhandledCudaError: Call to CUDA function "
+             "failed.\nLast error:\nCuda failure 2 'out of memory'"),
+    # an OOM only where the process already met its memory wall: alone, a plain error
+    "cudnn_not_supported": ("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a "
+                            "non-contiguous input."),
+}
 
 
 class Block(nn.Module):
@@ -56,7 +69,9 @@ class Pairs(torch.utils.data.Dataset):
         return x, torch.tanh(x.flip(0))
 
 
-def trigger(fault: str, device) -> None:
+def trigger(fault: str, device, library: str = "cublas") -> None:
+    if fault == "library_oom":
+        raise RuntimeError(LIBRARY_OOM[library])
     if fault == "segfault":
         ctypes.string_at(0)
     elif fault == "abort":
@@ -98,19 +113,23 @@ def build(params: dict) -> Workload:
         sys.stdout.flush()
     calls = [0]
 
-    def loss(model, batch):
-        x, y = batch
+    @torch.compiler.disable  # bookkeeping: compiled, its counter would be a guard that fails every call
+    def bookkeeping(model, x):
         if torch.is_grad_enabled() and x.device.type != "meta":
             calls[0] += 1
+            if calls[0] == 1 and params.get("first_step_mib"):  # one-off work of the first step, then freed
+                torch.ones(int(params["first_step_mib"]) * 2**20 // 4, device=x.device).sum()
             if calls[0] == at:
-                trigger(fault, x.device)
+                trigger(fault, x.device, params.get("library", "cublas"))
             if fault == "desync" and calls[0] == at:
                 with torch.no_grad():
                     next(model.parameters()).add_(0.5)
-        out = F.mse_loss(model(x), y)
-        if fault == "inf" and calls[0] >= at:
-            out = out * float("inf")
-        return out
+        return float("inf") if fault == "inf" and calls[0] >= at else 1.0
+
+    def loss(model, batch):
+        x, y = batch
+        scale = bookkeeping(model, x)
+        return F.mse_loss(model(x), y) * scale
 
     model = Net(width, depth)
     if params.get("unseeded"):  # a factory whose weights differ from build to build (an unseeded RNG)
