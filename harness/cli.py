@@ -120,6 +120,8 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
 
 def load_specs(path: Path, scenarios: tuple, study_name: str | None, memory_budget: str | None) -> list:
     """The spec, or one spec per scenario (all of them when the spec has scenarios and none is named)."""
+    if study_name is not None:
+        specs.check_name(study_name, "--study")
     base = specs.load(path)
     names = scenarios or base.scenarios or (None,)
     if study_name and len(names) > 1:

@@ -48,6 +48,10 @@ def redact(url: str) -> str:
 
 
 def study_dir(results: Path, study: str) -> Path:
+    """The study's folder; a study named like a path (`bench report ../x`) is refused, never followed."""
+    if not study or study in (".", "..") or any(c in study for c in "/\\\0"):
+        raise UserError(f"study {study!r}: not a plain name (it names a folder under {results}/); "
+                        "study names have no '/'")
     return Path(results) / study
 
 
