@@ -25,6 +25,7 @@ from pathlib import Path
 
 from harness import record, zygote
 
+SERVER_DIED = "TrialServerDied"
 LOG_TAIL_BYTES = 256 * 1024  # what is kept of a trial's output; a chatty child cannot fill the disk
 POLL_S = 0.2
 
@@ -162,6 +163,9 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
             save_log(log_path, log)
         result = record.read(result_path)
         outcome = classify(proc.returncode, result, killed_for, log)
+        if result is None and not killed_for and getattr(proc, "server_died", False):
+            outcome = failure(record.INTERRUPTED, SERVER_DIED, "the warm trial server was killed during the trial "
+                              "(from outside: the trial did nothing wrong); it runs again", log)
         timing = outcome.setdefault("timing", {})
         timing["trial_wall_s"] = time.monotonic() - started
         timing["compile_cache"] = cache_state

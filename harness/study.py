@@ -273,15 +273,7 @@ class Sweep:
     def run_one(self) -> bool:
         """Ask, run (or skip, or drop a duplicate) and tell one trial. False when nothing was measured."""
         done = self.counted()
-        with self.claiming():
-            trial = self.study.ask()
-            # suggest() even for enqueued trials: it records their fixed params with distributions,
-            # so the sampler sees every trial (baseline, grid, compile and frontier probes included).
-            params = suggest(trial, self.spec, eager_only=self.eager_phase() and "config" not in trial.user_attrs)
-            config = trial.user_attrs.get("config") or self.spec.config(params)
-            trial.set_user_attr("config", config)
-            trial.set_user_attr("worker", worker_id())
-            previous = self.measured_configs(besides=trial.number).get(search.key(config))
+        trial, config, previous = self.claim_next()
         if previous is not None and previous.number != trial.number:
             self.tell_duplicate(trial, previous)
             self.progress.duplicate(trial.number, previous.number, config)
@@ -301,6 +293,13 @@ class Sweep:
         except KeyboardInterrupt as stop:
             self.tell_interrupted(trial, config, str(stop) or "interrupted by the user (Ctrl-C)")
             raise
+        if rec["status"] == record.INTERRUPTED and self.server_died_before(config):
+            rec = dict(rec, status=record.CRASH, error={**rec["error"], "message": (
+                "its warm trial server was killed during this config's trial twice: the trial may be what kills it")})
+        if rec["status"] == record.INTERRUPTED:  # stopped from outside (its trial server was killed): runs again
+            self.progress.trial_finished(trial.number, rec, self.best_so_far())
+            self.tell_interrupted(trial, config, rec["error"]["message"], kind=rec["error"]["type"])
+            return True
         if (rec.get("error") or {}).get("type") == "FactoryImportError":  # every config would fail alike: stop
             self.tell_interrupted(trial, config, rec["error"]["message"])
             raise UserError(f"{self.spec.path}: workload.factory: {rec['error']['message']}; fix it and re-run "
@@ -316,6 +315,38 @@ class Sweep:
         self.stale = 0 if improved else self.stale + 1
         self.progress.trial_finished(trial.number, rec, best)
         return True
+
+    # -- the ledger: a trial's life is asked -> claimed -> measured | interrupted (re-queued) ----------
+    # Every step below is one write to the study. A sweep killed between any two of them leaves a state
+    # the next sweep recovers (recover_trials): a trial asked but never claimed, or claimed by a process
+    # that is gone, is interrupted and its config queued again; it never counts as measured.
+
+    def claim_next(self):
+        """Ask the study for the next trial and claim it for this worker: (trial, config, measured twin or None).
+
+        Ask and claim happen under the claim lock, which recover_trials takes too: a RUNNING trial without
+        a worker seen under that lock was asked by a process that died before claiming it.
+        """
+        with self.claiming():
+            trial = self.study.ask()
+            # suggest() even for enqueued trials: it records their fixed params with distributions,
+            # so the sampler sees every trial (baseline, grid, compile and frontier probes included).
+            params = suggest(trial, self.spec, eager_only=self.eager_phase() and "config" not in trial.user_attrs)
+            config = trial.user_attrs.get("config") or self.spec.config(params)
+            trial.set_user_attr("config", config)
+            if not trial.user_attrs.get("baseline") and self.baseline_pending(config):
+                trial.set_user_attr("baseline", True)  # the baseline's config, measured by this trial instead
+            trial.set_user_attr("worker", worker_id())  # last: the claim
+            previous = self.measured_configs(besides=trial.number).get(search.key(config))
+        return trial, config, previous
+
+    def baseline_pending(self, config: dict) -> bool:
+        """`config` is the baseline's and no baseline trial has measured (or is measuring) it: the baseline
+        was interrupted and this trial (a grid's twin, or its re-queued self) carries its mark on."""
+        marked = [t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")
+                  and t.state != TrialState.WAITING]
+        return (bool(marked) and all(interrupted(t) for t in marked)
+                and any(search.key(t.user_attrs.get("config") or {}) == search.key(config) for t in marked))
 
     def job(self, config: dict, number: int, repeat: bool = False) -> dict:
         """Trial `number`'s job. With a results folder, trials share the study's reusable figures
@@ -487,28 +518,45 @@ class Sweep:
                 self.enqueue(config)
                 return
 
-    def tell_interrupted(self, trial, config: dict, why: str) -> None:
-        """Never a measured result: FAIL, marked interrupted, and queued to run again on resume."""
-        rec = {"status": record.INTERRUPTED, "config": config, "throughput": None, "peak_memory": None,
-               "number": trial.number, "error": {"type": "Interrupted", "message": why}}
+    def server_died_before(self, config: dict) -> bool:
+        key = search.key(config)
+        return any(search.key(t.user_attrs.get("config") or {}) == key
+                   and ((t.user_attrs.get("record") or {}).get("error") or {}).get("type") == launch.SERVER_DIED
+                   for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))
+
+    def tell_interrupted(self, trial, config: dict | None, why: str, kind: str = "Interrupted") -> None:
+        """Never a measured result: FAIL, marked interrupted, and its config queued to run again.
+
+        Without a config (asked from the sampler, killed before it was claimed) nothing is queued: the
+        sampler proposes afresh.
+        """
+        rec = {"status": record.INTERRUPTED, "config": config or {}, "throughput": None, "peak_memory": None,
+               "number": trial.number, "error": {"type": kind, "message": why}}
         trial.set_user_attr("status", record.INTERRUPTED)
         trial.set_user_attr("record", rec)
         self.study.tell(trial, state=TrialState.FAIL)
-        requeue(self.study, trial.params, trial.user_attrs)
+        if config:
+            requeue(self.study, trial.params or sampler_params(self.spec, config), {**trial.user_attrs, "config": config})
 
     def fail_stale_trials(self) -> None:
-        """RUNNING trials whose sweep process died on this host (kill -9, reboot): interrupted, re-queued.
-
-        In a database, another host's dead worker is found by Optuna's heartbeat (storage.requeue_stale).
-        """
+        """RUNNING trials no live worker holds: interrupted, re-queued (recover_trials)."""
         with self.claiming():
             storage.fail_stale_trials(self.study)
-            for ft in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-                if is_stale(ft.user_attrs.get("worker")):
-                    config = ft.user_attrs.get("config") or self.spec.config(ft.params)
-                    handle = optuna.trial.Trial(self.study, ft._trial_id)  # Optuna has no public handle by number
-                    self.tell_interrupted(handle, config, "its bench process died")
-                    self.progress.note(f"trial {ft.number} was left running by a process that died; it runs again")
+            self.recover_trials()
+
+    def recover_trials(self) -> None:
+        """Under the claim lock: a trial claimed by a process that died on this host (kill -9, reboot, a
+        full disk), or asked and never claimed (its asker died in the claim window, which this lock
+        covers), is interrupted and runs again. Another host's dead worker is found by Optuna's
+        heartbeat (storage.requeue_stale)."""
+        for ft in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            worker = ft.user_attrs.get("worker")
+            if worker and not is_stale(worker):
+                continue
+            handle = optuna.trial.Trial(self.study, ft._trial_id)  # Optuna has no public handle by number
+            self.tell_interrupted(handle, ft.user_attrs.get("config"), "its bench process died" if worker else
+                                  "its bench process died before claiming it")
+            self.progress.note(f"trial {ft.number} was left running by a process that died; it runs again")
 
     # -- counting ----------------------------------------------------------------------------------
     def finished(self):
@@ -685,6 +733,9 @@ def rows_of(study: optuna.Study) -> list[dict]:
         if str(t.number) in repeats and rec.get("status") == record.OK:
             rec["repeats"] = repeats[str(t.number)]
         rows.append(rec)
+    if any(r["baseline"] and r["status"] != record.INTERRUPTED for r in rows):
+        for r in rows:  # the baseline is the trial that measured it; an interrupted try is only a try
+            r["baseline"] = r["baseline"] and r["status"] != record.INTERRUPTED
     return rows
 
 
