@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -93,18 +94,100 @@ def existing_storage(url: str | None, results: Path, study: str):
 
 
 def open_database(url: str, heartbeat: bool):
-    """An Optuna RDBStorage; with heartbeat, a killed worker's trial turns stale and is queued again."""
+    """An Optuna RDBStorage that rides out a database blip (SteadyRDBStorage); with heartbeat, a killed
+    worker's trial turns stale and is queued again."""
     beats = {"heartbeat_interval": HEARTBEAT_S, "grace_period": 3 * HEARTBEAT_S,
              "heartbeat_stale_trial_callback": requeue_stale} if heartbeat and not url.startswith("sqlite") else {}
+    if beats:  # bench beats through ask/tell on purpose (storage.heartbeat); Optuna warns on every ask
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize",
+                                category=UserWarning)
+    # pool_pre_ping: a pooled connection that a database restart cut is replaced before use, not failed on
+    engine = {} if url.startswith("sqlite") else {"engine_kwargs": {"pool_pre_ping": True}}
     try:
         with no_experimental_warning():
-            return optuna.storages.RDBStorage(url, **beats)
+            return SteadyRDBStorage(url, **engine, **beats)
     except ImportError:
         raise UserError(f"--storage {redact(url)}: no database driver for this URL; for PostgreSQL install "
                         "bench[postgres] and write postgresql+psycopg2://USER:PASSWORD@HOST/DB") from None
     except Exception as exc:
         raise UserError(f"--storage {redact(url)}: cannot open it ({redact(str(exc)).splitlines()[0][:200]}); "
                         "check the URL, the server and the password") from None
+
+
+# ---- a database blip -----------------------------------------------------------------------------
+
+RETRY_S = float(os.environ.get("BENCH_STORAGE_RETRY_S", "120"))
+"""How long one storage call keeps retrying while the database does not answer (restart, failover)."""
+
+
+class DatabaseGone(UserError):
+    """The database stayed unreachable past RETRY_S: one line, and the study holds what it held."""
+
+
+def is_disconnect(exc: BaseException | None) -> bool:
+    """A lost or refused connection (worth a retry), as opposed to a bad statement (a bug: raised)."""
+    while exc is not None:
+        if isinstance(exc, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
+                            sqlalchemy.exc.DisconnectionError)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def retry(call, url: str, finished_is_success: bool = False):
+    """`call()`, again with backoff (0.25 s doubling to 8 s) while the database is unreachable, for up to
+    RETRY_S; then DatabaseGone. With finished_is_success, a retried tell that the first try did commit
+    (the answer was lost) finds the trial finished: that is success."""
+    delay, deadline, tries = 0.25, time.monotonic() + RETRY_S, 0
+    while True:
+        try:
+            return call()
+        except optuna.exceptions.UpdateFinishedTrialError:
+            if finished_is_success and tries:
+                return True
+            raise
+        except Exception as exc:
+            if isinstance(exc, DatabaseGone) or not is_disconnect(exc):  # a nested call already gave up
+                raise
+            if time.monotonic() + delay > deadline:
+                raise DatabaseGone(f"--storage {redact(url)}: the database has not answered for {RETRY_S:.0f}s "
+                                   f"({redact(str(exc.__cause__ or exc)).splitlines()[0][:160]}); the study keeps "
+                                   "everything recorded before, and a trial cut off runs again: re-run the same "
+                                   "command once the database is back") from None
+        time.sleep(delay)
+        delay, tries = min(2 * delay, 8.0), tries + 1
+
+
+def retrying(method):
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        return retry(lambda: method(self, *args, **kwargs), self.url, method.__name__ == "set_trial_state_values")
+    return call
+
+
+class SteadyRDBStorage(optuna.storages.RDBStorage):
+    """Optuna's RDBStorage with every call retried through a database blip (`retry`).
+
+    A heartbeat that cannot be written is skipped, not raised: it runs on a thread of its own, and a
+    trial that misses enough beats is only found stale and run again.
+    """
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        try:
+            retry(lambda: super(SteadyRDBStorage, self).record_heartbeat(trial_id), self.url)
+        except DatabaseGone:
+            pass
+
+
+for _name in ("create_new_study", "delete_study", "set_study_user_attr", "set_study_system_attr",
+              "get_study_id_from_name", "get_study_name_from_id", "get_study_directions", "get_study_user_attrs",
+              "get_study_system_attrs", "get_all_studies", "create_new_trial", "set_trial_param",
+              "get_trial_id_from_study_id_trial_number", "set_trial_state_values", "set_trial_intermediate_value",
+              "set_trial_user_attr", "set_trial_system_attr", "get_trial", "get_all_trials", "get_n_trials",
+              "get_best_trial", "_get_stale_trial_ids", "get_trial_param", "get_trial_number_from_id",
+              "_create_new_trial", "_set_trial_param", "_get_best_trial_id", "_get_trials"):  # _CachedStorage's
+    if _name in vars(optuna.storages.RDBStorage):
+        setattr(SteadyRDBStorage, _name, retrying(vars(optuna.storages.RDBStorage)[_name]))
 
 
 class ReadOnlyJournal(BaseJournalBackend):
@@ -192,12 +275,28 @@ def claim_lock(storage, results: Path | None, study: str):
 def advisory_lock(engine: sqlalchemy.Engine, study: str):
     """A PostgreSQL session-level advisory lock: exclusive across machines, freed if the worker dies."""
     key = int.from_bytes(hashlib.sha256(f"bench:{study}".encode()).digest()[:8], "big", signed=True)
-    with engine.connect() as connection:
-        connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": key})
+    connection = locked(engine, key)
+    try:
+        yield
+    finally:
         try:
-            yield
-        finally:
             connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+        except sqlalchemy.exc.DBAPIError:
+            pass  # the connection was cut: the server dropped the lock with it
+        connection.close()
+
+
+def locked(engine: sqlalchemy.Engine, key: int) -> sqlalchemy.Connection:
+    """A connection holding the advisory lock `key`, retried through a database blip."""
+    def connect():
+        connection = engine.connect()
+        try:
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": key})
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+    return retry(connect, engine.url.render_as_string(hide_password=True))
 
 
 @contextlib.contextmanager
