@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import random
+import socket
 import time
 import warnings
 from dataclasses import dataclass, field, replace
@@ -39,6 +40,8 @@ CONFIRM_TOP = 1
 CONFIRM_ROUNDS = 2
 """Before a sweep ends, the leading config and the baseline run again this many times, interleaved."""
 CHALLENGERS = 2
+CONFIRM_POLL_S = 1.0
+"""How often a worker looks whether another worker's confirmation run is recorded."""
 """...and then at most this many configs that would still beat the confirmed best on their single run."""
 
 
@@ -406,17 +409,64 @@ class Sweep:
             self.confirm_runs([challenger])
 
     def confirm_runs(self, chosen: list[dict]) -> None:
-        repeats = dict(self.study.user_attrs.get("repeats") or {})
-        for _ in range(CONFIRM_ROUNDS):
-            for r in chosen:
-                runs = repeats.setdefault(str(r["number"]), [])
-                if len(runs) >= CONFIRM_ROUNDS:
-                    continue
-                rec = self.runner(r["config"], r["number"], repeat=True)  # a warm compile cache is fine here
-                runs.append({"status": rec["status"], "throughput": rec.get("throughput"),
-                             "tokens_per_s": rec.get("tokens_per_s"), "peak_memory": rec.get("peak_memory"),
-                             "busy": rec.get("busy")})
-                self.study.set_user_attr("repeats", repeats)  # each run kept at once: resume continues
+        """CONFIRM_ROUNDS more runs of each of `chosen`, interleaved; each run claimed like a trial and kept
+        as its own record (study attribute confirm:NUMBER:ROUND), so workers sharing the study split the
+        runs, never both run them, and a resume runs only what is missing. Returns once every run is
+        recorded, by this worker or another."""
+        while True:
+            slot = self.claim_confirmation(chosen)
+            if slot is None:
+                if not self.confirmation_pending(chosen):
+                    return
+                time.sleep(CONFIRM_POLL_S)  # another worker's run: its result decides what comes next
+                continue
+            row, round_ = slot
+            try:
+                rec = self.runner(row["config"], row["number"], repeat=True)  # a warm compile cache is fine here
+            except KeyboardInterrupt:
+                self.study.set_user_attr(confirm_key(row["number"], round_), {"state": "free"})
+                raise
+            if rec["status"] == record.INTERRUPTED:  # stopped from outside: the run is free to run again
+                self.study.set_user_attr(confirm_key(row["number"], round_), {"state": "free"})
+                continue
+            run = {"status": rec["status"], "throughput": rec.get("throughput"), "tokens_per_s": rec.get("tokens_per_s"),
+                   "peak_memory": rec.get("peak_memory"), "busy": rec.get("busy")}
+            self.study.set_user_attr(confirm_key(row["number"], round_), {"state": "done", "run": run})
+            speed = f"{run['throughput']:.1f} samples/s" if run["throughput"] else (rec.get("error") or {}).get("message", "")
+            self.progress.note(f"  #{row['number']} confirmation run {round_ + 1} of {CONFIRM_ROUNDS}: "
+                               f"{run['status']} {speed}".rstrip())
+
+    def claim_confirmation(self, chosen: list[dict]) -> tuple[dict, int] | None:
+        """The first confirmation run (A B A B order) nobody has done or is doing, claimed; None if none."""
+        with self.claiming():
+            attrs = self.study.user_attrs
+            for round_ in range(CONFIRM_ROUNDS):
+                for row in chosen:
+                    key = confirm_key(row["number"], round_)
+                    if self.confirmation_free(attrs.get(key), row["number"], round_, attrs):
+                        self.study.set_user_attr(key, {"state": "claimed", "worker": worker_id(), "at": time.time()})
+                        return row, round_
+        return None
+
+    def confirmation_free(self, slot, number: int, round_: int, attrs: dict) -> bool:
+        """Not done, not claimed by a live worker (on this host: its process lives; elsewhere: it claimed
+        the run less than a trial's time limit ago), and not done before confirm:* records existed."""
+        if round_ < len((attrs.get("repeats") or {}).get(str(number)) or []):  # a study from before
+            return False
+        if not isinstance(slot, dict) or slot.get("state") not in ("claimed", "done"):
+            return True
+        if slot["state"] == "done":
+            return False
+        worker = slot.get("worker") or {}
+        if worker.get("host") == socket.gethostname():
+            return is_stale(worker)
+        return time.time() - float(slot.get("at") or 0) > 2 * self.spec.trial_timeout_s + 60
+
+    def confirmation_pending(self, chosen: list[dict]) -> bool:
+        """A run of `chosen` is claimed and not yet done (claim_confirmation found none free: a live worker's)."""
+        attrs = self.study.user_attrs
+        return any((attrs.get(confirm_key(r["number"], k)) or {}).get("state") == "claimed"
+                   for r in chosen for k in range(CONFIRM_ROUNDS))
 
     def challenger(self) -> dict | None:
         """The fastest unconfirmed fitting config that would be chosen over the confirmed best if its
@@ -634,6 +684,23 @@ def requeue(study: optuna.Study, params: dict, attrs: dict) -> None:
     study.enqueue_trial(params, user_attrs=keep, skip_if_exists=False)
 
 
+def confirm_key(number: int, round_: int) -> str:
+    """The study attribute holding trial `number`'s confirmation run `round_` (claimed, then done)."""
+    return f"confirm:{number}:{round_}"
+
+
+def confirmation_runs(attrs: dict) -> dict[str, list[dict]]:
+    """Trial number (str) -> its recorded confirmation runs, in round order: confirm:* records, after
+    the runs of a study from before them (one `repeats` attribute)."""
+    runs = {number: list(done) for number, done in (attrs.get("repeats") or {}).items()}
+    done = sorted((int(parts[1]), int(parts[2]), value["run"]) for key, value in attrs.items()
+                  if key.startswith("confirm:") and len(parts := key.split(":")) == 3
+                  and isinstance(value, dict) and value.get("state") == "done")
+    for number, _, run in done:
+        runs.setdefault(str(number), []).append(run)
+    return runs
+
+
 def eager_twin(config: dict) -> tuple:
     """The key of the same config without compile."""
     return search.key({**config, "compile": "off"})
@@ -715,7 +782,7 @@ def enqueue_grid(study: optuna.Study, spec: Spec) -> None:
 
 def rows_of(study: optuna.Study) -> list[dict]:
     """One row per trial for reports: the stored record plus number, baseline and duplicate marks."""
-    rows, repeats = [], study.user_attrs.get("repeats") or {}
+    rows, repeats = [], confirmation_runs(study.user_attrs)
     for t in study.get_trials(deepcopy=False):
         if t.state in (TrialState.WAITING,):
             continue
