@@ -212,31 +212,85 @@ class ReadOnlyJournal(BaseJournalBackend):
 def whole_records(path: Path) -> tuple[int, int, int | None]:
     """(whole records, bytes they span, first line of a broken tail or None).
 
-    A broken record followed by whole ones is not a torn write but damage: refused, one line.
+    A line that is not JSON followed by whole records is not a torn write but damage, and a whole line
+    that is not a record Optuna and bench can read (a crafted or mangled one) is damage wherever it is:
+    refused, one line naming the file and line.
     """
     data = path.read_bytes()
     lines = data.split(b"\n")
     kept = end = 0
     broken_at = None
     for number, line in enumerate(lines[:-1], start=1):
-        if not is_record(line):
+        try:
+            entry = json.loads(line)
+        except ValueError:
             broken_at = broken_at or number
             continue
-        if broken_at is not None:
-            raise UserError(f"{path}:{broken_at}: a corrupt record in the middle of the study's journal; "
-                            f"restore the file from a backup, or cut it before line {broken_at} to keep "
-                            "what was recorded up to there")
+        except RecursionError:
+            entry = None  # nested deeper than any record: refused below
+        problem = record_problem(entry)
+        if broken_at is not None or problem:
+            where = f"{path}:{broken_at or number}"
+            why = f"a corrupt record in the middle of the study's journal" if not problem else \
+                f"not a record of a study's journal ({problem})"
+            raise UserError(f"{where}: {why}; restore the file from a backup, or cut it before line "
+                            f"{broken_at or number} to keep what was recorded up to there")
         kept, end = kept + 1, end + len(line) + 1
     if lines[-1] and broken_at is None:
         broken_at = len(lines)  # the last line has no newline: a write that never finished
     return kept, end, broken_at
 
 
-def is_record(line: bytes) -> bool:
-    try:
-        return isinstance(entry := json.loads(line), dict) and "op_code" in entry
-    except ValueError:
-        return False
+# Optuna's journal operations (optuna.storages.journal JournalOperation) and the keys each must carry.
+_NUMBER = (int, float)
+OPERATIONS = {
+    0: {"study_name": str, "directions": list},            # create study
+    1: {"study_id": int},                                  # delete study
+    2: {"study_id": int, "user_attr": dict},               # set study user attr
+    3: {"study_id": int, "system_attr": dict},
+    4: {"study_id": int, "datetime_start": (str, type(None))},  # create trial
+    5: {"trial_id": int, "param_name": str, "param_value_internal": _NUMBER, "distribution": str},
+    6: {"trial_id": int, "state": int},                    # set trial state and values
+    7: {"trial_id": int, "step": int},
+    8: {"trial_id": int, "user_attr": dict},               # set trial user attr
+    9: {"trial_id": int, "system_attr": dict},
+    10: {},                                                # discard trials (Rustuna's)
+}
+
+
+def record_problem(entry) -> str | None:
+    """Why `entry` is not a journal record bench can replay, or None: Optuna's shape, and bench's own
+    attributes (a trial's record and config, the study's confirmation runs) of the types bench writes."""
+    if not isinstance(entry, dict):
+        return "not a JSON object, or nested too deep"
+    op = entry.get("op_code")
+    if isinstance(op, bool) or op not in OPERATIONS:
+        return f"unknown op_code {op!r}"
+    if not isinstance(entry.get("worker_id"), str):
+        return "no worker_id"
+    for key, kind in OPERATIONS[op].items():
+        if isinstance(entry.get(key), bool) or not isinstance(entry.get(key), kind):
+            return f"op_code {op} needs {key}"
+    for key in ("user_attr", "system_attr"):
+        if key in OPERATIONS[op] and len(entry[key]) != 1:
+            return f"{key} must hold one attribute"
+    for name, value in (entry.get("user_attr") or {}).items():
+        problem = bench_attr_problem(name, value)
+        if problem:
+            return problem
+    return None
+
+
+def bench_attr_problem(name: str, value) -> str | None:
+    if name in ("record", "config") and not isinstance(value, dict):
+        return f"{name} must be a mapping"
+    if name == "repeats" and not (isinstance(value, dict) and all(
+            isinstance(runs, list) and all(isinstance(run, dict) for run in runs) for runs in value.values())):
+        return "repeats must map trial numbers to lists of runs"
+    if name.startswith("confirm:") and not (isinstance(value, dict) and (value.get("state") != "done"
+                                                                         or isinstance(value.get("run"), dict))):
+        return f"{name} must be a confirmation run"
+    return None
 
 
 def repair_journal(path: Path) -> str | None:
