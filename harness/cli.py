@@ -230,8 +230,8 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
         studies.enqueue_baseline(study, spec, base)
     studies.enqueue_grid(study, spec)
     where = studies.redact(storage_url) if storage_url else str(studies.study_dir(results, spec.study))
-    out.print(f"[bold]bench sweep[/bold] {spec.study}: {specs.workload_label(spec.workload)} "
-              f"on {device}, {spec.space_size()} configs in the space, up to {total} trials → {where}")
+    out.print(f"[bold]bench sweep[/bold] {escape(spec.study)}: {escape(specs.workload_label(spec.workload))} "
+              f"on {device}, {spec.space_size()} configs in the space, up to {total} trials → {escape(where)}")
     if os.environ.get(QUICK_ENV):
         out.print(f"{QUICK_ENV} is set: a quick smoke run (tiny preset, short measurements), not numbers to act on")
     if spec.memory_budget:
@@ -441,7 +441,7 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
         text = report.to_json(rows) if fmt == "json" else report.to_csv(rows)
     if out_path:
         write_text(out_path, text)
-        err.print(f"wrote {out_path}")
+        err.print(f"wrote {out_path}", markup=False)
     else:
         click.echo(text)
 
@@ -495,31 +495,32 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     plan = apply.plan(spec.apply, row["config"], provenance, to=to, create_keys=create_keys, current_values=current)
     objective = info.get("objective", "samples")  # the throughput best was chosen on
     out.print(f"trial {row['number']}: {report.describe(row['config'])}  "
-              f"{pareto.speed(row, objective):.1f} {objective}/s, peak {gib(row['peak_memory'])}", highlight=False)
+              f"{pareto.speed(row, objective):.1f} {objective}/s, peak {gib(row['peak_memory'])}", highlight=False,
+              markup=False)
     warning = other_size(info, rows)
     if warning:
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
     if not plan.changes and to is None:  # only a new provenance header would change: leave the file alone
-        out.print(f"nothing to change: {plan.path} already holds these values; nothing written")
+        out.print(f"nothing to change: {plan.path} already holds these values; nothing written", markup=False)
         return
     click.echo(plan.diff)
     for warning in plan.warnings:
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
     if plan.unmapped:
-        out.print(f"not written (no key for them in apply.keys): {', '.join(plan.unmapped)}")
+        out.print(f"not written (no key for them in apply.keys): {', '.join(plan.unmapped)}", markup=False)
     if dry_run:
         out.print("dry run: nothing written")
         return
     if not plan.diff:
         return
     backup = apply.write(plan)
-    out.print(f"wrote {plan.path}" + (f" (backup: {backup})" if backup else ""))
+    out.print(f"wrote {plan.path}" + (f" (backup: {backup})" if backup else ""), markup=False)
     if spec.apply.hydra_group_dir:
         device = (row.get("env") or {}).get("device") or "cpu"
         profile = apply.write_hydra_profile(spec.apply, row["config"], device, provenance)
         click.echo(profile.diff)
         apply.write(profile)
-        out.print(f"wrote hardware profile {profile.path}")
+        out.print(f"wrote hardware profile {profile.path}", markup=False)
 
 
 def other_size(info: dict, rows: list) -> str | None:
