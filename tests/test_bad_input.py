@@ -395,6 +395,27 @@ def test_apply_read_only_target(applied):
     assert untouched(folder, target)
 
 
+def test_apply_to_a_fifo_refuses_instead_of_blocking(applied):
+    """Before, `bench apply` blocked forever opening a FIFO target for reading."""
+    import os
+    import threading
+    folder, _, target = applied
+    target.unlink()
+    os.mkfifo(target)
+    result, done = [], threading.Event()
+
+    def apply_best():
+        result.append(bench("apply", "best"))
+        done.set()
+    threading.Thread(target=apply_best, daemon=True).start()
+    if not done.wait(60):
+        with open(target, "w"):  # let the blocked reader go, so the test run can end
+            pass
+        pytest.fail("bench apply blocked on a FIFO")
+    assert_user_error(result[0], "train.yaml", "not a regular file")
+    assert stat.S_ISFIFO(target.stat().st_mode)
+
+
 def test_apply_vanished_target(applied):
     folder, _, target = applied
     target.unlink()
