@@ -20,12 +20,17 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from harness import record, zygote
 
 SERVER_DIED = "TrialServerDied"
+TOKEN = "BENCH_TRIAL_TOKEN"
+"""Environment variable naming one trial: everything the trial starts inherits it (kill_escaped)."""
 LOG_TAIL_BYTES = 256 * 1024  # what is kept of a trial's output; a chatty child cannot fill the disk
 POLL_S = 0.2
 
@@ -152,12 +157,13 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
         (workdir / "job.json").write_text(json.dumps(job))
         result_path = workdir / "result.json"
         started, launched_at = time.monotonic(), time.time()
+        env[TOKEN] = token = uuid.uuid4().hex
         proc, start = start_child([str(workdir / "job.json"), str(result_path)], job, env)
         tail = TailBuffer(proc.stdout)
         try:
             killed_for = watch(proc, limits, Path(job["heartbeat"]), on_beat)
         finally:
-            kill_group(proc)  # also on KeyboardInterrupt, and always: no grandchild outlives a trial
+            kill_group(proc, token)  # also on KeyboardInterrupt, and always: no grandchild outlives a trial
         log = tail.text()
         if log_path is not None:
             save_log(log_path, log)
@@ -228,13 +234,27 @@ def read_heartbeat(path: Path) -> dict | None:
         return None
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen, token: str | None = None) -> None:
+    """The trial's process group, then whatever the trial started that left the group (kill_escaped)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:  # a forked trial killed before its setsid() is not yet a group leader
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    if token:
+        kill_escaped(token)
+
+
+def kill_escaped(token: str) -> None:
+    """Processes that left the trial's group (setsid(), a daemon's double fork) still carry the trial's
+    TOKEN in their environment: found by it, and killed too."""
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(TOKEN) == token:
+                proc.kill()
+        except psutil.Error:  # gone meanwhile, or another user's
+            pass
 
 
 def save_log(path: Path, text: str) -> None:

@@ -210,3 +210,47 @@ def test_a_sweep_goes_on_after_each_fault_and_records_it(faulty_env, monkeypatch
     by_fault = {r["config"]["fault"]: Path(r["log"]).read_text() for r in rows}
     assert "injected failure in the user's loss" in by_fault["raise"]
     assert "Segmentation fault" in by_fault["segfault"]
+
+
+# ---- what a trial starts dies with it, even out of its process group ------------------------------------
+
+ESCAPER = '''
+import os, subprocess, sys
+import faulty
+
+def build(params):
+    params = dict(params)
+    pid_file = params.pop("escaper_pid_file")
+    # a daemon's way out of the trial's process group: a new session
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    with open(pid_file, "w") as f:
+        f.write(str(proc.pid))
+    return faulty.build(params)
+'''
+
+
+@pytest.mark.parametrize("start", ["warm", "fresh"])
+def test_a_grandchild_that_calls_setsid_dies_with_the_trial(faulty_env, monkeypatch, start):
+    """Before, a grandchild in a session of its own outlived the trial and the sweep."""
+    folder = faulty_env / f"escaper-{start}"
+    folder.mkdir()
+    (folder / "escaper.py").write_text(ESCAPER)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), os.environ["PYTHONPATH"]]))
+    monkeypatch.setenv("BENCH_TRIAL_START", start)
+    pid_file = folder / "escaper.pid"
+    path = faulty_spec(folder, "escaper", ["none"], workload={
+        "factory": "escaper:build", "params": {"fault": "none", "at_step": 3, "escaper_pid_file": str(pid_file)}})
+    spec = specs.load(path)
+    rec = launch.run(spec.job("cpu", specs.trial_config(spec, {})), launch.Limits(TIMEOUT_S, STALL_S), None)
+    assert rec["status"] == record.OK, rec.get("error")
+    assert rec["start"]["method"] == start
+    pid = int(pid_file.read_text())
+    try:
+        deadline = time.monotonic() + 10
+        while not gone(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert gone(pid), f"grandchild {pid} (its own session) still runs after its trial"
+    finally:
+        if not gone(pid):
+            os.kill(pid, signal.SIGKILL)
