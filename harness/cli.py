@@ -205,16 +205,31 @@ def run_sweep(spec, device, total, deadline, storage_url, results, auto=False) -
         with launch.stop_signals_interrupt():
             sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto)
     except (KeyboardInterrupt, UserError, OSError) as exc:
-        progress.stop()  # a running spinner keeps the terminal's cursor hidden: stop it before any message
+        to_terminal(progress.stop)  # a running spinner keeps the terminal's cursor hidden: stop it before any message
         if isinstance(exc, OSError) and stores.is_no_space(exc):
             raise UserError(f"no space left on the device ({exc.filename or 'writing the study'}); the study is "
                             "intact: free some space and re-run the same command to resume") from None
         if not isinstance(exc, KeyboardInterrupt):
             raise
         why = str(exc) or "interrupted"
-        err.print(f"{why}: the running trial was stopped and recorded as interrupted; "
-                  "re-run the same command to resume", soft_wrap=True)  # one line, however narrow the terminal
+        to_terminal(lambda: err.print(f"{why}: the running trial was stopped and recorded as interrupted; "
+                                      "re-run the same command to resume", soft_wrap=True))  # one line, however narrow
         sys.exit(getattr(exc, "exit_code", 130))
+
+
+def to_terminal(write) -> bool:
+    """Run `write`; False when the terminal is gone (a hang-up: EIO). Then stdout and stderr go to
+    /dev/null, so that leaving, which flushes them, cannot fail too and turn exit 129 into 1."""
+    try:
+        write()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return True
+    except OSError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            os.dup2(devnull, fd)
+        return False
 
 
 def sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto) -> None:
@@ -459,8 +474,11 @@ def write_text(path: Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)  # after a failed write (a full disk); gone already after the rename
     except OSError as exc:
         raise UserError(f"--out {path}: cannot write ({exc.strerror or exc}); pick a writable path") from None
 

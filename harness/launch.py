@@ -29,6 +29,7 @@ import psutil
 from harness import record, zygote
 
 SERVER_DIED = "TrialServerDied"
+WORKDIR_PREFIX = "bench-trial-"
 TOKEN = "BENCH_TRIAL_TOKEN"
 """Environment variable naming one trial: everything the trial starts inherits it (kill_escaped)."""
 LOG_TAIL_BYTES = 256 * 1024  # what is kept of a trial's output; a chatty child cannot fill the disk
@@ -148,7 +149,7 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
     interrupted. The log is kept at log_path when one is given. `on_beat(heartbeat or None)` is called
     on every poll, so a display can show the child's phase.
     """
-    with tempfile.TemporaryDirectory(prefix="bench-trial-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-") as tmp:
         workdir = Path(tmp)
         inductor_cache, cache_state = compile_cache(job, workdir)
         env = child_env(job["config"], job["device"], inductor_cache, job["workload"].get("path", []))
@@ -260,8 +261,29 @@ def kill_escaped(token: str) -> None:
 def save_log(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written temp file behind
+        raise
+
+
+def remove_stale_workdirs() -> None:
+    """Trial folders a sweep killed with -9 (or by a full disk) left in the temp folder: their sweep's
+    pid is in the name, and that process is gone (or is a newer one with the same pid)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*-*"):
+        pid = folder.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            alive = psutil.Process(int(pid)).create_time() <= folder.stat().st_mtime
+        except psutil.NoSuchProcess:
+            alive = False
+        except OSError:
+            continue
+        if not alive:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def classify(rc: int, result: dict | None, killed_for: str | None, log: str) -> dict:
@@ -289,5 +311,7 @@ def failure(status: str, kind: str, message: str, log: str) -> dict:
 
 
 def prestart() -> None:
-    """Start the warm trial server early (harness.zygote), so its import of torch overlaps other work."""
+    """Start the warm trial server early (harness.zygote), so its import of torch overlaps other work;
+    meanwhile, remove the trial folders killed sweeps left."""
     zygote.prestart()
+    remove_stale_workdirs()

@@ -80,7 +80,22 @@ def open_storage(url: str | None, results: Path, study: str, say: Callable[[str]
         lock.release()
     if message:
         say(message)
+    remove_stale_temp_files(folder)
     return optuna.storages.JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
+
+
+STALE_TMP_S = 60
+"""A *.tmp file older than this was left by a write that never finished (a live one lasts milliseconds)."""
+
+
+def remove_stale_temp_files(folder: Path) -> None:
+    """Temp files (a trial log, a report, a reused figure) whose write a kill -9 or a full disk cut short."""
+    for tmp in folder.rglob("*.tmp"):
+        try:
+            if time.time() - tmp.stat().st_mtime > STALE_TMP_S:
+                tmp.unlink()
+        except OSError:
+            pass
 
 
 def existing_storage(url: str | None, results: Path, study: str):
