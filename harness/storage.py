@@ -81,7 +81,34 @@ def open_storage(url: str | None, results: Path, study: str, say: Callable[[str]
     if message:
         say(message)
     remove_stale_temp_files(folder)
-    return optuna.storages.JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
+    return optuna.storages.JournalStorage(GuardedJournal(path, lock))
+
+
+class GuardedJournal(JournalFileBackend):
+    """Optuna's journal file, refusing to go on once the file was deleted or replaced under the sweep:
+    appending would start a new journal holding only the records after it (damage), reading fails."""
+
+    def __init__(self, path: Path, lock) -> None:
+        super().__init__(str(path), lock_obj=lock)
+        self.path, self.inode = path, path.stat().st_ino
+
+    def check(self) -> None:
+        try:
+            same = os.stat(self.path).st_ino == self.inode
+        except FileNotFoundError:
+            same = False
+        if not same:
+            raise UserError(f"{self.path}: the study's journal was deleted or replaced while this sweep ran; "
+                            "nothing more was written to it: restore it from a backup to resume, or start a "
+                            "new study with --study NAME")
+
+    def read_logs(self, log_number_from: int):
+        self.check()
+        return super().read_logs(log_number_from)
+
+    def append_logs(self, logs) -> None:
+        self.check()
+        super().append_logs(logs)
 
 
 STALE_TMP_S = 60

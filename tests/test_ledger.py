@@ -162,3 +162,32 @@ def test_grid_with_the_baseline_interrupted_keeps_the_baseline_on_resume(gated):
     resumed = bench(folder, "sweep", "stop.yaml", "--device", "cpu")
     assert resumed.returncode == 0, resumed.stderr
     assert_baseline_measured(folder)
+
+
+def test_the_journal_deleted_mid_sweep_is_one_line_and_no_new_journal(tmp_path):
+    """Before: a traceback (and an append would start a new journal holding only the records after it)."""
+    from tests.test_database_blip import GATE_WAIT, wait_for
+    (tmp_path / "gatewait.py").write_text(GATE_WAIT)
+    gate = tmp_path / "gate"
+    gate.touch()
+    spec = {"study": "gone", "workload": {"factory": "gatewait:build",
+                                          "params": {"fault": "none", "width": 16, "gate": str(gate)}},
+            "search": {"batch_size": [4, 8]}, "trials": 2, "sampler": "grid", "trial": dict(FAST_TRIAL)}
+    (tmp_path / "gone.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    sweep = subprocess.Popen([sys.executable, "-c", "from harness.cli import main; main()", "sweep", "gone.yaml",
+                              "--device", "cpu"], cwd=tmp_path, env=env_for(tmp_path),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(tmp_path / "gate.started", sweep)
+        journal = tmp_path / "results" / "gone" / "journal.log"
+        journal.unlink()
+        gate.unlink()
+        _, err = sweep.communicate(timeout=120)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
+    assert sweep.returncode == 2, err
+    [line] = lines(err)
+    assert "journal.log: the study's journal was deleted or replaced while this sweep ran" in line
+    assert not journal.exists()
