@@ -120,6 +120,8 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
 
 def load_specs(path: Path, scenarios: tuple, study_name: str | None, memory_budget: str | None) -> list:
     """The spec, or one spec per scenario (all of them when the spec has scenarios and none is named)."""
+    if study_name is not None:
+        specs.check_name(study_name, "--study")
     base = specs.load(path)
     names = scenarios or base.scenarios or (None,)
     if study_name and len(names) > 1:
@@ -203,16 +205,31 @@ def run_sweep(spec, device, total, deadline, storage_url, results, auto=False) -
         with launch.stop_signals_interrupt():
             sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto)
     except (KeyboardInterrupt, UserError, OSError) as exc:
-        progress.stop()  # a running spinner keeps the terminal's cursor hidden: stop it before any message
+        to_terminal(progress.stop)  # a running spinner keeps the terminal's cursor hidden: stop it before any message
         if isinstance(exc, OSError) and stores.is_no_space(exc):
             raise UserError(f"no space left on the device ({exc.filename or 'writing the study'}); the study is "
                             "intact: free some space and re-run the same command to resume") from None
         if not isinstance(exc, KeyboardInterrupt):
             raise
         why = str(exc) or "interrupted"
-        err.print(f"{why}: the running trial was stopped and recorded as interrupted; "
-                  "re-run the same command to resume", soft_wrap=True)  # one line, however narrow the terminal
+        to_terminal(lambda: err.print(f"{why}: the running trial was stopped and recorded as interrupted; "
+                                      "re-run the same command to resume", soft_wrap=True))  # one line, however narrow
         sys.exit(getattr(exc, "exit_code", 130))
+
+
+def to_terminal(write) -> bool:
+    """Run `write`; False when the terminal is gone (a hang-up: EIO). Then stdout and stderr go to
+    /dev/null, so that leaving, which flushes them, cannot fail too and turn exit 129 into 1."""
+    try:
+        write()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return True
+    except OSError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            os.dup2(devnull, fd)
+        return False
 
 
 def sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto) -> None:
@@ -228,8 +245,8 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
         studies.enqueue_baseline(study, spec, base)
     studies.enqueue_grid(study, spec)
     where = studies.redact(storage_url) if storage_url else str(studies.study_dir(results, spec.study))
-    out.print(f"[bold]bench sweep[/bold] {spec.study}: {specs.workload_label(spec.workload)} "
-              f"on {device}, {spec.space_size()} configs in the space, up to {total} trials → {where}")
+    out.print(f"[bold]bench sweep[/bold] {escape(spec.study)}: {escape(specs.workload_label(spec.workload))} "
+              f"on {device}, {spec.space_size()} configs in the space, up to {total} trials → {escape(where)}")
     if os.environ.get(QUICK_ENV):
         out.print(f"{QUICK_ENV} is set: a quick smoke run (tiny preset, short measurements), not numbers to act on")
     if spec.memory_budget:
@@ -439,7 +456,7 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
         text = report.to_json(rows) if fmt == "json" else report.to_csv(rows)
     if out_path:
         write_text(out_path, text)
-        err.print(f"wrote {out_path}")
+        err.print(f"wrote {out_path}", markup=False)
     else:
         click.echo(text)
 
@@ -457,8 +474,11 @@ def write_text(path: Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)  # after a failed write (a full disk); gone already after the rename
     except OSError as exc:
         raise UserError(f"--out {path}: cannot write ({exc.strerror or exc}); pick a writable path") from None
 
@@ -493,31 +513,32 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     plan = apply.plan(spec.apply, row["config"], provenance, to=to, create_keys=create_keys, current_values=current)
     objective = info.get("objective", "samples")  # the throughput best was chosen on
     out.print(f"trial {row['number']}: {report.describe(row['config'])}  "
-              f"{pareto.speed(row, objective):.1f} {objective}/s, peak {gib(row['peak_memory'])}", highlight=False)
+              f"{pareto.speed(row, objective):.1f} {objective}/s, peak {gib(row['peak_memory'])}", highlight=False,
+              markup=False)
     warning = other_size(info, rows)
     if warning:
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
     if not plan.changes and to is None:  # only a new provenance header would change: leave the file alone
-        out.print(f"nothing to change: {plan.path} already holds these values; nothing written")
+        out.print(f"nothing to change: {plan.path} already holds these values; nothing written", markup=False)
         return
     click.echo(plan.diff)
     for warning in plan.warnings:
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
     if plan.unmapped:
-        out.print(f"not written (no key for them in apply.keys): {', '.join(plan.unmapped)}")
+        out.print(f"not written (no key for them in apply.keys): {', '.join(plan.unmapped)}", markup=False)
     if dry_run:
         out.print("dry run: nothing written")
         return
     if not plan.diff:
         return
     backup = apply.write(plan)
-    out.print(f"wrote {plan.path}" + (f" (backup: {backup})" if backup else ""))
+    out.print(f"wrote {plan.path}" + (f" (backup: {backup})" if backup else ""), markup=False)
     if spec.apply.hydra_group_dir:
         device = (row.get("env") or {}).get("device") or "cpu"
         profile = apply.write_hydra_profile(spec.apply, row["config"], device, provenance)
         click.echo(profile.diff)
         apply.write(profile)
-        out.print(f"wrote hardware profile {profile.path}")
+        out.print(f"wrote hardware profile {profile.path}", markup=False)
 
 
 def other_size(info: dict, rows: list) -> str | None:

@@ -20,11 +20,18 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from harness import record, zygote
 
+SERVER_DIED = "TrialServerDied"
+WORKDIR_PREFIX = "bench-trial-"
+TOKEN = "BENCH_TRIAL_TOKEN"
+"""Environment variable naming one trial: everything the trial starts inherits it (kill_escaped)."""
 LOG_TAIL_BYTES = 256 * 1024  # what is kept of a trial's output; a chatty child cannot fill the disk
 POLL_S = 0.2
 
@@ -142,7 +149,7 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
     interrupted. The log is kept at log_path when one is given. `on_beat(heartbeat or None)` is called
     on every poll, so a display can show the child's phase.
     """
-    with tempfile.TemporaryDirectory(prefix="bench-trial-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-") as tmp:
         workdir = Path(tmp)
         inductor_cache, cache_state = compile_cache(job, workdir)
         env = child_env(job["config"], job["device"], inductor_cache, job["workload"].get("path", []))
@@ -151,17 +158,21 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
         (workdir / "job.json").write_text(json.dumps(job))
         result_path = workdir / "result.json"
         started, launched_at = time.monotonic(), time.time()
+        env[TOKEN] = token = uuid.uuid4().hex
         proc, start = start_child([str(workdir / "job.json"), str(result_path)], job, env)
         tail = TailBuffer(proc.stdout)
         try:
             killed_for = watch(proc, limits, Path(job["heartbeat"]), on_beat)
         finally:
-            kill_group(proc)  # also on KeyboardInterrupt, and always: no grandchild outlives a trial
+            kill_group(proc, token)  # also on KeyboardInterrupt, and always: no grandchild outlives a trial
         log = tail.text()
         if log_path is not None:
             save_log(log_path, log)
         result = record.read(result_path)
         outcome = classify(proc.returncode, result, killed_for, log)
+        if result is None and not killed_for and getattr(proc, "server_died", False):
+            outcome = failure(record.INTERRUPTED, SERVER_DIED, "the warm trial server was killed during the trial "
+                              "(from outside: the trial did nothing wrong); it runs again", log)
         timing = outcome.setdefault("timing", {})
         timing["trial_wall_s"] = time.monotonic() - started
         timing["compile_cache"] = cache_state
@@ -224,20 +235,55 @@ def read_heartbeat(path: Path) -> dict | None:
         return None
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen, token: str | None = None) -> None:
+    """The trial's process group, then whatever the trial started that left the group (kill_escaped)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:  # a forked trial killed before its setsid() is not yet a group leader
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    if token:
+        kill_escaped(token)
+
+
+def kill_escaped(token: str) -> None:
+    """Processes that left the trial's group (setsid(), a daemon's double fork) still carry the trial's
+    TOKEN in their environment: found by it, and killed too."""
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(TOKEN) == token:
+                proc.kill()
+        except psutil.Error:  # gone meanwhile, or another user's
+            pass
 
 
 def save_log(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written temp file behind
+        raise
+
+
+def remove_stale_workdirs() -> None:
+    """Trial folders a sweep killed with -9 (or by a full disk) left in the temp folder: their sweep's
+    pid is in the name, and that process is gone (or is a newer one with the same pid)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*-*"):
+        pid = folder.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            alive = psutil.Process(int(pid)).create_time() <= folder.stat().st_mtime
+        except psutil.NoSuchProcess:
+            alive = False
+        except OSError:
+            continue
+        if not alive:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def classify(rc: int, result: dict | None, killed_for: str | None, log: str) -> dict:
@@ -265,5 +311,7 @@ def failure(status: str, kind: str, message: str, log: str) -> dict:
 
 
 def prestart() -> None:
-    """Start the warm trial server early (harness.zygote), so its import of torch overlaps other work."""
+    """Start the warm trial server early (harness.zygote), so its import of torch overlaps other work;
+    meanwhile, remove the trial folders killed sweeps left."""
     zygote.prestart()
+    remove_stale_workdirs()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass
 
@@ -29,7 +30,18 @@ def annotate(rows: list[dict], info: dict) -> pareto.Choice:
 
 
 def to_json(rows: list[dict]) -> str:
-    return json.dumps([{k: r.get(k) for k in JSON_KEYS} for r in rows], indent=1, default=str)
+    """Strict JSON: a NaN or infinity (a diverged loss, a spread of one run) is null, not a bare NaN."""
+    return json.dumps(finite([{k: r.get(k) for k in JSON_KEYS} for r in rows]), indent=1, default=str, allow_nan=False)
+
+
+def finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 def flat(rows: list[dict]) -> list[dict]:
@@ -97,14 +109,15 @@ def table(rows: list[dict], choice: pareto.Choice, info: dict, width: int | None
     rows = sorted(rows, key=lambda r: r["number"])
     columns, notes = fit(columns_for(rows, choice.capacity), rows, width)
     narrow = width is not None
-    t = Table(title=f"study {info.get('name')}: throughput vs peak memory", title_justify="left",
+    # every string as Text: a study name, knob or value like `[/x]` is the user's text, not rich markup
+    t = Table(title=Text(f"study {info.get('name')}: throughput vs peak memory"), title_justify="left",
               box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
     for c in columns:
-        t.add_column(c.header, justify="right" if c.number or c.knob in ("batch_size", "accumulation") else "left",
+        t.add_column(Text(c.header), justify="right" if c.number or c.knob in ("batch_size", "accumulation") else "left",
                      no_wrap=True, min_width=c.width())
     for i, r in enumerate(rows):
-        cells = [Text(str(c.cells[i]), style=STATUS_STYLE.get(str(c.cells[i]), "")) if c.header == "status"
-                 else str(c.cells[i]) for c in columns]
+        cells = [Text(str(c.cells[i]), style=STATUS_STYLE.get(str(c.cells[i]), "") if c.header == "status" else "")
+                 for c in columns]
         t.add_row(*cells, style="bold" if r.get("best") else None)
     return Group(Whole(t, sum(c.width() + 3 for c in columns) + 4), Text("\n".join(notes + [legend()])),
                  summary(rows, choice, info))

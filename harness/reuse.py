@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 
@@ -34,7 +35,11 @@ class Figures:
             return filed["value"]
         value = measure()
         if path is not None and value is not None:
-            _write(path, {"key": key, "value": value, "trial": self.trial})
+            try:
+                _write(path, {"key": key, "value": value, "trial": self.trial})
+            except OSError as exc:  # read-only or full: the figure is measured, only not shared
+                print(f"note: {figure} is not filed for later trials: {path.parent} cannot be written "
+                      f"({exc.strerror or exc}); each trial measures it itself", file=sys.stderr, flush=True)
         return value
 
     def _path(self, figure: str, key: dict) -> Path | None:
@@ -55,5 +60,9 @@ def _read(path: Path) -> dict | None:
 def _write(path: Path, content: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(content, default=str))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(content, default=str))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written temp file behind
+        raise

@@ -235,9 +235,7 @@ def printable(name) -> str:
 
 def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec:
     where = str(path)
-    study = raw.get("study", path.stem)
-    if not isinstance(study, str) or not study.strip() or "/" in study:
-        raise UserError(f"{where}: study must be a name without '/', got {study!r}")
+    study = check_name(raw.get("study", path.stem), f"{where}: study")
     workload = parse_workload(raw.get("workload"), where, path.parent, raw.get("apply"))
     search, fixed, effective = parse_search(raw.get("search"), workload, where)
     trial = as_mapping(raw.get("trial", {}), f"{where}: trial")
@@ -254,8 +252,9 @@ def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec
     if objective not in OBJECTIVES:
         raise UserError(f"{where}: objective {objective!r} unknown{did_you_mean(str(objective), OBJECTIVES)}; "
                         "use samples (samples/s) or tokens (tokens/s)")
-    return Spec(
-        path=path.resolve(), study=f"{study}-{scenario}" if scenario else study, scenario=scenario,
+    spec = Spec(
+        path=path.resolve(), study=check_name(f"{study}-{scenario}", f"{where}: scenarios.{printable(scenario)}")
+        if scenario else study, scenario=scenario,
         workload=workload, search=search, fixed=fixed, effective_batch=effective,
         trials=positive_int(raw.get("trials", 12), f"{where}: trials"),
         timeout_s=parse_duration(raw["timeout"], f"{where}: timeout") if raw.get("timeout") else None,
@@ -270,6 +269,8 @@ def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec
         if raw.get("apply") else None,
         scenarios=scenarios, objective=objective,
     )
+    check_numbers(spec, where)
+    return spec
 
 
 def parse_workload(raw, where: str, base_dir: Path, raw_apply=None) -> dict:
@@ -622,6 +623,73 @@ def all_configs(spec: Spec):
     values = [d.choices if d.choices else range(d.low, d.high + 1) for d in spec.search.values()]
     for combo in itertools.product(*values):
         yield spec.config(dict(zip(names, combo)))
+
+
+# ---- names and numbers: checked once, on the built spec ------------------------------------------
+
+_NOT_IN_A_NAME = re.compile(r"[/\\\x00-\x1f\x7f]")
+
+
+def check_name(name, where: str) -> str:
+    """A study name becomes a folder under results/: a name, never a path (no '/', not '.' or '..')."""
+    if (not isinstance(name, str) or not name.strip() or name in (".", "..") or _NOT_IN_A_NAME.search(name)
+            or len(name) > 200):
+        raise UserError(f"{where}: {name!r} is not a plain name (it names a folder under results/); "
+                        "use letters, digits, '-', '_' and '.', without '/'")
+    return name
+
+
+DAY = 86400.0
+LIMITS = {
+    # field of Spec (or of its Measure): (lowest, highest). A comparison with NaN is false, so NaN fails too.
+    "trials": (1, 1_000_000),
+    "timeout_s": (0.001, 366 * DAY),
+    "trial_timeout_s": (0.001, 7 * DAY),
+    "stall_s": (0.001, 7 * DAY),
+    "memory_budget": (1, 2**50),
+    "headroom": (0.0, 0.99),
+    "seed": (0, 2**32 - 1),  # what numpy's generators (Optuna's samplers) take
+    "effective_batch": (1, 2**24),
+    "measure.warmup_steps": (0, 1_000_000),
+    "measure.window_s": (0.001, 3600.0),
+    "measure.min_windows": (1, 100_000),
+    "measure.max_windows": (1, 100_000),
+    "measure.target_cv": (0.000001, 10.0),
+    "measure.max_seconds": (0.001, 7 * DAY),
+    "measure.loss_tolerance": (0.000001, 1_000_000.0),
+}
+KNOB_LIMITS = {"batch_size": 2**24, "accumulation": 2**20, "nproc": 4096, "num_workers": 1024}
+"""Highest value of an integer knob; any other searched number must be finite and fit in 32 bits."""
+SPEC_KEYS = {"timeout_s": "timeout", "trial_timeout_s": "trial.timeout", "stall_s": "trial.stall",
+             "memory_budget": "memory.budget", "headroom": "memory.headroom",
+             "effective_batch": "search.accumulation.effective_batch", "measure.window_s": "trial.window"}
+
+
+def check_numbers(spec: Spec, where: str) -> None:
+    """Every number of the spec finite and in range (LIMITS, KNOB_LIMITS): one line naming the field."""
+    for name, (low, high) in LIMITS.items():
+        owner, _, attr = name.rpartition(".")
+        value = getattr(spec.measure if owner else spec, attr)
+        if value is not None and not low <= value <= high:
+            key = SPEC_KEYS.get(name, name.replace("measure.", "trial."))
+            raise UserError(f"{where}: {key} must be between {low!r} and {high!r}, got {value!r}")
+    for knob, dim in spec.search.items():
+        values = dim.choices or [v for v in (dim.low, dim.high) if isinstance(v, int)]  # high may be `auto`
+        for value in values:
+            check_knob_number(knob, value, f"{where}: search.{knob}")
+        if not dim.choices and all(isinstance(v, int) for v in (dim.low, dim.high)) and dim.size() > 1_000_000:
+            raise UserError(f"{where}: search.{knob}: the range {dim.low}..{dim.high} holds over a million values; "
+                            "narrow it or give a list")
+    for knob, value in spec.fixed.items():
+        check_knob_number(knob, value, f"{where}: search.{knob}")
+
+
+def check_knob_number(knob: str, value, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    highest = KNOB_LIMITS.get(knob, 2**31 - 1)
+    if not -(2**31) <= value <= highest:  # NaN and infinities fail this too
+        raise UserError(f"{where}: {value!r} is out of range; {knob} values must be finite and at most {highest}")
 
 
 # ---- small validators ---------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -48,6 +49,10 @@ def redact(url: str) -> str:
 
 
 def study_dir(results: Path, study: str) -> Path:
+    """The study's folder; a study named like a path (`bench report ../x`) is refused, never followed."""
+    if not study or study in (".", "..") or any(c in study for c in "/\\\0"):
+        raise UserError(f"study {study!r}: not a plain name (it names a folder under {results}/); "
+                        "study names have no '/'")
     return Path(results) / study
 
 
@@ -75,7 +80,49 @@ def open_storage(url: str | None, results: Path, study: str, say: Callable[[str]
         lock.release()
     if message:
         say(message)
-    return optuna.storages.JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
+    remove_stale_temp_files(folder)
+    return optuna.storages.JournalStorage(GuardedJournal(path, lock))
+
+
+class GuardedJournal(JournalFileBackend):
+    """Optuna's journal file, refusing to go on once the file was deleted or replaced under the sweep:
+    appending would start a new journal holding only the records after it (damage), reading fails."""
+
+    def __init__(self, path: Path, lock) -> None:
+        super().__init__(str(path), lock_obj=lock)
+        self.path, self.inode = path, path.stat().st_ino
+
+    def check(self) -> None:
+        try:
+            same = os.stat(self.path).st_ino == self.inode
+        except FileNotFoundError:
+            same = False
+        if not same:
+            raise UserError(f"{self.path}: the study's journal was deleted or replaced while this sweep ran; "
+                            "nothing more was written to it: restore it from a backup to resume, or start a "
+                            "new study with --study NAME")
+
+    def read_logs(self, log_number_from: int):
+        self.check()
+        return super().read_logs(log_number_from)
+
+    def append_logs(self, logs) -> None:
+        self.check()
+        super().append_logs(logs)
+
+
+STALE_TMP_S = 60
+"""A *.tmp file older than this was left by a write that never finished (a live one lasts milliseconds)."""
+
+
+def remove_stale_temp_files(folder: Path) -> None:
+    """Temp files (a trial log, a report, a reused figure) whose write a kill -9 or a full disk cut short."""
+    for tmp in folder.rglob("*.tmp"):
+        try:
+            if time.time() - tmp.stat().st_mtime > STALE_TMP_S:
+                tmp.unlink()
+        except OSError:
+            pass
 
 
 def existing_storage(url: str | None, results: Path, study: str):
@@ -89,18 +136,100 @@ def existing_storage(url: str | None, results: Path, study: str):
 
 
 def open_database(url: str, heartbeat: bool):
-    """An Optuna RDBStorage; with heartbeat, a killed worker's trial turns stale and is queued again."""
+    """An Optuna RDBStorage that rides out a database blip (SteadyRDBStorage); with heartbeat, a killed
+    worker's trial turns stale and is queued again."""
     beats = {"heartbeat_interval": HEARTBEAT_S, "grace_period": 3 * HEARTBEAT_S,
              "heartbeat_stale_trial_callback": requeue_stale} if heartbeat and not url.startswith("sqlite") else {}
+    if beats:  # bench beats through ask/tell on purpose (storage.heartbeat); Optuna warns on every ask
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize",
+                                category=UserWarning)
+    # pool_pre_ping: a pooled connection that a database restart cut is replaced before use, not failed on
+    engine = {} if url.startswith("sqlite") else {"engine_kwargs": {"pool_pre_ping": True}}
     try:
         with no_experimental_warning():
-            return optuna.storages.RDBStorage(url, **beats)
+            return SteadyRDBStorage(url, **engine, **beats)
     except ImportError:
         raise UserError(f"--storage {redact(url)}: no database driver for this URL; for PostgreSQL install "
                         "bench[postgres] and write postgresql+psycopg2://USER:PASSWORD@HOST/DB") from None
     except Exception as exc:
         raise UserError(f"--storage {redact(url)}: cannot open it ({redact(str(exc)).splitlines()[0][:200]}); "
                         "check the URL, the server and the password") from None
+
+
+# ---- a database blip -----------------------------------------------------------------------------
+
+RETRY_S = float(os.environ.get("BENCH_STORAGE_RETRY_S", "120"))
+"""How long one storage call keeps retrying while the database does not answer (restart, failover)."""
+
+
+class DatabaseGone(UserError):
+    """The database stayed unreachable past RETRY_S: one line, and the study holds what it held."""
+
+
+def is_disconnect(exc: BaseException | None) -> bool:
+    """A lost or refused connection (worth a retry), as opposed to a bad statement (a bug: raised)."""
+    while exc is not None:
+        if isinstance(exc, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
+                            sqlalchemy.exc.DisconnectionError)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def retry(call, url: str, finished_is_success: bool = False):
+    """`call()`, again with backoff (0.25 s doubling to 8 s) while the database is unreachable, for up to
+    RETRY_S; then DatabaseGone. With finished_is_success, a retried tell that the first try did commit
+    (the answer was lost) finds the trial finished: that is success."""
+    delay, deadline, tries = 0.25, time.monotonic() + RETRY_S, 0
+    while True:
+        try:
+            return call()
+        except optuna.exceptions.UpdateFinishedTrialError:
+            if finished_is_success and tries:
+                return True
+            raise
+        except Exception as exc:
+            if isinstance(exc, DatabaseGone) or not is_disconnect(exc):  # a nested call already gave up
+                raise
+            if time.monotonic() + delay > deadline:
+                raise DatabaseGone(f"--storage {redact(url)}: the database has not answered for {RETRY_S:.0f}s "
+                                   f"({redact(str(exc.__cause__ or exc)).splitlines()[0][:160]}); the study keeps "
+                                   "everything recorded before, and a trial cut off runs again: re-run the same "
+                                   "command once the database is back") from None
+        time.sleep(delay)
+        delay, tries = min(2 * delay, 8.0), tries + 1
+
+
+def retrying(method):
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        return retry(lambda: method(self, *args, **kwargs), self.url, method.__name__ == "set_trial_state_values")
+    return call
+
+
+class SteadyRDBStorage(optuna.storages.RDBStorage):
+    """Optuna's RDBStorage with every call retried through a database blip (`retry`).
+
+    A heartbeat that cannot be written is skipped, not raised: it runs on a thread of its own, and a
+    trial that misses enough beats is only found stale and run again.
+    """
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        try:
+            retry(lambda: super(SteadyRDBStorage, self).record_heartbeat(trial_id), self.url)
+        except DatabaseGone:
+            pass
+
+
+for _name in ("create_new_study", "delete_study", "set_study_user_attr", "set_study_system_attr",
+              "get_study_id_from_name", "get_study_name_from_id", "get_study_directions", "get_study_user_attrs",
+              "get_study_system_attrs", "get_all_studies", "create_new_trial", "set_trial_param",
+              "get_trial_id_from_study_id_trial_number", "set_trial_state_values", "set_trial_intermediate_value",
+              "set_trial_user_attr", "set_trial_system_attr", "get_trial", "get_all_trials", "get_n_trials",
+              "get_best_trial", "_get_stale_trial_ids", "get_trial_param", "get_trial_number_from_id",
+              "_create_new_trial", "_set_trial_param", "_get_best_trial_id", "_get_trials"):  # _CachedStorage's
+    if _name in vars(optuna.storages.RDBStorage):
+        setattr(SteadyRDBStorage, _name, retrying(vars(optuna.storages.RDBStorage)[_name]))
 
 
 class ReadOnlyJournal(BaseJournalBackend):
@@ -125,31 +254,85 @@ class ReadOnlyJournal(BaseJournalBackend):
 def whole_records(path: Path) -> tuple[int, int, int | None]:
     """(whole records, bytes they span, first line of a broken tail or None).
 
-    A broken record followed by whole ones is not a torn write but damage: refused, one line.
+    A line that is not JSON followed by whole records is not a torn write but damage, and a whole line
+    that is not a record Optuna and bench can read (a crafted or mangled one) is damage wherever it is:
+    refused, one line naming the file and line.
     """
     data = path.read_bytes()
     lines = data.split(b"\n")
     kept = end = 0
     broken_at = None
     for number, line in enumerate(lines[:-1], start=1):
-        if not is_record(line):
+        try:
+            entry = json.loads(line)
+        except ValueError:
             broken_at = broken_at or number
             continue
-        if broken_at is not None:
-            raise UserError(f"{path}:{broken_at}: a corrupt record in the middle of the study's journal; "
-                            f"restore the file from a backup, or cut it before line {broken_at} to keep "
-                            "what was recorded up to there")
+        except RecursionError:
+            entry = None  # nested deeper than any record: refused below
+        problem = record_problem(entry)
+        if broken_at is not None or problem:
+            where = f"{path}:{broken_at or number}"
+            why = f"a corrupt record in the middle of the study's journal" if not problem else \
+                f"not a record of a study's journal ({problem})"
+            raise UserError(f"{where}: {why}; restore the file from a backup, or cut it before line "
+                            f"{broken_at or number} to keep what was recorded up to there")
         kept, end = kept + 1, end + len(line) + 1
     if lines[-1] and broken_at is None:
         broken_at = len(lines)  # the last line has no newline: a write that never finished
     return kept, end, broken_at
 
 
-def is_record(line: bytes) -> bool:
-    try:
-        return isinstance(entry := json.loads(line), dict) and "op_code" in entry
-    except ValueError:
-        return False
+# Optuna's journal operations (optuna.storages.journal JournalOperation) and the keys each must carry.
+_NUMBER = (int, float)
+OPERATIONS = {
+    0: {"study_name": str, "directions": list},            # create study
+    1: {"study_id": int},                                  # delete study
+    2: {"study_id": int, "user_attr": dict},               # set study user attr
+    3: {"study_id": int, "system_attr": dict},
+    4: {"study_id": int, "datetime_start": (str, type(None))},  # create trial
+    5: {"trial_id": int, "param_name": str, "param_value_internal": _NUMBER, "distribution": str},
+    6: {"trial_id": int, "state": int},                    # set trial state and values
+    7: {"trial_id": int, "step": int},
+    8: {"trial_id": int, "user_attr": dict},               # set trial user attr
+    9: {"trial_id": int, "system_attr": dict},
+    10: {},                                                # discard trials (Rustuna's)
+}
+
+
+def record_problem(entry) -> str | None:
+    """Why `entry` is not a journal record bench can replay, or None: Optuna's shape, and bench's own
+    attributes (a trial's record and config, the study's confirmation runs) of the types bench writes."""
+    if not isinstance(entry, dict):
+        return "not a JSON object, or nested too deep"
+    op = entry.get("op_code")
+    if isinstance(op, bool) or op not in OPERATIONS:
+        return f"unknown op_code {op!r}"
+    if not isinstance(entry.get("worker_id"), str):
+        return "no worker_id"
+    for key, kind in OPERATIONS[op].items():
+        if isinstance(entry.get(key), bool) or not isinstance(entry.get(key), kind):
+            return f"op_code {op} needs {key}"
+    for key in ("user_attr", "system_attr"):
+        if key in OPERATIONS[op] and len(entry[key]) != 1:
+            return f"{key} must hold one attribute"
+    for name, value in (entry.get("user_attr") or {}).items():
+        problem = bench_attr_problem(name, value)
+        if problem:
+            return problem
+    return None
+
+
+def bench_attr_problem(name: str, value) -> str | None:
+    if name in ("record", "config") and not isinstance(value, dict):
+        return f"{name} must be a mapping"
+    if name == "repeats" and not (isinstance(value, dict) and all(
+            isinstance(runs, list) and all(isinstance(run, dict) for run in runs) for runs in value.values())):
+        return "repeats must map trial numbers to lists of runs"
+    if name.startswith("confirm:") and not (isinstance(value, dict) and (value.get("state") != "done"
+                                                                         or isinstance(value.get("run"), dict))):
+        return f"{name} must be a confirmation run"
+    return None
 
 
 def repair_journal(path: Path) -> str | None:
@@ -188,12 +371,28 @@ def claim_lock(storage, results: Path | None, study: str):
 def advisory_lock(engine: sqlalchemy.Engine, study: str):
     """A PostgreSQL session-level advisory lock: exclusive across machines, freed if the worker dies."""
     key = int.from_bytes(hashlib.sha256(f"bench:{study}".encode()).digest()[:8], "big", signed=True)
-    with engine.connect() as connection:
-        connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": key})
+    connection = locked(engine, key)
+    try:
+        yield
+    finally:
         try:
-            yield
-        finally:
             connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+        except sqlalchemy.exc.DBAPIError:
+            pass  # the connection was cut: the server dropped the lock with it
+        connection.close()
+
+
+def locked(engine: sqlalchemy.Engine, key: int) -> sqlalchemy.Connection:
+    """A connection holding the advisory lock `key`, retried through a database blip."""
+    def connect():
+        connection = engine.connect()
+        try:
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": key})
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+    return retry(connect, engine.url.render_as_string(hide_password=True))
 
 
 @contextlib.contextmanager

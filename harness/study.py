@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import random
+import socket
 import time
 import warnings
 from dataclasses import dataclass, field, replace
@@ -39,6 +40,8 @@ CONFIRM_TOP = 1
 CONFIRM_ROUNDS = 2
 """Before a sweep ends, the leading config and the baseline run again this many times, interleaved."""
 CHALLENGERS = 2
+CONFIRM_POLL_S = 1.0
+"""How often a worker looks whether another worker's confirmation run is recorded."""
 """...and then at most this many configs that would still beat the confirmed best on their single run."""
 
 
@@ -273,15 +276,7 @@ class Sweep:
     def run_one(self) -> bool:
         """Ask, run (or skip, or drop a duplicate) and tell one trial. False when nothing was measured."""
         done = self.counted()
-        with self.claiming():
-            trial = self.study.ask()
-            # suggest() even for enqueued trials: it records their fixed params with distributions,
-            # so the sampler sees every trial (baseline, grid, compile and frontier probes included).
-            params = suggest(trial, self.spec, eager_only=self.eager_phase() and "config" not in trial.user_attrs)
-            config = trial.user_attrs.get("config") or self.spec.config(params)
-            trial.set_user_attr("config", config)
-            trial.set_user_attr("worker", worker_id())
-            previous = self.measured_configs(besides=trial.number).get(search.key(config))
+        trial, config, previous = self.claim_next()
         if previous is not None and previous.number != trial.number:
             self.tell_duplicate(trial, previous)
             self.progress.duplicate(trial.number, previous.number, config)
@@ -301,6 +296,13 @@ class Sweep:
         except KeyboardInterrupt as stop:
             self.tell_interrupted(trial, config, str(stop) or "interrupted by the user (Ctrl-C)")
             raise
+        if rec["status"] == record.INTERRUPTED and self.server_died_before(config):
+            rec = dict(rec, status=record.CRASH, error={**rec["error"], "message": (
+                "its warm trial server was killed during this config's trial twice: the trial may be what kills it")})
+        if rec["status"] == record.INTERRUPTED:  # stopped from outside (its trial server was killed): runs again
+            self.progress.trial_finished(trial.number, rec, self.best_so_far())
+            self.tell_interrupted(trial, config, rec["error"]["message"], kind=rec["error"]["type"])
+            return True
         if (rec.get("error") or {}).get("type") == "FactoryImportError":  # every config would fail alike: stop
             self.tell_interrupted(trial, config, rec["error"]["message"])
             raise UserError(f"{self.spec.path}: workload.factory: {rec['error']['message']}; fix it and re-run "
@@ -316,6 +318,38 @@ class Sweep:
         self.stale = 0 if improved else self.stale + 1
         self.progress.trial_finished(trial.number, rec, best)
         return True
+
+    # -- the ledger: a trial's life is asked -> claimed -> measured | interrupted (re-queued) ----------
+    # Every step below is one write to the study. A sweep killed between any two of them leaves a state
+    # the next sweep recovers (recover_trials): a trial asked but never claimed, or claimed by a process
+    # that is gone, is interrupted and its config queued again; it never counts as measured.
+
+    def claim_next(self):
+        """Ask the study for the next trial and claim it for this worker: (trial, config, measured twin or None).
+
+        Ask and claim happen under the claim lock, which recover_trials takes too: a RUNNING trial without
+        a worker seen under that lock was asked by a process that died before claiming it.
+        """
+        with self.claiming():
+            trial = self.study.ask()
+            # suggest() even for enqueued trials: it records their fixed params with distributions,
+            # so the sampler sees every trial (baseline, grid, compile and frontier probes included).
+            params = suggest(trial, self.spec, eager_only=self.eager_phase() and "config" not in trial.user_attrs)
+            config = trial.user_attrs.get("config") or self.spec.config(params)
+            trial.set_user_attr("config", config)
+            if not trial.user_attrs.get("baseline") and self.baseline_pending(config):
+                trial.set_user_attr("baseline", True)  # the baseline's config, measured by this trial instead
+            trial.set_user_attr("worker", worker_id())  # last: the claim
+            previous = self.measured_configs(besides=trial.number).get(search.key(config))
+        return trial, config, previous
+
+    def baseline_pending(self, config: dict) -> bool:
+        """`config` is the baseline's and no baseline trial has measured (or is measuring) it: the baseline
+        was interrupted and this trial (a grid's twin, or its re-queued self) carries its mark on."""
+        marked = [t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")
+                  and t.state != TrialState.WAITING]
+        return (bool(marked) and all(interrupted(t) for t in marked)
+                and any(search.key(t.user_attrs.get("config") or {}) == search.key(config) for t in marked))
 
     def job(self, config: dict, number: int, repeat: bool = False) -> dict:
         """Trial `number`'s job. With a results folder, trials share the study's reusable figures
@@ -375,17 +409,64 @@ class Sweep:
             self.confirm_runs([challenger])
 
     def confirm_runs(self, chosen: list[dict]) -> None:
-        repeats = dict(self.study.user_attrs.get("repeats") or {})
-        for _ in range(CONFIRM_ROUNDS):
-            for r in chosen:
-                runs = repeats.setdefault(str(r["number"]), [])
-                if len(runs) >= CONFIRM_ROUNDS:
-                    continue
-                rec = self.runner(r["config"], r["number"], repeat=True)  # a warm compile cache is fine here
-                runs.append({"status": rec["status"], "throughput": rec.get("throughput"),
-                             "tokens_per_s": rec.get("tokens_per_s"), "peak_memory": rec.get("peak_memory"),
-                             "busy": rec.get("busy")})
-                self.study.set_user_attr("repeats", repeats)  # each run kept at once: resume continues
+        """CONFIRM_ROUNDS more runs of each of `chosen`, interleaved; each run claimed like a trial and kept
+        as its own record (study attribute confirm:NUMBER:ROUND), so workers sharing the study split the
+        runs, never both run them, and a resume runs only what is missing. Returns once every run is
+        recorded, by this worker or another."""
+        while True:
+            slot = self.claim_confirmation(chosen)
+            if slot is None:
+                if not self.confirmation_pending(chosen):
+                    return
+                time.sleep(CONFIRM_POLL_S)  # another worker's run: its result decides what comes next
+                continue
+            row, round_ = slot
+            try:
+                rec = self.runner(row["config"], row["number"], repeat=True)  # a warm compile cache is fine here
+            except KeyboardInterrupt:
+                self.study.set_user_attr(confirm_key(row["number"], round_), {"state": "free"})
+                raise
+            if rec["status"] == record.INTERRUPTED:  # stopped from outside: the run is free to run again
+                self.study.set_user_attr(confirm_key(row["number"], round_), {"state": "free"})
+                continue
+            run = {"status": rec["status"], "throughput": rec.get("throughput"), "tokens_per_s": rec.get("tokens_per_s"),
+                   "peak_memory": rec.get("peak_memory"), "busy": rec.get("busy")}
+            self.study.set_user_attr(confirm_key(row["number"], round_), {"state": "done", "run": run})
+            speed = f"{run['throughput']:.1f} samples/s" if run["throughput"] else (rec.get("error") or {}).get("message", "")
+            self.progress.note(f"  #{row['number']} confirmation run {round_ + 1} of {CONFIRM_ROUNDS}: "
+                               f"{run['status']} {speed}".rstrip())
+
+    def claim_confirmation(self, chosen: list[dict]) -> tuple[dict, int] | None:
+        """The first confirmation run (A B A B order) nobody has done or is doing, claimed; None if none."""
+        with self.claiming():
+            attrs = self.study.user_attrs
+            for round_ in range(CONFIRM_ROUNDS):
+                for row in chosen:
+                    key = confirm_key(row["number"], round_)
+                    if self.confirmation_free(attrs.get(key), row["number"], round_, attrs):
+                        self.study.set_user_attr(key, {"state": "claimed", "worker": worker_id(), "at": time.time()})
+                        return row, round_
+        return None
+
+    def confirmation_free(self, slot, number: int, round_: int, attrs: dict) -> bool:
+        """Not done, not claimed by a live worker (on this host: its process lives; elsewhere: it claimed
+        the run less than a trial's time limit ago), and not done before confirm:* records existed."""
+        if round_ < len((attrs.get("repeats") or {}).get(str(number)) or []):  # a study from before
+            return False
+        if not isinstance(slot, dict) or slot.get("state") not in ("claimed", "done"):
+            return True
+        if slot["state"] == "done":
+            return False
+        worker = slot.get("worker") or {}
+        if worker.get("host") == socket.gethostname():
+            return is_stale(worker)
+        return time.time() - float(slot.get("at") or 0) > 2 * self.spec.trial_timeout_s + 60
+
+    def confirmation_pending(self, chosen: list[dict]) -> bool:
+        """A run of `chosen` is claimed and not yet done (claim_confirmation found none free: a live worker's)."""
+        attrs = self.study.user_attrs
+        return any((attrs.get(confirm_key(r["number"], k)) or {}).get("state") == "claimed"
+                   for r in chosen for k in range(CONFIRM_ROUNDS))
 
     def challenger(self) -> dict | None:
         """The fastest unconfirmed fitting config that would be chosen over the confirmed best if its
@@ -487,28 +568,45 @@ class Sweep:
                 self.enqueue(config)
                 return
 
-    def tell_interrupted(self, trial, config: dict, why: str) -> None:
-        """Never a measured result: FAIL, marked interrupted, and queued to run again on resume."""
-        rec = {"status": record.INTERRUPTED, "config": config, "throughput": None, "peak_memory": None,
-               "number": trial.number, "error": {"type": "Interrupted", "message": why}}
+    def server_died_before(self, config: dict) -> bool:
+        key = search.key(config)
+        return any(search.key(t.user_attrs.get("config") or {}) == key
+                   and ((t.user_attrs.get("record") or {}).get("error") or {}).get("type") == launch.SERVER_DIED
+                   for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))
+
+    def tell_interrupted(self, trial, config: dict | None, why: str, kind: str = "Interrupted") -> None:
+        """Never a measured result: FAIL, marked interrupted, and its config queued to run again.
+
+        Without a config (asked from the sampler, killed before it was claimed) nothing is queued: the
+        sampler proposes afresh.
+        """
+        rec = {"status": record.INTERRUPTED, "config": config or {}, "throughput": None, "peak_memory": None,
+               "number": trial.number, "error": {"type": kind, "message": why}}
         trial.set_user_attr("status", record.INTERRUPTED)
         trial.set_user_attr("record", rec)
         self.study.tell(trial, state=TrialState.FAIL)
-        requeue(self.study, trial.params, trial.user_attrs)
+        if config:
+            requeue(self.study, trial.params or sampler_params(self.spec, config), {**trial.user_attrs, "config": config})
 
     def fail_stale_trials(self) -> None:
-        """RUNNING trials whose sweep process died on this host (kill -9, reboot): interrupted, re-queued.
-
-        In a database, another host's dead worker is found by Optuna's heartbeat (storage.requeue_stale).
-        """
+        """RUNNING trials no live worker holds: interrupted, re-queued (recover_trials)."""
         with self.claiming():
             storage.fail_stale_trials(self.study)
-            for ft in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-                if is_stale(ft.user_attrs.get("worker")):
-                    config = ft.user_attrs.get("config") or self.spec.config(ft.params)
-                    handle = optuna.trial.Trial(self.study, ft._trial_id)  # Optuna has no public handle by number
-                    self.tell_interrupted(handle, config, "its bench process died")
-                    self.progress.note(f"trial {ft.number} was left running by a process that died; it runs again")
+            self.recover_trials()
+
+    def recover_trials(self) -> None:
+        """Under the claim lock: a trial claimed by a process that died on this host (kill -9, reboot, a
+        full disk), or asked and never claimed (its asker died in the claim window, which this lock
+        covers), is interrupted and runs again. Another host's dead worker is found by Optuna's
+        heartbeat (storage.requeue_stale)."""
+        for ft in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            worker = ft.user_attrs.get("worker")
+            if worker and not is_stale(worker):
+                continue
+            handle = optuna.trial.Trial(self.study, ft._trial_id)  # Optuna has no public handle by number
+            self.tell_interrupted(handle, ft.user_attrs.get("config"), "its bench process died" if worker else
+                                  "its bench process died before claiming it")
+            self.progress.note(f"trial {ft.number} was left running by a process that died; it runs again")
 
     # -- counting ----------------------------------------------------------------------------------
     def finished(self):
@@ -584,6 +682,23 @@ def report_config(config: dict) -> str:
 def requeue(study: optuna.Study, params: dict, attrs: dict) -> None:
     keep = {k: v for k, v in attrs.items() if k in ("baseline", "config")}
     study.enqueue_trial(params, user_attrs=keep, skip_if_exists=False)
+
+
+def confirm_key(number: int, round_: int) -> str:
+    """The study attribute holding trial `number`'s confirmation run `round_` (claimed, then done)."""
+    return f"confirm:{number}:{round_}"
+
+
+def confirmation_runs(attrs: dict) -> dict[str, list[dict]]:
+    """Trial number (str) -> its recorded confirmation runs, in round order: confirm:* records, after
+    the runs of a study from before them (one `repeats` attribute)."""
+    runs = {number: list(done) for number, done in (attrs.get("repeats") or {}).items()}
+    done = sorted((int(parts[1]), int(parts[2]), value["run"]) for key, value in attrs.items()
+                  if key.startswith("confirm:") and len(parts := key.split(":")) == 3
+                  and isinstance(value, dict) and value.get("state") == "done")
+    for number, _, run in done:
+        runs.setdefault(str(number), []).append(run)
+    return runs
 
 
 def eager_twin(config: dict) -> tuple:
@@ -667,7 +782,7 @@ def enqueue_grid(study: optuna.Study, spec: Spec) -> None:
 
 def rows_of(study: optuna.Study) -> list[dict]:
     """One row per trial for reports: the stored record plus number, baseline and duplicate marks."""
-    rows, repeats = [], study.user_attrs.get("repeats") or {}
+    rows, repeats = [], confirmation_runs(study.user_attrs)
     for t in study.get_trials(deepcopy=False):
         if t.state in (TrialState.WAITING,):
             continue
@@ -685,6 +800,9 @@ def rows_of(study: optuna.Study) -> list[dict]:
         if str(t.number) in repeats and rec.get("status") == record.OK:
             rec["repeats"] = repeats[str(t.number)]
         rows.append(rec)
+    if any(r["baseline"] and r["status"] != record.INTERRUPTED for r in rows):
+        for r in rows:  # the baseline is the trial that measured it; an interrupted try is only a try
+            r["baseline"] = r["baseline"] and r["status"] != record.INTERRUPTED
     return rows
 
 

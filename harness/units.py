@@ -1,6 +1,7 @@
 """Parsing and printing sizes and durations (GiB = 1024**3 bytes)."""
 from __future__ import annotations
 
+import math
 import re
 
 from harness.errors import UserError
@@ -11,6 +12,7 @@ _SIZE_UNITS = {
     "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
 }
 _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600}
+MAX_SIZE = 2**60
 _NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
@@ -19,12 +21,14 @@ def parse_size(value: object, where: str) -> int:
     if isinstance(value, bool):
         raise UserError(f"{where}: expected a size like 24GiB, got {value!r}")
     if isinstance(value, (int, float)):
-        number, unit = float(value), ""
+        number, unit = _finite(value, where, "size"), ""
     else:
         m = _NUMBER_UNIT.match(str(value))
         if not m or m.group(2).lower() not in _SIZE_UNITS:
             raise UserError(f"{where}: cannot read size {value!r}; write it like 24GiB, 512MiB or 2GB")
         number, unit = float(m.group(1)), m.group(2).lower()
+    if number * _SIZE_UNITS[unit] > MAX_SIZE:
+        raise UserError(f"{where}: size {value!r} is beyond any machine (over 1 EiB); write it like 24GiB")
     size = int(number * _SIZE_UNITS[unit])
     if size <= 0:
         raise UserError(f"{where}: size must be positive, got {value!r}")
@@ -36,7 +40,7 @@ def parse_duration(value: object, where: str) -> float:
     if isinstance(value, bool):
         raise UserError(f"{where}: expected a duration like 10m, got {value!r}")
     if isinstance(value, (int, float)):
-        number, unit = float(value), ""
+        number, unit = _finite(value, where, "duration"), ""
     else:
         m = _NUMBER_UNIT.match(str(value))
         if not m or m.group(2).lower() not in _DURATION_UNITS:
@@ -46,6 +50,17 @@ def parse_duration(value: object, where: str) -> float:
     if seconds <= 0:
         raise UserError(f"{where}: duration must be positive, got {value!r}")
     return seconds
+
+
+def _finite(value: int | float, where: str, what: str) -> float:
+    """A plain number as a float, refused when it is NaN or infinite (NaN compares false with every limit)."""
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise UserError(f"{where}: {what} must be a finite number, got {value!r}")
+    return number
 
 
 def gib(n_bytes: float | None) -> str:

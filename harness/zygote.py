@@ -65,6 +65,8 @@ class Forked:
 
     def __init__(self, pid: int, status_fd: int, stdout):
         self.pid, self.status_fd, self.stdout, self.returncode = pid, status_fd, stdout, None
+        self.server_died = False
+        """The server ended before the trial did (killed from outside): the trial was taken down with it."""
 
     def poll(self) -> int | None:
         if self.returncode is None and select.select([self.status_fd], [], [], 0)[0]:
@@ -82,7 +84,8 @@ class Forked:
         data = os.read(self.status_fd, 64)
         os.close(self.status_fd)
         # no exit code: the server died, and the trial with it (harness.trial.die_with_parent)
-        self.returncode = int(data) if data.strip() else -signal.SIGKILL
+        self.server_died = not data.strip()
+        self.returncode = -signal.SIGKILL if self.server_died else int(data)
 
 
 class Server:

@@ -97,6 +97,35 @@ BAD_SPECS = {
                          "only means something on a CUDA GPU"),
     "markup_in_a_key": (yaml.safe_dump({**GOOD, "[/x]": 1}), "unknown key '[/x]'"),  # printed as text, not markup
 }
+# Numbers that are not finite or not in range: each once a traceback, an endless trial or every trial an error.
+GOOD_TEXT = yaml.safe_dump({k: v for k, v in GOOD.items() if k != "trial"}, sort_keys=False)
+BAD_NUMBERS = {
+    "timeout_and_stall_nan": ("trial: {timeout: .nan, stall: .nan}", "trial.timeout", "finite"),
+    "stall_nan": ("trial: {stall: .nan}", "trial.stall", "finite"),
+    "max_seconds_nan": ("trial: {max_seconds: .nan}", "trial.max_seconds", "finite"),
+    "target_cv_nan": ("trial: {target_cv: .nan}", "trial.target_cv", "nan"),
+    "loss_tolerance_nan": ("trial: {loss_tolerance: .nan}", "trial.loss_tolerance", "nan"),
+    "loss_tolerance_inf": ("trial: {loss_tolerance: .inf}", "trial.loss_tolerance", "inf"),
+    "window_nan": ("trial: {window: .nan}", "trial.window", "finite"),
+    "budget_1e30": ("memory: {budget: 1.0e+30}", "memory.budget", "beyond any machine"),
+    "budget_nan": ("memory: {budget: .nan}", "memory.budget", "finite"),
+    "budget_inf": ("memory: {budget: .inf}", "memory.budget", "finite"),
+    "seed_negative": ("seed: -1", "seed must be between 0 and 4294967295"),
+    "seed_huge": (f"seed: {2**70}", "seed must be between 0 and 4294967295"),
+    "batch_size_range_huge": (f"search: {{batch_size: {{low: 1, high: {10**15}}}}}", "search.batch_size", "at most"),
+    "batch_size_list_huge": (f"search: {{batch_size: [4, {10**15}]}}", "search.batch_size", "at most"),
+    "warmup_steps_huge": (f"trial: {{warmup_steps: {10**12}}}", "trial.warmup_steps"),
+    "sweep_timeout_nan": ("timeout: .nan", "timeout", "finite"),
+}
+# Names are names: a study or scenario named like a path would write outside results/.
+BAD_NAMES = {
+    "study_dotdot": ("study: '..'", "'..' is not a plain name"),
+    "study_dot": ("study: '.'", "'.' is not a plain name"),
+    "study_up_and_out": ("study: '../../x'", "is not a plain name"),
+    "study_absolute": ("study: /abs/path", "is not a plain name"),
+    "study_newline": ("study: \"a\\nb\"", "is not a plain name"),
+    "scenario_path": ("scenarios: {'x/../../../y': {trials: 1}}", "scenarios.x/../../../y", "is not a plain name"),
+}
 
 
 @pytest.mark.parametrize("case", sorted(BAD_SPECS))
@@ -106,6 +135,42 @@ def test_bad_spec(cwd, case):
     line = assert_user_error(bench("sweep", path, "--device", "cpu"), phrase)
     assert line.startswith(f"error: {path.name}") or str(path) in line  # where
     assert nothing_written(cwd)
+
+
+def spec_with(extra: str) -> str:
+    """GOOD with `extra` (YAML text: a top-level key, or a whole section) in place of the same key."""
+    key = extra.split(":", 1)[0]
+    kept = yaml.safe_load(GOOD_TEXT)
+    kept.pop(key, None)
+    return yaml.safe_dump(kept, sort_keys=False) + extra + "\n"
+
+
+@pytest.mark.parametrize("case", sorted(BAD_NUMBERS))
+def test_a_number_not_finite_or_out_of_range_is_one_line(cwd, case):
+    extra, *phrases = BAD_NUMBERS[case]
+    path = write(cwd, f"{case}.yaml", text=spec_with(extra))
+    assert_user_error(bench("sweep", path, "--device", "cpu"), path.name, *phrases)
+    assert nothing_written(cwd)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_NAMES))
+def test_a_study_named_like_a_path_is_one_line_and_writes_nothing(cwd, case):
+    extra, *phrases = BAD_NAMES[case]
+    path = write(cwd, f"{case}.yaml", text=spec_with(extra))
+    args = ["--scenario", "x/../../../y"] if case == "scenario_path" else []
+    assert_user_error(bench("sweep", path, "--device", "cpu", *args), path.name, *phrases)
+    assert sorted(p.name for p in cwd.iterdir()) == [path.name]  # nothing written, here or above
+    assert not (cwd.parent / "x").exists() and not (cwd.parent / "y").exists()
+
+
+@pytest.mark.parametrize("name", ["../../x", "/abs/path", "..", "a/b"])
+def test_study_option_named_like_a_path_is_one_line_and_writes_nothing(cwd, name):
+    write(cwd, "good.yaml", GOOD)
+    assert_user_error(bench("sweep", "good.yaml", "--device", "cpu", "--study", name), "--study", "not a plain name")
+    assert_user_error(bench("report", name), "not a plain name")
+    assert_user_error(bench("apply", "best", "--study", name), "not a plain name")
+    assert sorted(p.name for p in cwd.iterdir()) == ["good.yaml"]
+    assert not Path("/abs").exists()
 
 
 def test_missing_spec_file(cwd):
@@ -328,6 +393,27 @@ def test_apply_read_only_target(applied):
     target.chmod(stat.S_IRUSR)
     assert_user_error(bench("apply", "best"), "read-only")
     assert untouched(folder, target)
+
+
+def test_apply_to_a_fifo_refuses_instead_of_blocking(applied):
+    """Before, `bench apply` blocked forever opening a FIFO target for reading."""
+    import os
+    import threading
+    folder, _, target = applied
+    target.unlink()
+    os.mkfifo(target)
+    result, done = [], threading.Event()
+
+    def apply_best():
+        result.append(bench("apply", "best"))
+        done.set()
+    threading.Thread(target=apply_best, daemon=True).start()
+    if not done.wait(60):
+        with open(target, "w"):  # let the blocked reader go, so the test run can end
+            pass
+        pytest.fail("bench apply blocked on a FIFO")
+    assert_user_error(result[0], "train.yaml", "not a regular file")
+    assert stat.S_ISFIFO(target.stat().st_mode)
 
 
 def test_apply_vanished_target(applied):

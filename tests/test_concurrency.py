@@ -91,3 +91,20 @@ def test_workers_resuming_a_killed_sweep_recover_its_stale_trial_once(gated):  #
     rows = report(gated, "stop")
     assert Counter((r["config"]["fault"], r["status"]) for r in rows) == {
         ("none", "ok"): 1, ("hang", "interrupted"): 1, ("hang", "ok"): 1}
+
+
+def test_workers_split_the_confirmation_runs_and_each_run_is_its_own_record(tmp_path):
+    """Before, every worker ran the whole confirmation (8 runs instead of 4 with two workers), and the
+    study kept one worker's runs: a last-writer-wins `repeats` attribute."""
+    spec = {"study": "confirm", "workload": {"factory": "faulty:build", "params": {"fault": "none", "width": 16}},
+            "search": {"batch_size": [2, 256]}, "trials": 2, "sampler": "grid", "trial": dict(FAST_TRIAL)}
+    (tmp_path / "confirm.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    workers = sweep_together(tmp_path, "confirm.yaml")
+    for w in workers:
+        assert w.returncode == 0, w.stderr
+        assert "Traceback" not in w.stderr
+    rows = {r["config"]["batch_size"]: r for r in report(tmp_path, "confirm")}
+    assert rows[2]["baseline"] and rows[256]["best"]  # the leader and the baseline are confirmed
+    confirmations = sum(w.stdout.count("confirmation run") for w in workers)
+    assert confirmations == 2 * 2  # 2 configs x CONFIRM_ROUNDS, over all workers
+    assert [len(rows[b]["repeats"]) for b in (2, 256)] == [2, 2]

@@ -7,9 +7,11 @@ shows that a sweep goes on after each and records each status, with the log tail
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -19,7 +21,7 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from harness import launch, record, spec as specs
+from harness import launch, record, reuse, spec as specs
 from harness.cli import main
 from tests.conftest import FAULTY_DIR, faulty_spec
 
@@ -210,3 +212,81 @@ def test_a_sweep_goes_on_after_each_fault_and_records_it(faulty_env, monkeypatch
     by_fault = {r["config"]["fault"]: Path(r["log"]).read_text() for r in rows}
     assert "injected failure in the user's loss" in by_fault["raise"]
     assert "Segmentation fault" in by_fault["segfault"]
+
+
+# ---- what a trial starts dies with it, even out of its process group ------------------------------------
+
+ESCAPER = '''
+import os, subprocess, sys
+import faulty
+
+def build(params):
+    params = dict(params)
+    pid_file = params.pop("escaper_pid_file")
+    # a daemon's way out of the trial's process group: a new session
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    with open(pid_file, "w") as f:
+        f.write(str(proc.pid))
+    return faulty.build(params)
+'''
+
+
+@pytest.mark.parametrize("start", ["warm", "fresh"])
+def test_a_grandchild_that_calls_setsid_dies_with_the_trial(faulty_env, monkeypatch, start):
+    """Before, a grandchild in a session of its own outlived the trial and the sweep."""
+    folder = faulty_env / f"escaper-{start}"
+    folder.mkdir()
+    (folder / "escaper.py").write_text(ESCAPER)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), os.environ["PYTHONPATH"]]))
+    monkeypatch.setenv("BENCH_TRIAL_START", start)
+    pid_file = folder / "escaper.pid"
+    path = faulty_spec(folder, "escaper", ["none"], workload={
+        "factory": "escaper:build", "params": {"fault": "none", "at_step": 3, "escaper_pid_file": str(pid_file)}})
+    spec = specs.load(path)
+    rec = launch.run(spec.job("cpu", specs.trial_config(spec, {})), launch.Limits(TIMEOUT_S, STALL_S), None)
+    assert rec["status"] == record.OK, rec.get("error")
+    assert rec["start"]["method"] == start
+    pid = int(pid_file.read_text())
+    try:
+        deadline = time.monotonic() + 10
+        while not gone(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert gone(pid), f"grandchild {pid} (its own session) still runs after its trial"
+    finally:
+        if not gone(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_full_disk_leaves_no_half_written_temp_file(tmp_path):
+    """A trial log (and a report, a reused figure) is written to NAME.tmp and renamed: on a full disk
+    the write fails, and before, the half-written NAME.tmp stayed. A real, tiny tmpfs."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root in a machine that allows mounts)")
+    try:
+        with pytest.raises(OSError) as full:
+            launch.save_log(disk / "logs" / "trial-0000.log", "x" * 1024 * 1024)
+        assert full.value.errno == errno.ENOSPC
+        with pytest.raises(OSError):
+            reuse._write(disk / "reuse" / "flops-0.json", {"key": {}, "value": "x" * 1024 * 1024})
+        assert list(disk.rglob("*.tmp")) == []
+        figures = reuse.Figures(str(disk / "reuse"), trial=0)  # a cache that cannot be written is skipped
+        assert figures.get("flops", {"k": 1}, lambda: "x" * 1024 * 1024) == "x" * 1024 * 1024
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_reuse_folder_that_cannot_be_written_is_skipped_with_a_note(faulty_env):
+    """Before, a figure that could not be filed under reuse/ made a good trial a permanent `error`."""
+    folder = faulty_env / "reuse-blocked"
+    folder.mkdir()
+    (folder / "reuse").write_text("a file where the reuse folder should be")  # unwritable as a folder, even for root
+    path = faulty_spec(folder, "reuse-blocked", ["none"])
+    spec = specs.load(path)
+    job = dict(spec.job("cpu", specs.trial_config(spec, {})), reuse_dir=str(folder / "reuse"), trial=0)
+    log = folder / "trial.log"
+    rec = launch.run(job, launch.Limits(TIMEOUT_S, STALL_S), log)
+    assert rec["status"] == record.OK, rec.get("error")
+    assert "is not filed for later trials" in log.read_text()

@@ -262,3 +262,70 @@ def test_sigterm_and_sighup_stop_like_ctrl_c_and_leave_no_temp_folder(gated, sig
     assert [r["status"] for r in before["hang"]] == ["interrupted"]
     if signum == signal.SIGTERM:
         assert_resumes(gated, before, stale_note=False)
+
+
+def controlling_terminal() -> None:
+    """In the child: a session of its own whose controlling terminal is its stdin (the pty), as a login
+    shell's job has; closing the pty's other end then hangs it up with SIGHUP, as closing a terminal does."""
+    import fcntl
+    import termios
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def read_until(fd: int, stop: threading.Event) -> None:
+    """Keep a pty read (so its writer never blocks on a full terminal) until `stop`; the fd stays open."""
+    import select
+    while not stop.is_set():
+        if select.select([fd], [], [], 0.1)[0]:
+            try:
+                os.read(fd, 65536)
+            except OSError:
+                return
+
+
+def test_a_real_terminal_hang_up_exits_129_and_records_the_trial_interrupted(gated, monkeypatch):
+    """Before, a real hang-up exited 1: writing the message to the gone terminal failed on the way out."""
+    monkeypatch.setenv("TERM", "xterm-256color")
+    master, terminal = pty.openpty()
+    sweep = subprocess.Popen([sys.executable, "-c", "from harness.cli import main; main()", "sweep", "stop.yaml",
+                              "--device", "cpu"], cwd=gated, env=env_for(gated), stdin=terminal, stdout=terminal,
+                             stderr=terminal, preexec_fn=controlling_terminal)
+    STARTED.append(sweep)
+    os.close(terminal)
+    stop = threading.Event()
+    reader = threading.Thread(target=read_until, args=(master, stop), daemon=True)
+    reader.start()
+    child = hanging_trial(sweep)
+    pgid = os.getpgid(child.pid)
+    stop.set()
+    reader.join(timeout=10)
+    os.close(master)  # the terminal goes away: the kernel hangs up its session
+    assert sweep.wait(timeout=30) == 129
+    assert wait_until_gone(pgid, limit_s=5) == []
+    assert [r["status"] for r in by_fault(report_rows(gated))["hang"]] == ["interrupted"]
+
+
+def test_temp_folders_and_files_a_killed_sweep_left_are_removed_by_the_next(gated):
+    """kill -9 leaves the trial's bench-trial-* folder, and a write it cut short leaves a *.tmp file:
+    before, both stayed forever; the next sweep of the study removes them."""
+    tmp = gated / "tmp"
+    tmp.mkdir()
+    env = dict(env_for(gated), TMPDIR=str(tmp))
+    sweep = subprocess.Popen([sys.executable, "-c", "from harness.cli import main; main()", "sweep", "stop.yaml",
+                              "--device", "cpu"], cwd=gated, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    STARTED.append(sweep)
+    pgid = os.getpgid(hanging_trial(sweep, tmp=tmp).pid)
+    sweep.kill()
+    sweep.communicate(timeout=30)
+    assert wait_until_gone(pgid) == []
+    assert list(tmp.glob("bench-trial-*")), "kill -9 should have left the trial's folder"
+    cut_short = gated / "results" / "stop" / "logs" / "trial-0001.log.tmp"  # as a kill mid-write leaves it
+    cut_short.write_text("half a log")
+    os.utime(cut_short, (time.time() - 600, time.time() - 600))
+    (gated / "gate").unlink()
+    rerun = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", "sweep", "stop.yaml",
+                            "--device", "cpu"], cwd=gated, env=env, capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    assert not list(tmp.glob("bench-trial-*")) and not list((gated / "results").rglob("*.tmp"))

@@ -50,6 +50,8 @@ def _load_document(path: Path, fmt: str) -> _Document:
 
 
 def _read_text(path: Path) -> str:
+    if Path(path).exists() and not Path(path).is_file():  # a FIFO would block the read forever
+        raise UserError(f"{path}: not a regular file; point apply.file at the YAML or JSON training config")
     try:
         return Path(path).read_bytes().decode("utf-8")
     except FileNotFoundError:

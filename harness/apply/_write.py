@@ -64,6 +64,8 @@ def _check_writable(destination: Path) -> None:
     except OSError as e:
         raise UserError(f"{folder}: cannot create the folder ({e.strerror}); create it or write elsewhere "
                         "with --to") from None
+    if destination.exists() and not destination.is_file():  # a FIFO or device: the backup's read would block
+        raise UserError(f"{destination}: not a regular file; write to a file (or elsewhere with --to)")
     for path, what in ((destination, "file"), (folder, "folder")):
         if path.exists() and not _writable(path):
             raise UserError(f"{path}: the {what} is read-only; make it writable (chmod u+w) or write elsewhere "

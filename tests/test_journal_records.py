@@ -1,0 +1,38 @@
+"""Crafted or mangled journal records: one line naming journal.log:LINE, never a traceback, nothing changed.
+
+A whole line (newline-terminated JSON) that is not a record Optuna and bench can replay is damage,
+wherever it sits: `bench report` and `bench sweep` both refuse it and leave the file as it was.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.test_store import bench, journal, lines, one_trial, study  # noqa: F401 (fixtures)
+
+CRAFTED = {
+    "unknown op code": {"op_code": 99, "worker_id": "w"},
+    "no trial id": {"op_code": 8, "worker_id": "w", "user_attr": {"x": 1}},
+    "repeats of the wrong type": {"op_code": 2, "worker_id": "w", "study_id": 0, "user_attr": {"repeats": "oops"}},
+    "a record that is not a mapping": {"op_code": 8, "worker_id": "w", "trial_id": 0, "user_attr": {"record": [1]}},
+}
+
+
+def deep(n: int) -> bytes:
+    return b"[" * n + b"]" * n
+
+
+@pytest.mark.parametrize("case", [*CRAFTED, "100 000-deep JSON"])
+def test_a_crafted_journal_record_is_refused_by_file_and_line(study, case):  # noqa: F811 (fixture)
+    path = journal(study)
+    line = deep(100_000) if case not in CRAFTED else json.dumps(CRAFTED[case]).encode()
+    records = path.read_bytes().count(b"\n")
+    crafted = path.read_bytes() + line + b"\n"
+    path.write_bytes(crafted)
+    for args in (("report", "store"), ("sweep", "store.yaml", "--device", "cpu")):
+        result = bench(study, *args)
+        assert result.returncode == 2, result.stderr
+        [said] = lines(result.stderr)
+        assert f"journal.log:{records + 1}:" in said and "Traceback" not in said, said
+    assert path.read_bytes() == crafted  # nothing repaired or cut behind the user's back
