@@ -361,6 +361,7 @@ def env_stamp(device: torch.device, tf32: dict) -> dict:
         "allocator_conf": os.environ.get("PYTORCH_ALLOC_CONF") or os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
         "cuda_launch_blocking": os.environ.get("CUDA_LAUNCH_BLOCKING") == "1",
         "compile_threads": inductor.compile_threads, "tf32": tf32,
+        "fork_fallback": os.environ.get("BENCH_FORK_FALLBACK"),  # harness.zygote: forked unsafely, re-exec'd fresh
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)

@@ -117,10 +117,12 @@ class Trial:
         return workloads.build(self.job["workload"])
 
     def figure_key(self, *knobs_used) -> dict:
-        """What a figure filed for reuse depends on (harness.reuse): the build, the batch's shape, the versions."""
+        """What a figure filed for reuse depends on (harness.reuse): the build, the batch's shape, the
+        versions, and how the model is shared across processes (a DDP or FSDP rank's breakdown is not
+        one process's)."""
         return {"workload": self.job["workload"], "device": self.device.type, "seed": self.job.get("seed", 0),
                 "torch": torch.__version__, "bench": __version__,
-                **{k: self.config.get(k) for k in ("batch_size", *knobs_used)}}
+                **{k: self.config.get(k) for k in ("batch_size", "nproc", "parallel", *knobs_used)}}
 
     def check_knobs(self) -> None:
         if int(self.config.get("nproc", 1)) != self.world:
@@ -250,6 +252,16 @@ class Trial:
                 b.copy_(saved)
         return loss
 
+    def warn_if_cold_autotune(self) -> None:
+        """max-autotune benchmarks every GEMM/conv candidate on its first compile: minutes where the
+        inductor cache is cold, which can pass the trial's time limit. Said in the trial's log first."""
+        mode = self.config.get("compile", "off")
+        cache = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or "")
+        if mode.startswith("max-autotune") and not (cache.is_dir() and any(cache.iterdir())):
+            print(f"bench: compile {mode} with a cold inductor cache ({cache or 'default'}): the first step "
+                  "autotunes every matmul and convolution and can take minutes, past a short trial.timeout; "
+                  "a repeat of this config reuses the cache", file=sys.stderr, flush=True)
+
     def warm_up(self) -> None:
         """First step (compile, autotuning, allocator growth) and warm-up steps, timed apart.
 
@@ -262,6 +274,7 @@ class Trial:
         window restarts, before the last warm-up step, which regrows the cache untimed: `peak_memory`
         is the steady state's peak, what the config keeps needing step after step.
         """
+        self.warn_if_cold_autotune()
         self.hb.beat("first_step")
         t0 = measure.now(self.device)
         self.step()

@@ -260,6 +260,10 @@ def become_trial(request: dict, out_fd: int) -> None:
         import random
         faulthandler.enable()  # PYTHONFAULTHANDLER, too, is read at start-up only
         random.seed()  # not the server's state: every trial would draw the same numbers
+        unsafe = unsafe_fork()
+        if unsafe:  # checked here, in the trial, not trusted from the server: start it afresh instead
+            os.environ[FALLBACK_ENV] = unsafe
+            os.execv(sys.executable, [sys.executable, "-m", "harness.trial", *request["argv"]])
         from harness import trial
         code = trial.main(request["argv"])
     except BaseException:
@@ -267,6 +271,19 @@ def become_trial(request: dict, out_fd: int) -> None:
         traceback.print_exc()
     finally:
         os._exit(code)
+
+
+FALLBACK_ENV = "BENCH_FORK_FALLBACK"
+"""Set in a trial that was forked unsafely and re-exec'd as a fresh interpreter: why (the env stamp keeps it)."""
+
+
+def unsafe_fork() -> str | None:
+    """Why this forked process cannot train, or None: torch's own check that the parent had
+    initialised CUDA (torch.cuda._is_in_bad_fork, what DataLoader workers and _lazy_init consult)."""
+    import torch
+    if torch.cuda._is_in_bad_fork():
+        return "the trial server had initialised CUDA before forking"
+    return None
 
 
 def preload(modules: list[str]) -> None:

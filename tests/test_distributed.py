@@ -46,18 +46,22 @@ def gpt_trial(parallel: str) -> dict:
     return json.loads(done.stdout)
 
 
-def faulty_trial(folder: Path, name: str, config: dict, budget: int | None = None, device: str = "cpu") -> dict:
+def faulty_trial(folder: Path, name: str, config: dict, budget: int | None = None, device: str = "cpu",
+                 stall_s: float = STALL_S) -> dict:
     """One 2-rank trial of the faulty workload as a sweep launches it; the record and the ranks' pids."""
     pids = folder / name
     pids.mkdir()
     path = faulty_spec(folder, name, ["none"],
                        workload={"factory": "faulty:build", "params": {"fault": "none", "at_step": 3, "pid_dir": str(pids)}},
-                       trial={"timeout": "90s", "stall": f"{STALL_S}s", "warmup_steps": 1, "window": 0.05,
+                       trial={"timeout": "300s", "stall": f"{stall_s}s", "warmup_steps": 1, "window": 0.05,
                               "min_windows": 2, "max_windows": 3, "max_seconds": 1})
     spec = replace(specs.load(path), memory_budget=budget)
     job = spec.job(device, specs.trial_config(spec, {"nproc": 2, "parallel": "ddp", **config}))
     rec = launch.run(job, launch.Limits(spec.trial_timeout_s, spec.stall_s), folder / f"{name}.log")
     return {"rec": rec, "pids": [int(p.read_text()) for p in sorted(pids.glob("rank*.pid"))]}
+
+
+WIDE = {"width": 1024, "depth": 8}  # 8.4M parameters and a batch of 8 vectors: the weights and their state dominate
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +72,9 @@ def trials(faulty_env):
         "fsdp": lambda: gpt_trial("fsdp"),
         "fsdp-keep": lambda: faulty_trial(faulty_env, "keep", {"parallel": "fsdp", "reshard_after_forward": False,
                                                                "checkpointing": "full"}),
+        "ddp-wide": lambda: faulty_trial(faulty_env, "ddp-wide", WIDE, stall_s=60),
+        "fsdp-wide": lambda: faulty_trial(faulty_env, "fsdp-wide", {**WIDE, "parallel": "fsdp"}, stall_s=60),
+        "fsdp-bf16": lambda: faulty_trial(faulty_env, "fsdp-bf16", {"parallel": "fsdp", "precision": "bf16-mixed"}),
         "desync": lambda: faulty_trial(faulty_env, "desync", {"fault": "desync", "fault_rank": 1}),
         "oom": lambda: faulty_trial(faulty_env, "oom", {"fault": "oom", "fault_rank": 1}, budget=512 * 1024**2),
         "hang": lambda: faulty_trial(faulty_env, "hang", {"fault": "hang", "fault_rank": 1}),
@@ -115,6 +122,25 @@ def test_fsdp_shards_what_each_rank_holds(trials):
     for part in ("weights", "gradients", "optimizer"):
         assert fsdp[part] < 0.6 * ddp[part], (part, fsdp[part], ddp[part])
     assert trials["fsdp"]["distributed"]["reshard_after_forward"] is True
+
+
+def test_fsdps_fullest_rank_is_well_under_ddps_where_the_weights_dominate(trials):
+    """Issue 23: FSDP's fullest rank peaked above DDP's, the whole fp32 model placed on every rank
+    before sharding. Built on meta, sharded, then filled, each rank holds half the weights, gradients
+    and AdamW state of two ranks; only rank 0 ever builds the model whole, on the CPU, to broadcast it."""
+    ddp, fsdp = trials["ddp-wide"]["rec"], trials["fsdp-wide"]["rec"]
+    assert ddp["status"] == fsdp["status"] == record.OK, (ddp.get("error"), fsdp.get("error"))
+    assert fsdp["peak_memory"] <= 0.8 * ddp["peak_memory"], (fsdp["peak_memory_per_rank"], ddp["peak_memory_per_rank"])
+    assert len(trials["ddp-wide"]["pids"]) == 2 and len(trials["fsdp-wide"]["pids"]) == 1  # faulty notes CPU builds only
+    assert fsdp["loss"]["reference"] == pytest.approx(ddp["loss"]["reference"])  # rank 0's fp32 loss, the same weights
+
+
+def test_fsdp_bf16_mixed_is_fsdp2s_mixed_precision_policy(trials):
+    """Weights all-gathered in bf16 for the forward, fp32 shards stepped by the optimizer; no autocast."""
+    rec = trials["fsdp-bf16"]["rec"]
+    assert rec["status"] == record.OK, rec.get("error")
+    assert rec["distributed"]["mixed_precision"] == {"sharded": "torch.float32", "in_forward": "torch.bfloat16"}
+    assert rec["distributed"]["param_checksums"][0] == rec["distributed"]["param_checksums"][1]
 
 
 def test_fsdp_without_resharding_after_forward_over_checkpointed_blocks(trials):

@@ -1,0 +1,41 @@
+"""Issue 23's item 9, at the seams it lives on: reuse keys, the warm start's own fork check, the
+cold max-autotune warning."""
+from __future__ import annotations
+
+import torch
+
+from harness import trial, zygote
+
+JOB = {"workload": {"name": "gpt", "params": {"vocab": 64}}, "device": "cpu", "measure": {}, "seed": 0,
+       "config": {"batch_size": 4, "precision": "fp32"}}
+
+
+def a_trial(**config) -> trial.Trial:
+    return trial.Trial(dict(JOB, config={**JOB["config"], **config}), trial.Heartbeat(None))
+
+
+def test_reused_figures_are_keyed_on_how_the_model_is_shared():
+    """A DDP or FSDP rank's FLOPs and breakdown must not be taken from a one-process trial's."""
+    one = a_trial().figure_key("precision")
+    ddp = a_trial(nproc=2, parallel="ddp").figure_key("precision")
+    fsdp = a_trial(nproc=2, parallel="fsdp").figure_key("precision")
+    assert (ddp["nproc"], ddp["parallel"], fsdp["parallel"]) == (2, "ddp", "fsdp")
+    assert len({str(sorted(k.items())) for k in (one, ddp, fsdp)}) == 3
+
+
+def test_a_forked_trial_checks_its_own_fork(monkeypatch):
+    assert zygote.unsafe_fork() is None  # this process never initialised CUDA
+    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: True)
+    assert "initialised CUDA" in zygote.unsafe_fork()
+
+
+def test_cold_max_autotune_is_announced_before_the_first_step(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cold"))
+    a_trial(compile="max-autotune").warn_if_cold_autotune()
+    assert "can take minutes" in capsys.readouterr().err
+    (tmp_path / "warm").mkdir()
+    (tmp_path / "warm" / "fxgraph").mkdir()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "warm"))
+    a_trial(compile="max-autotune").warn_if_cold_autotune()
+    a_trial(compile="default").warn_if_cold_autotune()
+    assert capsys.readouterr().err == ""
