@@ -585,9 +585,9 @@ class Sweep:
                "number": trial.number, "error": {"type": kind, "message": why}}
         trial.set_user_attr("status", record.INTERRUPTED)
         trial.set_user_attr("record", rec)
-        self.study.tell(trial, state=TrialState.FAIL)
-        if config:
+        if config:  # queued before the FAIL: a kill between the two leaves a RUNNING trial, recovered again
             requeue(self.study, trial.params or sampler_params(self.spec, config), {**trial.user_attrs, "config": config})
+        self.study.tell(trial, state=TrialState.FAIL)
 
     def fail_stale_trials(self) -> None:
         """RUNNING trials no live worker holds: interrupted, re-queued (recover_trials)."""
