@@ -40,9 +40,9 @@ CONFIRM_TOP = 1
 CONFIRM_ROUNDS = 2
 """Before a sweep ends, the leading config and the baseline run again this many times, interleaved."""
 CHALLENGERS = 2
+"""...and then at most this many configs that would still beat the confirmed best on their single run."""
 CONFIRM_POLL_S = 1.0
 """How often a worker looks whether another worker's confirmation run is recorded."""
-"""...and then at most this many configs that would still beat the confirmed best on their single run."""
 
 
 # ---- storage (harness/storage.py holds where and how; these read a study) ----------------------
@@ -569,6 +569,7 @@ class Sweep:
                 return
 
     def server_died_before(self, config: dict) -> bool:
+        """An earlier trial of `config` was interrupted by its trial server's death: twice is the trial's doing."""
         key = search.key(config)
         return any(search.key(t.user_attrs.get("config") or {}) == key
                    and ((t.user_attrs.get("record") or {}).get("error") or {}).get("type") == launch.SERVER_DIED
@@ -584,9 +585,9 @@ class Sweep:
                "number": trial.number, "error": {"type": kind, "message": why}}
         trial.set_user_attr("status", record.INTERRUPTED)
         trial.set_user_attr("record", rec)
-        self.study.tell(trial, state=TrialState.FAIL)
-        if config:
+        if config:  # queued before the FAIL: a kill between the two leaves a RUNNING trial, recovered again
             requeue(self.study, trial.params or sampler_params(self.spec, config), {**trial.user_attrs, "config": config})
+        self.study.tell(trial, state=TrialState.FAIL)
 
     def fail_stale_trials(self) -> None:
         """RUNNING trials no live worker holds: interrupted, re-queued (recover_trials)."""

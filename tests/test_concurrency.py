@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -93,18 +94,49 @@ def test_workers_resuming_a_killed_sweep_recover_its_stale_trial_once(gated):  #
         ("none", "ok"): 1, ("hang", "interrupted"): 1, ("hang", "ok"): 1}
 
 
+COUNTED = '''
+import os
+import torch
+import faulty
+
+def build(params):
+    params = dict(params)
+    runs = params.pop("runs")
+    if not torch.empty(0).is_meta:  # one line per trial process that trains (a FLOP count builds on meta)
+        with open(runs, "a") as f:
+            f.write(f"{params.get('batch_size', '')} {os.getpid()}\\n")
+    return faulty.build(params)
+'''
+
+
 def test_workers_split_the_confirmation_runs_and_each_run_is_its_own_record(tmp_path):
-    """Before, every worker ran the whole confirmation (8 runs instead of 4 with two workers), and the
+    """Workers that reach the confirmation together (here: resuming a sweep killed as its confirmation
+    began). Before, every worker ran the whole confirmation (3 workers: 12 runs instead of 4), and the
     study kept one worker's runs: a last-writer-wins `repeats` attribute."""
-    spec = {"study": "confirm", "workload": {"factory": "faulty:build", "params": {"fault": "none", "width": 16}},
+    (tmp_path / "counted.py").write_text(COUNTED)
+    runs = tmp_path / "runs.txt"
+    spec = {"study": "confirm", "workload": {"factory": "counted:build",
+                                             "params": {"fault": "none", "width": 16, "runs": str(runs)}},
             "search": {"batch_size": [2, 256]}, "trials": 2, "sampler": "grid", "trial": dict(FAST_TRIAL)}
     (tmp_path / "confirm.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    first = subprocess.Popen([sys.executable, "-c", "from harness.cli import main; main()", "sweep", "confirm.yaml",
+                              "--device", "cpu"], cwd=tmp_path, env=env_for(tmp_path), stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+    try:
+        for line in first.stdout:
+            if line.startswith("confirming:"):
+                break
+    finally:
+        first.kill()
+        first.wait()
+    time.sleep(2)  # its confirmation run, started or not, dies with it
+    before = len(runs.read_text().splitlines())
     workers = sweep_together(tmp_path, "confirm.yaml")
     for w in workers:
         assert w.returncode == 0, w.stderr
         assert "Traceback" not in w.stderr
     rows = {r["config"]["batch_size"]: r for r in report(tmp_path, "confirm")}
     assert rows[2]["baseline"] and rows[256]["best"]  # the leader and the baseline are confirmed
-    confirmations = sum(w.stdout.count("confirmation run") for w in workers)
-    assert confirmations == 2 * 2  # 2 configs x CONFIRM_ROUNDS, over all workers
     assert [len(rows[b]["repeats"]) for b in (2, 256)] == [2, 2]
+    again = sum(w.stdout.count("measuring it again") for w in workers)  # a run on a busy machine runs twice
+    assert len(runs.read_text().splitlines()) - before == 2 * 2 + again  # 2 configs x CONFIRM_ROUNDS, in all

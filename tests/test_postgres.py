@@ -80,6 +80,7 @@ def test_three_hosts_share_one_study_and_never_run_a_config_twice(tmp_path):
     for rc, out, err in ended:
         assert rc == 0, err
         assert "Traceback" not in err
+        assert "Warning" not in err  # Optuna's heartbeat UserWarning: bench beats through ask/tell on purpose
     rows = report(tmp_path, study)
     configs = [(r["config"]["batch_size"], r["config"]["width"]) for r in rows]
     assert sorted(configs) == sorted((b, w) for b in SPACE["batch_size"] for w in SPACE["width"])  # each once
@@ -116,3 +117,19 @@ def test_a_killed_hosts_trial_is_found_by_heartbeat_and_run_again_elsewhere(tmp_
     assert Counter((r["config"]["fault"], r["status"]) for r in rows) == {
         ("none", "ok"): 1, ("hang", "interrupted"): 1, ("hang", "ok"): 1}
     assert list((tmp_path / "a").iterdir()) == []
+
+
+def test_two_hosts_split_the_confirmation_runs(tmp_path):
+    """Before, each host ran the whole confirmation and the study kept one host's runs (last writer wins)."""
+    study = f"confirm-{uuid.uuid4().hex[:8]}"
+    spec = {"study": study, "workload": {"factory": "faulty:build", "params": {"fault": "none", "width": 16}},
+            "search": {"batch_size": [2, 256]}, "trials": 2, "sampler": "grid", "trial": dict(FAST_TRIAL)}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    workers = [on_host(h, tmp_path / h, tmp_path, "sweep", str(tmp_path / "spec.yaml"), "--device", "cpu",
+                       "--storage", URL) for h in ("host-a", "host-b")]
+    ended = [done(w) for w in workers]
+    for rc, out, err in ended:
+        assert rc == 0, err
+    assert sum(out.count("confirmation run") for _, out, _ in ended) == 2 * 2
+    rows = {r["config"]["batch_size"]: r for r in report(tmp_path, study)}
+    assert [len(rows[b]["repeats"]) for b in (2, 256)] == [2, 2]
