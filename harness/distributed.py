@@ -122,6 +122,9 @@ class RankTrial(trial.Trial):
         model = self.checkpointed(model)
         mesh = init_device_mesh(self.device.type, (self.world,))
         reshard = bool(self.config.get("reshard_after_forward", True))
+        if precision in MIXED:  # batch norm keeps fp32 weights beside its fp32 running stats, as under autocast
+            for norm in [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]:
+                fully_shard(norm, mesh=mesh, reshard_after_forward=reshard)
         for block in [m for m in model.modules() if isinstance(m, self.wl.blocks)]:
             fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mixed_precision(precision))
         # the rest (embeddings, head) as one group; its outputs in fp32, so the loss runs in fp32 as under autocast
@@ -186,7 +189,9 @@ def mixed_precision(precision: str, root: bool = False):
     """FSDP2's mixed precision, as torchtitan sets it: weights all-gathered in the compute dtype (so
     the all-gather moves half the bytes, and no autocast copy of each layer's weights lives from
     forward to backward), gradients reduced in fp32, the fp32 shards stepped by the optimizer. The
-    root's outputs are cast to fp32, so the workload's loss runs in fp32 as autocast would run it."""
+    root's outputs are cast to fp32, so the workload's loss runs in fp32 as autocast would run it.
+    Batch norms are sharded apart with fp32 weights (their running stats are fp32 buffers, which no
+    policy casts), as FSDP1's MixedPrecision does by default (`_module_classes_to_ignore`)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
     dtype = MIXED.get(precision)
     if dtype is None:
