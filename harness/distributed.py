@@ -4,8 +4,10 @@ This child launches `nproc` ranks through torch's own elastic launcher (`elastic
 `torchrun --standalone` runs), with the `spawn` start method, so every rank lives in this child's
 process group and dies with it (the parent kills the group). Each rank is a harness.trial Trial
 with its process group (gloo on CPU, NCCL on CUDA), its own device, its own shard of the data, and
-its model wrapped between checkpointing and compile (harness.knobs): DDP, or FSDP2 `fully_shard` on
-every repeated block and then on the root.
+its model wrapped between checkpointing and compile (harness.knobs): DDP, or FSDP2 in torchtitan's
+order, the model built on the meta device, `fully_shard` on every repeated block and then on the root
+(mixed precision through MixedPrecisionPolicy), materialised, and filled with rank 0's weights, so no
+rank's device ever holds the whole model.
 
 Every rank beats its own heartbeat; this child copies the stalest one to the parent's, so a rank
 that hangs stops the trial's progress. Rank 0 gathers every rank's memory and writes the record:
@@ -15,6 +17,7 @@ trial is reported by the rank that failed first, with that rank's log.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -145,7 +148,6 @@ class RankTrial(trial.Trial):
     def precision_context(self):
         """FSDP: no autocast; FSDP2 all-gathers the weights in the compute dtype and reduces in fp32."""
         if self.parallel == "fsdp" and self.precision in MIXED:
-            import contextlib
             return contextlib.nullcontext()
         return super().precision_context()
 
@@ -172,14 +174,12 @@ class RankTrial(trial.Trial):
 
     def run(self) -> dict:
         rec = super().run()
-        if self.parallel == "fsdp":
-            rec["memory"]["fsdp_dtypes"] = self.precision_seen
         mine = {"rank": self.rank, "peak_memory": rec["peak_memory"], "memory": rec["memory"],
                 "status": rec["status"], "error": rec["error"], "params": self.param_checksum(),
                 "threads": torch.get_num_threads()}
         ranks: list = [None] * self.world
         dist.all_gather_object(ranks, mine)
-        return merged(rec, ranks, self.config)
+        return merged(rec, ranks, self.config, self.precision_seen if self.parallel == "fsdp" else None)
 
 
 MIXED = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}
@@ -221,8 +221,9 @@ def named_buffers(model) -> dict:
     return {name.replace(_CHECKPOINT_PREFIX, ""): b for name, b in model.named_buffers()}
 
 
-def merged(rec: dict, ranks: list[dict], config: dict) -> dict:
-    """Rank 0's record made the trial's: the fullest rank's peak, every rank's figures, agreement."""
+def merged(rec: dict, ranks: list[dict], config: dict, dtypes: dict | None) -> dict:
+    """Rank 0's record made the trial's: the fullest rank's peak, every rank's figures, agreement,
+    and (FSDP) the dtypes its weights had (watch_dtypes)."""
     backend = dist.get_backend()
     rec = dict(rec, world_size=len(ranks), peak_memory=max(r["peak_memory"] for r in ranks),
                peak_memory_per_rank=[r["peak_memory"] for r in ranks])
@@ -231,7 +232,7 @@ def merged(rec: dict, ranks: list[dict], config: dict) -> dict:
                           "reshard_after_forward": config.get("reshard_after_forward") if config["parallel"] == "fsdp" else None,
                           "gradient_sync": "every optimizer step" if config["parallel"] == "ddp" else "every micro-batch",
                           "threads_per_rank": [r["threads"] for r in ranks],
-                          "mixed_precision": (rec["memory"].get("fsdp_dtypes") if config["parallel"] == "fsdp" else None),
+                          "mixed_precision": dtypes,
                           "param_checksums": [r["params"] for r in ranks]}
     bad = next((r for r in ranks if r["status"] != record.OK), None)
     if bad is not None and rec["status"] == record.OK:
