@@ -4,8 +4,10 @@ This child launches `nproc` ranks through torch's own elastic launcher (`elastic
 `torchrun --standalone` runs), with the `spawn` start method, so every rank lives in this child's
 process group and dies with it (the parent kills the group). Each rank is a harness.trial Trial
 with its process group (gloo on CPU, NCCL on CUDA), its own device, its own shard of the data, and
-its model wrapped between checkpointing and compile (harness.knobs): DDP, or FSDP2 `fully_shard` on
-every repeated block and then on the root.
+its model wrapped between checkpointing and compile (harness.knobs): DDP, or FSDP2 in torchtitan's
+order, the model built on the meta device, `fully_shard` on every repeated block and then on the root
+(mixed precision through MixedPrecisionPolicy), materialised, and filled with rank 0's weights, so no
+rank's device ever holds the whole model.
 
 Every rank beats its own heartbeat; this child copies the stalest one to the parent's, so a rank
 that hangs stops the trial's progress. Rank 0 gathers every rank's memory and writes the record:
@@ -15,6 +17,7 @@ trial is reported by the rank that failed first, with that rank's log.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -122,6 +125,9 @@ class RankTrial(trial.Trial):
         model = self.checkpointed(model)
         mesh = init_device_mesh(self.device.type, (self.world,))
         reshard = bool(self.config.get("reshard_after_forward", True))
+        if precision in MIXED:  # batch norm keeps fp32 weights beside its fp32 running stats, as under autocast
+            for norm in [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]:
+                fully_shard(norm, mesh=mesh, reshard_after_forward=reshard)
         for block in [m for m in model.modules() if isinstance(m, self.wl.blocks)]:
             fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mixed_precision(precision))
         # the rest (embeddings, head) as one group; its outputs in fp32, so the loss runs in fp32 as under autocast
@@ -142,7 +148,6 @@ class RankTrial(trial.Trial):
     def precision_context(self):
         """FSDP: no autocast; FSDP2 all-gathers the weights in the compute dtype and reduces in fp32."""
         if self.parallel == "fsdp" and self.precision in MIXED:
-            import contextlib
             return contextlib.nullcontext()
         return super().precision_context()
 
@@ -169,14 +174,12 @@ class RankTrial(trial.Trial):
 
     def run(self) -> dict:
         rec = super().run()
-        if self.parallel == "fsdp":
-            rec["memory"]["fsdp_dtypes"] = self.precision_seen
         mine = {"rank": self.rank, "peak_memory": rec["peak_memory"], "memory": rec["memory"],
                 "status": rec["status"], "error": rec["error"], "params": self.param_checksum(),
                 "threads": torch.get_num_threads()}
         ranks: list = [None] * self.world
         dist.all_gather_object(ranks, mine)
-        return merged(rec, ranks, self.config)
+        return merged(rec, ranks, self.config, self.precision_seen if self.parallel == "fsdp" else None)
 
 
 MIXED = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}
@@ -186,7 +189,9 @@ def mixed_precision(precision: str, root: bool = False):
     """FSDP2's mixed precision, as torchtitan sets it: weights all-gathered in the compute dtype (so
     the all-gather moves half the bytes, and no autocast copy of each layer's weights lives from
     forward to backward), gradients reduced in fp32, the fp32 shards stepped by the optimizer. The
-    root's outputs are cast to fp32, so the workload's loss runs in fp32 as autocast would run it."""
+    root's outputs are cast to fp32, so the workload's loss runs in fp32 as autocast would run it.
+    Batch norms are sharded apart with fp32 weights (their running stats are fp32 buffers, which no
+    policy casts), as FSDP1's MixedPrecision does by default (`_module_classes_to_ignore`)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
     dtype = MIXED.get(precision)
     if dtype is None:
@@ -216,8 +221,9 @@ def named_buffers(model) -> dict:
     return {name.replace(_CHECKPOINT_PREFIX, ""): b for name, b in model.named_buffers()}
 
 
-def merged(rec: dict, ranks: list[dict], config: dict) -> dict:
-    """Rank 0's record made the trial's: the fullest rank's peak, every rank's figures, agreement."""
+def merged(rec: dict, ranks: list[dict], config: dict, dtypes: dict | None) -> dict:
+    """Rank 0's record made the trial's: the fullest rank's peak, every rank's figures, agreement,
+    and (FSDP) the dtypes its weights had (watch_dtypes)."""
     backend = dist.get_backend()
     rec = dict(rec, world_size=len(ranks), peak_memory=max(r["peak_memory"] for r in ranks),
                peak_memory_per_rank=[r["peak_memory"] for r in ranks])
@@ -226,7 +232,7 @@ def merged(rec: dict, ranks: list[dict], config: dict) -> dict:
                           "reshard_after_forward": config.get("reshard_after_forward") if config["parallel"] == "fsdp" else None,
                           "gradient_sync": "every optimizer step" if config["parallel"] == "ddp" else "every micro-batch",
                           "threads_per_rank": [r["threads"] for r in ranks],
-                          "mixed_precision": (rec["memory"].get("fsdp_dtypes") if config["parallel"] == "fsdp" else None),
+                          "mixed_precision": dtypes,
                           "param_checksums": [r["params"] for r in ranks]}
     bad = next((r for r in ranks if r["status"] != record.OK), None)
     if bad is not None and rec["status"] == record.OK:

@@ -135,7 +135,10 @@ def refused_memory() -> bool:
     through it (cuDNN's workspaces) may report only as a failure to find a kernel."""
     if cpu_memory_limited():
         return True
-    return bool(torch.cuda.is_initialized() and torch.cuda.memory_stats().get("num_ooms", 0))
+    try:
+        return bool(torch.cuda.is_initialized() and torch.cuda.memory_stats().get("num_ooms", 0))
+    except RuntimeError:  # a CUDA error left the context unusable: no count to read
+        return False
 
 
 def lift_cpu_memory_limit() -> None:

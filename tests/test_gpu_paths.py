@@ -59,7 +59,8 @@ def test_cudnn_benchmark_workspaces_stay_out_of_the_steady_peak(tmp_path):
     for rec in (plain, bench):
         assert rec["status"] == "ok", rec.get("error")
         assert rec["memory"]["first_step_peak"] > 0 and rec["peak_memory"] > 0
-    assert bench["peak_memory"] <= plain["peak_memory"] + 256 * MIB, (bench["peak_memory"], plain["peak_memory"])
+    slack = max(0.25 * plain["peak_memory"], 256 * MIB)  # the chosen algorithms' own workspaces
+    assert bench["peak_memory"] <= plain["peak_memory"] + slack, (bench["memory"], plain["memory"])
     print(f"first-step / steady peak, MiB: plain {plain['memory']['first_step_peak'] / MIB:.0f} / "
           f"{plain['peak_memory'] / MIB:.0f}, cudnn_benchmark {bench['memory']['first_step_peak'] / MIB:.0f} / "
           f"{bench['peak_memory'] / MIB:.0f}")
