@@ -120,13 +120,23 @@ def test_a_killed_hosts_trial_is_found_by_heartbeat_and_run_again_elsewhere(tmp_
 
 
 def test_two_hosts_split_the_confirmation_runs(tmp_path):
-    """Before, each host ran the whole confirmation and the study kept one host's runs (last writer wins)."""
+    """Two hosts reaching the confirmation together (resuming a sweep killed as its confirmation began).
+    Before, each host ran the whole confirmation and the study kept one host's runs (last writer wins)."""
     study = f"confirm-{uuid.uuid4().hex[:8]}"
     spec = {"study": study, "workload": {"factory": "faulty:build", "params": {"fault": "none", "width": 16}},
             "search": {"batch_size": [2, 256]}, "trials": 2, "sampler": "grid", "trial": dict(FAST_TRIAL)}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
-    workers = [on_host(h, tmp_path / h, tmp_path, "sweep", str(tmp_path / "spec.yaml"), "--device", "cpu",
-                       "--storage", URL) for h in ("host-a", "host-b")]
+    args = ("sweep", str(tmp_path / "spec.yaml"), "--device", "cpu", "--storage", URL)
+    first = on_host("host-a", tmp_path / "first", tmp_path, *args)
+    try:
+        for line in first.stdout:
+            if line.startswith("confirming:"):
+                break
+    finally:
+        first.kill()
+        first.communicate(timeout=30)
+    time.sleep(2)
+    workers = [on_host(h, tmp_path / h, tmp_path, *args) for h in ("host-a", "host-b")]
     ended = [done(w) for w in workers]
     for rc, out, err in ended:
         assert rc == 0, err
