@@ -44,7 +44,7 @@ TOP_KEYS = ("study", "workload", "search", "objective", "trials", "timeout", "tr
             "apply", "scenarios")
 OBJECTIVES = ("samples", "tokens")
 WORKLOAD_KEYS = ("name", "factory", "model", "loss", "batch", "lightning", "hf", "path", "preset", "params",
-                 "params_from")
+                 "params_from", "loop")
 TRIAL_KEYS = ("timeout", "stall", "warmup_steps", "window", "min_windows", "max_windows", "target_cv",
               "max_seconds", "loss_tolerance", "start")
 MEMORY_KEYS = ("budget", "headroom")
