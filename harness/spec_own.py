@@ -68,6 +68,17 @@ def loop(wl: dict, where: str) -> str:
     return value
 
 
+def check_trainer_knobs(workload: dict, search: dict, fixed: dict, where: str) -> None:
+    """A trial inside the user's Trainer runs one process for now: refuse nproc/parallel, never run them as something else."""
+    if workload.get("loop") != "trainer":
+        return
+    for knob, single in (("nproc", 1), ("parallel", "none")):
+        values = search[knob].choices if knob in search else (fixed.get(knob, single),)
+        if any(v != single for v in values):
+            raise UserError(f"{where}: search.{knob}: a trial inside the Trainer runs one process for now; "
+                            f"search {knob}: {single} only, or set workload.loop: bench")
+
+
 def lightning_refs(raw, target: "Target", where: str, check_ref) -> dict:
     refs = {"model": raw} if isinstance(raw, str) else {} if raw is True else raw
     if not isinstance(refs, dict) or set(refs) - {"model", "data"}:
