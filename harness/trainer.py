@@ -115,6 +115,7 @@ class TrainerTrial(Trial):
         self.build_training()
         meter = threading.Thread(target=self.meter, name="bench-meter", daemon=True)
         meter.start()
+        self.hb.beat("trainer_setup")  # the Trainer's set-up (datamodule, placement, optimizers) comes next
         try:
             self.wl.trainer(self.config, self)
         except Stop:
