@@ -20,7 +20,7 @@ import yaml
 
 from harness import apply
 from harness.errors import UserError
-from harness.spec_own import FORMS, check_trainer_knobs, own_form
+from harness.spec_own import FORMS, check_loop_form, check_trainer_knobs, own_form
 from harness.units import parse_duration, parse_size
 from harness.workloads import KNOB_CHOICES, UNIVERSAL_KNOBS, WORKLOADS, resolve_preset
 
@@ -279,6 +279,7 @@ def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec
 def parse_workload(raw, where: str, base_dir: Path, raw_apply=None) -> dict:
     wl = as_mapping(raw, f"{where}: workload")
     check_keys(wl, WORKLOAD_KEYS, f"{where}: workload")
+    check_loop_form(wl, where)
     if sum(form in wl for form in FORMS) != 1:
         raise UserError(f"{where}: workload needs exactly one of `name` (built-in: {', '.join(WORKLOADS)}), "
                         "`factory` (\"package.module:function\"), `model` (+ `loss`, `batch`), `lightning` or `hf`; "

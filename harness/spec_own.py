@@ -59,6 +59,13 @@ def own_form(wl: dict, where: str, base_dir: Path, raw_apply, check_ref) -> dict
     return section
 
 
+def check_loop_form(wl: dict, where: str) -> None:
+    """`loop` picks a framework's Trainer or bench's loop; other forms always train in bench's loop."""
+    if "loop" in wl and not ("lightning" in wl or "hf" in wl):
+        raise UserError(f"{where}: workload.loop only applies to the lightning and hf forms (their own Trainer "
+                        "or bench's loop); remove it")
+
+
 def loop(wl: dict, where: str) -> str:
     """Where a Lightning or Hugging Face model trains: its own Trainer (default) or bench's loop."""
     value = wl.get("loop", "trainer")
