@@ -8,8 +8,9 @@ The module, datamodule and Trainer are built from the apply target's `model:`, `
 `trainer:` sections as LightningCLI would (`class_path` + `init_args`, or the arguments themselves;
 harness.spec_own reads them). bench's knobs become the Trainer's own arguments (precision,
 accumulate_grad_batches, benchmark) and the datamodule's (batch_size, num_workers, pin_memory);
-checkpointing wraps the module's repeated blocks and compile is `torch.compile(module)`, which
-Lightning trains through its compiled forward. The user's other trainer settings stay
+checkpointing wraps the module's repeated blocks and compile is `module.compile()`: its forward
+compiled in place, training_step around it eager (dynamo cannot trace Lightning's self.log; a
+`torch.compile(module)` handed to fit compiles training_step and fails there with torch 2.13). The user's other trainer settings stay
 (gradient_clip_val, callbacks, ...); logging, checkpoint saving, validation and the progress bar
 are off, and the trial (harness.trainer), not max_epochs, ends fit. So self.trainer, self.log,
 schedulers and estimated_stepping_batches work because they are Lightning's own.
@@ -56,6 +57,8 @@ def adapter(section: dict):
         on_meta = torch.get_default_device().type == "meta"  # the FLOP count's copy: it needs a sample batch
         dataset, collate = (data(module, data_cls, data_params, batch_fn, params) if on_meta or not in_trainer
                             else (None, None))
+        if on_meta or not in_trainer:  # no Trainer to log to: self.log is a no-op, not a warning per step
+            module.log = module.log_dict = lambda *args, **kwargs: None
         trainer = None
         if in_trainer:
             about["loop"] = "lightning.Trainer"
@@ -79,7 +82,9 @@ def fit(module, data_cls, data_params, batch_fn, params, user_args, blocks, abou
     knobs.apply_checkpointing(module, blocks, mode)
     if mode != "none":
         about["checkpointing"] = f"bench wraps {'every' if mode == 'full' else 'every other'} {about['blocks']}"
-    model = knobs.apply_compile(module, config.get("compile", "off"))
+    compile_mode = config.get("compile", "off")
+    if compile_mode != "off":  # the module's forward, in place: training_step (self.log) stays eager
+        module.compile(mode=None if compile_mode == "default" else compile_mode)
     args, dropped = trainer_arguments(user_args, config, trial.device)
     if dropped:
         about["trainer_args_set_by_bench"] = dropped
@@ -87,7 +92,7 @@ def fit(module, data_cls, data_params, batch_fn, params, user_args, blocks, abou
     with tempfile.TemporaryDirectory(prefix="bench-lightning-") as root:
         trainer = L.Trainer(**args, default_root_dir=root)
         trainer.callbacks.append(meter_callback(L, trial, trainer.accumulate_grad_batches))
-        trainer.fit(model, datamodule=datamodule, **loaders)
+        trainer.fit(module, datamodule=datamodule, **loaders)
 
 
 def make_datamodule(data_cls, data_params: dict, config: dict):
@@ -176,25 +181,21 @@ def meter_callback(L, trial, accumulate: int):
 
 def reference_loss(module, batch, batch_idx: int) -> float:
     """fp32 loss of training_step on the first batch, before any step: no autocast, logging muted,
-    the eager code of a compiled module, weights upcast when the precision is a `-true` one."""
+    the eager forward of a compiled module, weights upcast when the precision is a `-true` one."""
     dtype = next(module.parameters()).dtype
     buffers = {k: v.clone() for k, v in module.named_buffers()}  # keep BatchNorm stats as they were
-    compiled = getattr(module, "_compiler_ctx", None) or {}
-    step = compiled.get("original_training_step", module.training_step)
-    forward = module.forward
+    compiled = module._compiled_call_impl  # what nn.Module.compile() set; calls go through it when set
+    module._compiled_call_impl = None
     module.log = module.log_dict = lambda *args, **kwargs: None
-    if compiled:
-        module.forward = compiled["original_forward"]
     try:
         if dtype != torch.float32:
             module.float()
         with torch.no_grad(), torch.autocast(batch_device(batch), enabled=False):
-            out = step(batch, batch_idx)
+            out = module.training_step(batch, batch_idx)
         return float((out["loss"] if isinstance(out, dict) else out).float())
     finally:
         del module.log, module.log_dict
-        if compiled:
-            module.forward = forward
+        module._compiled_call_impl = compiled
         if dtype != torch.float32:
             module.to(dtype)
         module.load_state_dict(buffers, strict=False)
