@@ -74,7 +74,8 @@ def main() -> None:
                       f"step cv {rec['timing']['step_s']['cv']:.1%}  "
                       f"({rec['env']['device']}, {' '.join(f'{k}={v}' for k, v in rec['config'].items())})", flush=True)
     for loop, values in rates.items():
-        print(f"{loop:7s} median {statistics.median(values):8.1f} samples/s over {len(values)} runs (cv {cv(values):.1%})")
+        print(f"{loop:7s} median {statistics.median(values):8.1f} samples/s over {len(values)} runs "
+              f"(cv {cv(values):.1%})")
     ratio = statistics.median(rates["trainer"]) / statistics.median(rates["bench"])
     print(f"lightning.Trainer / bench's loop: {ratio:.2f}x")
 

@@ -76,7 +76,8 @@ def loop(wl: dict, where: str) -> str:
 
 
 def check_trainer_knobs(workload: dict, search: dict, fixed: dict, where: str) -> None:
-    """A trial inside the user's Trainer runs one process for now: refuse nproc/parallel, never run them as something else."""
+    """A trial inside the user's Trainer runs one process for now: nproc/parallel are refused, never
+    run as something else."""
     if workload.get("loop") != "trainer":
         return
     for knob, single in (("nproc", 1), ("parallel", "none")):

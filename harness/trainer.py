@@ -14,8 +14,6 @@ from __future__ import annotations
 import threading
 import time
 
-import torch
-
 from harness import knobs, measure
 from harness.trial import Trial, UserFacingError
 

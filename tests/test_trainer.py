@@ -127,7 +127,8 @@ class Broken(CharLM):
 
 
 def test_a_sweep_whose_trials_all_fail_alike_stops_naming_the_users_line(tmp_path, monkeypatch):
-    config = SMALL_CHARLM.replace("charlm.CharLM", "broken.Broken").replace("    batch_size: 8          # per device\n", "")
+    config = SMALL_CHARLM.replace("charlm.CharLM", "broken.Broken")
+    config = config.replace("    batch_size: 8          # per device\n", "")
     folder = lightning_project(tmp_path, monkeypatch, config=config, trials=8, sampler="grid",
                                search={"batch_size": [4, 8], "precision": ["fp32", "bf16-mixed"], "layers": [1, 2]})
     (folder / "broken.py").write_text(BROKEN)

@@ -228,7 +228,8 @@ def cli_path(data: dict, key: str) -> str:
     section holds the key's next part itself."""
     node, out = data, []
     for part in key.split("."):
-        if isinstance(node, dict) and part not in node and part != "init_args" and isinstance(node.get("class_path"), str):
+        cli_section = isinstance(node, dict) and isinstance(node.get("class_path"), str)
+        if cli_section and part not in node and part != "init_args":
             out.append("init_args")
             node = node.get("init_args") if isinstance(node.get("init_args"), dict) else {}
         out.append(part)

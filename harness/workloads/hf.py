@@ -50,15 +50,15 @@ def adapter(section: dict):
         fn = batch_fn or random_tokens(config, hf.get("task", "causal-lm"))
         blocks, about = find_blocks(model)
         dataset = BatchDataset(fn, {"seq_len": seq_len}, TRAINER_SAMPLES if in_trainer else 1 << 30)
-        trainer = None
         if in_trainer:
             about["loop"] = "transformers.Trainer"
-            trainer = lambda config, trial: fit(transformers, model, dataset, blocks, about, user_args,  # noqa: E731
-                                                config, trial)
+
+        def trainer(config, trial):
+            fit(transformers, model, dataset, blocks, about, user_args, config, trial)
         return Workload(model=model, dataset=dataset, collate=first_item,
                         loss=lambda m, batch: m(**batch).loss, blocks=blocks, about=about, lr=lr,
                         tokens_per_sample=seq_len, checkpoint=lambda m, mode: checkpoint(m, mode, blocks, about),
-                        trainer=trainer)
+                        trainer=trainer if in_trainer else None)
     return build
 
 
@@ -74,7 +74,8 @@ TRIAL_MAX_STEPS = 1_000_000  # beyond any trial, so the user's schedule is finit
 
 
 def fit(transformers, model, dataset, blocks, about, user_args, config, trial) -> None:
-    """transformers.Trainer.train() with the user's TrainingArguments and the trial's knobs, until the trial stops it."""
+    """transformers.Trainer.train() with the user's TrainingArguments and the trial's knobs, until the
+    trial stops it."""
     if config.get("precision", "fp32") == "bf16-true":
         from harness.trial import UserFacingError
         raise UserFacingError("TrainingArguments has no bf16-true (bf16 is mixed precision); search bf16-mixed")

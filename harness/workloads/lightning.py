@@ -10,7 +10,8 @@ harness.spec_own reads them). bench's knobs become the Trainer's own arguments (
 accumulate_grad_batches, benchmark) and the datamodule's (batch_size, num_workers, pin_memory);
 checkpointing wraps the module's repeated blocks and compile is `module.compile()`: its forward
 compiled in place, training_step around it eager (dynamo cannot trace Lightning's self.log; a
-`torch.compile(module)` handed to fit compiles training_step and fails there with torch 2.13). The user's other trainer settings stay
+`torch.compile(module)` handed to fit compiles training_step and fails there with torch 2.13).
+The user's other trainer settings stay
 (gradient_clip_val, callbacks, ...); logging, checkpoint saving, validation and the progress bar
 are off, and the trial (harness.trainer), not max_epochs, ends fit. So self.trainer, self.log,
 schedulers and estimated_stepping_batches work because they are Lightning's own.
@@ -59,14 +60,14 @@ def adapter(section: dict):
                             else (None, None))
         if on_meta or not in_trainer:  # no Trainer to log to: self.log is a no-op, not a warning per step
             module.log = module.log_dict = lambda *args, **kwargs: None
-        trainer = None
         if in_trainer:
             about["loop"] = "lightning.Trainer"
-            trainer = lambda config, trial: fit(module, data_cls, data_params, batch_fn, params, trainer_args,  # noqa: E731
-                                                blocks, about, config, trial)
+
+        def trainer(config, trial):
+            fit(module, data_cls, data_params, batch_fn, params, trainer_args, blocks, about, config, trial)
         return Workload(model=module, dataset=dataset, collate=collate, blocks=blocks, about=about,
                         loss=lambda model, batch: step_loss(module_cls, model, batch),
-                        optimizer=first_optimizer, trainer=trainer)
+                        optimizer=first_optimizer, trainer=trainer if in_trainer else None)
     return build
 
 
