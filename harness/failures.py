@@ -59,9 +59,6 @@ def describe(error: dict) -> str:
 
 
 def stop_message(error: dict, failed: int, log: str | None) -> str:
-    at = users_frame(error)
-    fix = (f"fix it in {at}, or make the spec give it what it needs" if at
-           else "fix the cause (the traceback says where)")
-    return (f"stopped: the first {failed} trials all failed with {error.get('type')}: {first_line(error)}"
-            f"{f' at {at}' if at else ''}; every config would: {fix}, then re-run"
-            f"{f' (traceback: {log})' if log else ''}")
+    fix = "fix it there" if users_frame(error) else "fix the cause the traceback shows"
+    return (f"stopped: the first {failed} trials all failed with {describe(error)}; every config would fail "
+            f"the same way: {fix} and re-run the same command{f' (traceback: {log})' if log else ''}")

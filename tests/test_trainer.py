@@ -139,7 +139,7 @@ def test_a_sweep_whose_trials_all_fail_alike_stops_naming_the_users_line(tmp_pat
             "not there; the baseline takes batch_size 4") in result.output
     stop = next(line for line in result.output.splitlines() if "stopped:" in line)
     assert "the first 3 trials all failed with AttributeError:" in stop and "vocab_size" in stop
-    assert f"{folder / 'broken.py'}:8" in stop and "re-run" in stop
+    assert f"(at {folder / 'broken.py'}:8)" in stop and "fix it there and re-run" in stop
     rows = json.loads(run("report", "--format", "json").output)
     assert [r["status"] for r in rows] == ["error"] * 3
     text = run("report").output
