@@ -233,7 +233,11 @@ def to_terminal(write) -> bool:
 
 
 def sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto) -> None:
-    base = spec.baseline(apply.read_current(spec.apply) if spec.apply else {})
+    current = apply.read_current(spec.apply) if spec.apply else {}
+    base = spec.baseline(current)
+    for knob, line in (apply.not_found(spec.apply, current, spec.knob_names()) if spec.apply else {}).items():
+        err.print(f"note: your current config: {line}; the baseline takes {knob} {base.get(knob)}",
+                  markup=False, highlight=False, soft_wrap=True)
     if not storage_url:
         make_results_folder(results)
     storage = stores.open_storage(storage_url, results, spec.study, say=lambda line: err.print(escape(line), soft_wrap=True))

@@ -16,7 +16,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from harness import busy, pareto, report_time
+from harness import busy, failures, pareto, report_time
 from harness.units import gib, size
 
 JSON_KEYS = ("number", "status", "config", "throughput", "peak_memory", "pareto", "best", "baseline", "tier",
@@ -198,7 +198,9 @@ def summary(rows: list[dict], choice: pareto.Choice, info: dict) -> Text:
 
     def rate(row):  # the throughput the study chose on: samples/s, or tokens/s
         return f"{pareto.speed(row, objective):.1f} {objective}/s"
-    if best is None:
+    if best is None and (same := failures.common_error(rows)):
+        lines.append(f"best: none — no trial trained: {failures.describe(same)}")
+    elif best is None:
         lines.append("best: none — no measured config fits; see the statuses above")
     else:
         lines.append(f"best: trial {best['number']}  {describe(best['config'])}  "

@@ -20,7 +20,7 @@ import yaml
 
 from harness import apply
 from harness.errors import UserError
-from harness.spec_own import FORMS, own_form
+from harness.spec_own import FORMS, check_loop_form, check_trainer_knobs, own_form
 from harness.units import parse_duration, parse_size
 from harness.workloads import KNOB_CHOICES, UNIVERSAL_KNOBS, WORKLOADS, resolve_preset
 
@@ -44,7 +44,7 @@ TOP_KEYS = ("study", "workload", "search", "objective", "trials", "timeout", "tr
             "apply", "scenarios")
 OBJECTIVES = ("samples", "tokens")
 WORKLOAD_KEYS = ("name", "factory", "model", "loss", "batch", "lightning", "hf", "path", "preset", "params",
-                 "params_from")
+                 "params_from", "loop")
 TRIAL_KEYS = ("timeout", "stall", "warmup_steps", "window", "min_windows", "max_windows", "target_cv",
               "max_seconds", "loss_tolerance", "start")
 MEMORY_KEYS = ("budget", "headroom")
@@ -114,6 +114,8 @@ class Spec:
     scenarios: tuple = field(default=())
     objective: str = "samples"
     """Throughput to maximize: samples/s, or tokens/s (fair when a knob like seq_len changes a sample)."""
+    notes: tuple = ()
+    """What loading left out of the search (batch sizes that do not divide effective_batch), said before a sweep."""
 
     def space_size(self) -> int:
         n = 1
@@ -238,6 +240,7 @@ def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec
     study = check_name(raw.get("study", path.stem), f"{where}: study")
     workload = parse_workload(raw.get("workload"), where, path.parent, raw.get("apply"))
     search, fixed, effective = parse_search(raw.get("search"), workload, where)
+    check_trainer_knobs(workload, search, fixed, where)
     trial = as_mapping(raw.get("trial", {}), f"{where}: trial")
     check_keys(trial, TRIAL_KEYS, f"{where}: trial")
     memory = as_mapping(raw.get("memory", {}), f"{where}: memory")
@@ -256,6 +259,7 @@ def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec
         path=path.resolve(), study=check_name(f"{study}-{scenario}", f"{where}: scenarios.{printable(scenario)}")
         if scenario else study, scenario=scenario,
         workload=workload, search=search, fixed=fixed, effective_batch=effective,
+        notes=tuple(dropped_for_effective_batch(raw.get("search"), search, fixed, effective)),
         trials=positive_int(raw.get("trials", 12), f"{where}: trials"),
         timeout_s=parse_duration(raw["timeout"], f"{where}: timeout") if raw.get("timeout") else None,
         trial_timeout_s=parse_duration(trial.get("timeout", "5m"), f"{where}: trial.timeout"),
@@ -276,6 +280,7 @@ def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec
 def parse_workload(raw, where: str, base_dir: Path, raw_apply=None) -> dict:
     wl = as_mapping(raw, f"{where}: workload")
     check_keys(wl, WORKLOAD_KEYS, f"{where}: workload")
+    check_loop_form(wl, where)
     if sum(form in wl for form in FORMS) != 1:
         raise UserError(f"{where}: workload needs exactly one of `name` (built-in: {', '.join(WORKLOADS)}), "
                         "`factory` (\"package.module:function\"), `model` (+ `loss`, `batch`), `lightning` or `hf`; "
@@ -470,6 +475,18 @@ def restrict_to_effective_batch(dims, fixed, effective: int, where: str):
     return dims, fixed
 
 
+def dropped_for_effective_batch(raw_search, search: dict, fixed: dict, effective: int | None) -> list[str]:
+    """A note for the searched batch sizes restrict_to_effective_batch left out."""
+    asked = raw_search.get("batch_size") if isinstance(raw_search, dict) and effective else None
+    if not isinstance(asked, list):
+        return []
+    kept = search["batch_size"].choices if "batch_size" in search else (fixed.get("batch_size"),)
+    dropped = [b for b in asked if b not in kept]
+    return [f"search.batch_size: {', '.join(map(str, dropped))} left out: "
+            f"{'they do' if len(dropped) > 1 else 'it does'} not divide effective_batch {effective} "
+            "(times each nproc)"] if dropped else []
+
+
 def parse_measure(trial: dict, where: str) -> Measure:
     m = Measure()
     values = {}
@@ -518,7 +535,7 @@ def for_device(spec: Spec, device: str) -> tuple[Spec, list[str]]:
             check_knob(knob, dropped[0], device, f"{spec.path}: search.{knob}")
         search[knob] = dataclasses.replace(dim, choices=tuple(v for v in dim.choices if v not in dropped))
         notes.extend(f"search.{knob}: {v} left out on {device}: {refusal(knob, v, device)}" for v in dropped)
-    return dataclasses.replace(spec, search=search), notes
+    return dataclasses.replace(spec, search=search), [*spec.notes, *notes]
 
 
 def check_config(config: dict, device: str, where: str, available: int) -> None:

@@ -5,6 +5,9 @@ Forms (exactly one per spec, besides the built-in `name:`):
     model: "pkg.mod:Class", loss: "...", batch: "..." a model class, loss(out, y), batch(batch_size) -> (x, y)
     lightning: {model: "pkg.mod:Lit", data: "..."}   a LightningModule (+ LightningDataModule)
     hf: {config: path, task: causal-lm}               a transformers model from a local config
+A Lightning or Hugging Face model trains in its own Trainer (`loop: trainer`, the default), built
+from the apply target's `trainer:` section or TrainingArguments file; `loop: bench` trains it in
+bench's own loop.
 
 Params may come from the apply target (the user's own config) so nothing is written twice:
 `params_from: model` takes a whole section (its `init_args` when it is LightningCLI-style
@@ -20,6 +23,7 @@ from harness.errors import UserError
 
 FORMS = ("name", "factory", "model", "lightning", "hf")
 HF_TASKS = ("causal-lm", "masked-lm", "sequence-classification")
+LOOPS = ("trainer", "bench")
 _MISSING = object()
 
 
@@ -37,8 +41,14 @@ def own_form(wl: dict, where: str, base_dir: Path, raw_apply, check_ref) -> dict
         section["lightning"] = lightning_refs(wl["lightning"], target, where, check_ref)
         data_section = target.section("data") if target.has("data") else {}
         section["data_params"] = {k: v for k, v in data_section.items()}
+        section["loop"] = loop(wl, where)
+        if section["loop"] == "trainer":  # the user's trainer settings, as LightningCLI passes them to Trainer
+            section["trainer_args"] = target.section("trainer") if target.has("trainer") else {}
     else:
         section["hf"] = hf_section(wl["hf"], base_dir, where)
+        section["loop"] = loop(wl, where)
+        if section["loop"] == "trainer":  # the apply target is the user's TrainingArguments file
+            section["training_args"] = target.arguments() if target.file is not None and target.file.exists() else {}
     if "batch" in wl and "batch" not in section:
         section["batch"] = check_ref(wl["batch"], "workload.batch")
     default_from = "model" if "lightning" in wl else None
@@ -47,6 +57,34 @@ def own_form(wl: dict, where: str, base_dir: Path, raw_apply, check_ref) -> dict
     section["strict"] = [k for k in (wl.get("params") or {})]
     section["origins"] = origins
     return section
+
+
+def check_loop_form(wl: dict, where: str) -> None:
+    """`loop` picks a framework's Trainer or bench's loop; other forms always train in bench's loop."""
+    if "loop" in wl and not ("lightning" in wl or "hf" in wl):
+        raise UserError(f"{where}: workload.loop only applies to the lightning and hf forms (their own Trainer "
+                        "or bench's loop); remove it")
+
+
+def loop(wl: dict, where: str) -> str:
+    """Where a Lightning or Hugging Face model trains: its own Trainer (default) or bench's loop."""
+    value = wl.get("loop", "trainer")
+    if value not in LOOPS:
+        raise UserError(f"{where}: workload.loop must be trainer (the framework's own Trainer) or bench "
+                        f"(bench's training loop), got {value!r}")
+    return value
+
+
+def check_trainer_knobs(workload: dict, search: dict, fixed: dict, where: str) -> None:
+    """A trial inside the user's Trainer runs one process for now: nproc/parallel are refused, never
+    run as something else."""
+    if workload.get("loop") != "trainer":
+        return
+    for knob, single in (("nproc", 1), ("parallel", "none")):
+        values = search[knob].choices if knob in search else (fixed.get(knob, single),)
+        if any(v != single for v in values):
+            raise UserError(f"{where}: search.{knob}: a trial inside the Trainer runs one process for now; "
+                            f"search {knob}: {single} only, or set workload.loop: bench")
 
 
 def lightning_refs(raw, target: "Target", where: str, check_ref) -> dict:
@@ -166,6 +204,13 @@ class Target:
         found = self._walk(path)
         real = self.real_path(path)
         return f"{real}.init_args" if isinstance(found, dict) and "class_path" in found else real
+
+    def arguments(self) -> dict:
+        """The whole target as keyword arguments (a TrainingArguments file)."""
+        data = self.data()
+        if not isinstance(data, dict):
+            raise UserError(f"{self.where}: {self.file} holds a {type(data).__name__}, not TrainingArguments' keys")
+        return data
 
     def class_path(self, path: str) -> str | None:
         """LightningCLI's class_path ("pkg.mod.Class") as "pkg.mod:Class", when the section has one."""

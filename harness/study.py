@@ -20,7 +20,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from harness import __version__, busy, launch, pareto, record, search
+from harness import __version__, busy, failures, launch, pareto, record, search
 from harness import storage
 from harness.storage import (JOURNAL, existing_storage, is_stale, open_storage,  # noqa: F401 (open_storage: API)
                              redact, study_dir, worker_id)
@@ -317,6 +317,8 @@ class Sweep:
         improved = best is not None and (before is None or best["number"] != before["number"])
         self.stale = 0 if improved else self.stale + 1
         self.progress.trial_finished(trial.number, rec, best)
+        if best is None and (same := failures.hopeless(rows_of(self.study))):  # every config would fail alike
+            raise UserError(failures.stop_message(same, failures.SAME_ERROR_STOPS_AFTER, rec["log"]))
         return True
 
     # -- the ledger: a trial's life is asked -> claimed -> measured | interrupted (re-queued) ----------

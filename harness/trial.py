@@ -517,6 +517,15 @@ def failed(job: dict, exc: Exception) -> tuple[dict, int]:
     return failure_record(job, record.ERROR, exc), 1
 
 
+def trial_class(job: dict) -> type:
+    """bench's own loop, or the user's Trainer running the steps (harness.trainer) for a Lightning or
+    Hugging Face workload that trains in it."""
+    if job["workload"].get("loop") == "trainer":
+        from harness.trainer import TrainerTrial
+        return TrainerTrial
+    return Trial
+
+
 def main(argv: list[str]) -> int:
     started_at = time.time()  # the parent's start-up figure ends here: process start and imports are done
     job_path, result_path = Path(argv[0]), Path(argv[1])
@@ -526,7 +535,7 @@ def main(argv: list[str]) -> int:
     hb.beat("start")
     trial = None
     try:
-        trial = Trial(job, hb)
+        trial = trial_class(job)(job, hb)
         result = trial.run()
         code = record.EXIT_OK
     except Exception as exc:

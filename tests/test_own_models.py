@@ -18,7 +18,7 @@ def copy_example(name: str, tmp_path, monkeypatch, **spec_overrides):
     folder = tmp_path / name
     shutil.copytree(ROOT / "examples" / name, folder, ignore=shutil.ignore_patterns("__pycache__"))
     spec = yaml.safe_load((folder / "sweep.yaml").read_text())
-    spec.update(trial=dict(FAST_TRIAL), **spec_overrides)
+    spec.update({"trial": dict(FAST_TRIAL), **spec_overrides})
     (folder / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     monkeypatch.chdir(folder)
     return folder
@@ -124,27 +124,54 @@ def test_the_model_form_needs_its_three_pieces(tmp_path, monkeypatch):
     assert result.exit_code == 2 and "workload.batch is missing" in result.output
 
 
-# ---- a LightningModule + LightningDataModule from a LightningCLI config ---------------------------
+# ---- a LightningCLI project: module + datamodule + trainer from config.yaml, trained in lightning.Trainer ---
 
-def test_lightning_module_tunes_through_its_own_training_step_and_optimizer(tmp_path, monkeypatch):
+SMALL_CHARLM = """\
+# LightningCLI config
+model:
+  class_path: charlm.CharLM
+  init_args:
+    block_size: 32
+    dim: 32
+    layers: 2
+    lr: 0.003               # peak learning rate
+data:
+  class_path: charlm.CharData
+  init_args:
+    block_size: 32
+    batch_size: 16          # per device
+trainer:
+  precision: 32-true
+  accumulate_grad_batches: 2   # effective batch 32
+  gradient_clip_val: 1.0
+"""
+
+
+def test_lightning_cli_project_tunes_and_applies_with_only_a_spec(tmp_path, monkeypatch):
     pytest.importorskip("lightning")
-    copy_example("lightning", tmp_path, monkeypatch, trials=3, sampler="grid",  # the baseline + 2
-                 search={"batch_size": [16], "checkpointing": "full", "layers": [2, 3]})
+    folder = copy_example("lightning", tmp_path, monkeypatch, trials=2, sampler="grid",
+                          search={"batch_size": [8, 16], "accumulation": {"effective_batch": 32}, "layers": [1]},
+                          trial={**FAST_TRIAL, "timeout": "240s", "stall": "120s"})
+    (folder / "config.yaml").write_text(SMALL_CHARLM)
     spec = specs.load("sweep.yaml")
-    assert spec.workload["lightning"] == {"model": "litmodel:LitClassifier", "data": "litmodel:Clusters"}
-    assert [m.key for m in spec.apply.keys["layers"]] == ["model.init_args.layers"]
+    assert spec.workload["lightning"] == {"model": "charlm:CharLM", "data": "charlm:CharData"}
+    assert spec.workload["trainer_args"]["gradient_clip_val"] == 1.0
     result = run("sweep", "sweep.yaml", "--device", "cpu")
     assert result.exit_code == 0, result.output
     rows = json.loads(run("report", "--format", "json").output)
     assert {r["status"] for r in rows} == {"ok"}, [r.get("error") for r in rows]
-    full = [r for r in rows if r["config"]["checkpointing"] == "full"]
     baseline = next(r for r in rows if r["baseline"])
-    assert baseline["config"]["layers"] == 4 and baseline["config"]["batch_size"] == 32  # read from config.yaml
-    assert len(full) == 3 and {r["config"]["layers"] for r in full} > {4}
-    for r in full:
-        assert r["adapter"]["blocks"] == "litmodel.Block" and r["adapter"]["blocks_found_in"] == "blocks"
-        assert r["adapter"]["blocks_count"] == r["config"]["layers"] == r["workload"]["params"]["layers"]
-    assert all(r["loss"]["last"] < r["loss"]["first"] for r in rows)  # configure_optimizers' AdamW learns
+    assert (baseline["config"]["batch_size"], baseline["config"]["accumulation"]) == (16, 2)  # read from init_args
+    assert all(r["adapter"]["loop"] == "lightning.Trainer" for r in rows)
+    applied = CliRunner().invoke(main, ["apply", "best"], catch_exceptions=False)
+    assert applied.exit_code == 0, applied.output + applied.stderr
+    text = (folder / "config.yaml").read_text()
+    written = yaml.safe_load(text)
+    batch = written["data"]["init_args"]["batch_size"]
+    acc, layers = written["trainer"]["accumulate_grad_batches"], written["model"]["init_args"]["layers"]
+    assert batch * acc == 32 and (batch, acc, layers) in {
+        (r["config"]["batch_size"], r["config"]["accumulation"], r["config"]["layers"]) for r in rows}
+    assert re.search(rf"\n    batch_size: {batch} +# per device\n", text)  # written where it was read, comment kept
 
 
 def test_lightning_optimizer_knob_is_refused_not_ignored(tmp_path, monkeypatch):
@@ -161,13 +188,15 @@ def test_transformers_model_tunes_from_a_local_config_with_its_own_checkpointing
     pytest.importorskip("transformers")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     copy_example("hf", tmp_path, monkeypatch, trials=3, sampler="grid",  # the baseline (batch 8, none) is one
-                 search={"batch_size": [8], "checkpointing": ["none", "full", "selective"]})
+                 search={"batch_size": [8], "checkpointing": ["none", "full", "selective"]},
+                 trial={**FAST_TRIAL, "timeout": "240s", "stall": "120s"})
     result = run("sweep", "sweep.yaml", "--device", "cpu")
     assert result.exit_code == 0, result.output
     rows = json.loads(run("report", "--format", "json").output)
     assert {r["status"] for r in rows} == {"ok"}, [r.get("error") for r in rows]
     full = next(r for r in rows if r["config"]["checkpointing"] == "full")
-    assert full["adapter"]["checkpointing"] == "gradient_checkpointing_enable(): True"
+    assert full["adapter"]["loop"] == "transformers.Trainer"
+    assert full["adapter"]["checkpointing"] == "TrainingArguments.gradient_checkpointing (non-reentrant)"
     selective = next(r for r in rows if r["config"]["checkpointing"] == "selective")
     assert selective["adapter"]["checkpointing"] == "bench wraps every other block"
     assert selective["adapter"]["blocks"].endswith("LlamaDecoderLayer")

@@ -94,8 +94,9 @@ PRESETS: dict[str, dict[str, tuple[KeyMap, ...]]] = {
     # or `seq_len:` in an arbitrary file too often means something else.
     "plain": {**{knob: (KeyMap(knob),) for knob in CORE_KNOBS},
               "nproc": (KeyMap("nproc_per_node", default=1),)},  # torchrun's name for it
-    # LightningCLI config. The batch size lives in the datamodule: `data.batch_size` is the usual
-    # spelling when the datamodule is fixed; map `batch_size` yourself for `data.init_args.batch_size`.
+    # LightningCLI config. The batch size lives in the datamodule. Every key is also found in the
+    # `class_path` + `init_args` form: `data.batch_size` reads and writes `data.init_args.batch_size`
+    # where the file's `data:` section has a class_path (see _in_file_form).
     "lightning": {
         "batch_size": (KeyMap("data.batch_size"),),
         "accumulation": (KeyMap("trainer.accumulate_grad_batches", default=1),),
@@ -181,14 +182,73 @@ def parse_apply_section(raw: object, base_dir: Path, where: str, *,
     for knob, entry in _mapping(section.get("keys", {}), f"{where}: apply.keys").items():
         _check_knob_name(knob, known_knobs, f"{where}: apply.keys.{knob}")
         keys[knob] = _parse_knob_entry(knob, entry, f"{where}: apply.keys.{knob}")
+    data = _plain_data(file)
+    keys = _in_file_form(keys, data)
+    lr = _parse_lr(section["lr"], f"{where}: apply.lr") if section.get("lr") is not None else None
+    if lr is not None and data is not None:
+        lr = LrRule(key=cli_path(data, lr.key), scale=lr.scale)
     return ApplyTarget(
         file=file, format=fmt, preset=preset,
         keys={knob: maps for knob, maps in keys.items() if maps},
-        lr=_parse_lr(section["lr"], f"{where}: apply.lr") if section.get("lr") is not None else None,
+        lr=lr,
         hydra_group_dir=(_parse_hydra(section["hydra"], base_dir, f"{where}: apply.hydra")
                          if section.get("hydra") else None),
         world_size=_positive_int(section.get("world_size", 1), f"{where}: apply.world_size"),
     )
+
+
+def _plain_data(file: Path) -> dict | None:
+    """The target's content as plain values, or None when it is not there (yet) or not a mapping;
+    apply itself reports a broken file when it reads it."""
+    if not file.is_file():
+        return None
+    import yaml  # JSON is YAML too
+    try:
+        data = yaml.safe_load(file.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _in_file_form(keys: dict, data: dict | None) -> dict:
+    """Each key as the file spells it: LightningCLI's `init_args` level put in where a section has a
+    class_path (data.batch_size -> data.init_args.batch_size), so the baseline is read where the
+    value is, and apply writes it back there."""
+    if data is None:
+        return keys
+    return {knob: tuple(_replace_key(m, cli_path(data, m.key)) for m in maps) for knob, maps in keys.items()}
+
+
+def _replace_key(m: KeyMap, key: str) -> KeyMap:
+    return m if key == m.key else KeyMap(key, values=m.values, default=m.default, aliases=m.aliases)
+
+
+def cli_path(data: dict, key: str) -> str:
+    """`key` with `init_args` inserted below every class_path section it passes through, unless the
+    section holds the key's next part itself."""
+    node, out = data, []
+    for part in key.split("."):
+        cli_section = isinstance(node, dict) and isinstance(node.get("class_path"), str)
+        if cli_section and part not in node and part != "init_args":
+            out.append("init_args")
+            node = node.get("init_args") if isinstance(node.get("init_args"), dict) else {}
+        out.append(part)
+        node = node.get(part) if isinstance(node, dict) else None
+    return ".".join(out)
+
+
+def not_found(target: ApplyTarget, current: Mapping, knobs) -> dict[str, str]:
+    """One line per knob whose current value the target does not hold (and whose key has no default
+    the program assumes): the key looked for, so the user sees why the baseline takes another value."""
+    lines = {}
+    for knob in knobs:
+        maps = target.keys.get(knob, ())
+        if knob in current or any(m.default is not ABSENT for m in maps):
+            continue
+        lines[knob] = (f"{knob}: looked for {' / '.join(m.key for m in maps)} in {target.file.name}, not there" if maps
+                       else f"{knob}: no key of {target.file.name} holds it (preset {target.preset}); map it under "
+                            "apply.keys")
+    return lines
 
 
 def _check_knob_name(knob: object, known_knobs: Collection[str] | None, where: str) -> None:

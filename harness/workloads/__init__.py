@@ -7,8 +7,9 @@ A workload is a function `build(params: dict) -> Workload`. Built-in ones live o
 this folder and are listed in WORKLOADS; a user's own is named in a spec as
 `workload: {factory: "package.module:function", params: {...}}` and follows the same protocol.
 A user's model as it is (a model class with a loss and a batch function, a LightningModule, a
-Hugging Face config) is adapted to the same protocol by `own`, `lightning` and `hf` in this folder,
-so the trial loop only ever sees a Workload.
+Hugging Face config) is adapted to the same protocol by `own`, `lightning` and `hf` in this folder;
+a Lightning or Hugging Face workload also brings its Trainer (`Workload.trainer`), whose steps the
+trial then measures (harness.trainer).
 """
 from __future__ import annotations
 
@@ -60,6 +61,10 @@ class Workload:
     checkpoint: Callable[[Any, str], Any] | None = None
     """checkpoint(model, mode) -> model: the model's own activation checkpointing (e.g. Hugging
     Face's gradient_checkpointing_enable) used instead of wrapping `blocks`."""
+    trainer: Callable[[dict, Any], None] | None = None
+    """trainer(config, trial): run the user's own Trainer (Lightning, transformers) with the config's
+    knobs as its arguments, bench's meter in its callback (harness.trainer); the trial's steps are then
+    the Trainer's, and `loss`, `dataset` and `optimizer` serve only the FLOP count and the knob checks."""
     about: dict = field(default_factory=dict)
     """What bench chose when adapting the user's model (e.g. which blocks it checkpoints); kept in
     the trial record as `adapter`."""

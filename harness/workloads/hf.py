@@ -8,10 +8,18 @@ The model is `AutoModelFor<task>.from_config(config)` with random weights, train
 token ids (labels: the ids for the LM tasks, a class for sequence classification), or on the
 spec's `batch:` function (a dict of model inputs holding `labels`). `checkpointing: full` is the
 model's own `gradient_checkpointing_enable()`; `selective` wraps every other repeated block.
+
+The steps are a real `transformers.Trainer`'s, with the user's TrainingArguments (the apply
+target's YAML/JSON, when the spec has one): bench's knobs become its arguments (batch size,
+accumulation, bf16/fp16, gradient_checkpointing, torch_compile, dataloader workers and pinning),
+`max_steps` is beyond any trial and the trial (harness.trainer) ends training, saving, logging and
+evaluation are off, and batches come in order so the first one is the fp32 reference's.
+`loop: bench` trains the model in bench's own loop instead.
 """
 from __future__ import annotations
 
 import os
+import tempfile
 
 import torch
 
@@ -30,6 +38,8 @@ def adapter(section: dict):
     hf = section["hf"]
     auto = getattr(transformers, TASKS[hf.get("task", "causal-lm")])
     batch_fn = load_factory(section["batch"]) if section.get("batch") else None
+    in_trainer = section.get("loop", "trainer") == "trainer"
+    user_args = dict(section.get("training_args") or {})
 
     def build(params: dict) -> Workload:
         params = dict(params)
@@ -39,10 +49,98 @@ def adapter(section: dict):
         model.train()
         fn = batch_fn or random_tokens(config, hf.get("task", "causal-lm"))
         blocks, about = find_blocks(model)
-        return Workload(model=model, dataset=BatchDataset(fn, {"seq_len": seq_len}), collate=first_item,
+        dataset = BatchDataset(fn, {"seq_len": seq_len}, TRAINER_SAMPLES if in_trainer else 1 << 30)
+        if in_trainer:
+            about["loop"] = "transformers.Trainer"
+
+        def trainer(config, trial):
+            fit(transformers, model, dataset, blocks, about, user_args, config, trial)
+        return Workload(model=model, dataset=dataset, collate=first_item,
                         loss=lambda m, batch: m(**batch).loss, blocks=blocks, about=about, lr=lr,
-                        tokens_per_sample=seq_len, checkpoint=lambda m, mode: checkpoint(m, mode, blocks, about))
+                        tokens_per_sample=seq_len, checkpoint=lambda m, mode: checkpoint(m, mode, blocks, about),
+                        trainer=trainer if in_trainer else None)
     return build
+
+
+# The Trainer's sampler draws a permutation of the whole dataset: keep it small (more epochs are fine).
+TRAINER_SAMPLES = 1 << 16
+# TrainingArguments the trial sets itself; the user's values for these are left out (and said in the record).
+BENCH_OWNS = ("output_dir", "per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "fp16", "tf32",
+              "gradient_checkpointing", "gradient_checkpointing_kwargs", "torch_compile", "torch_compile_mode",
+              "max_steps", "num_train_epochs", "save_strategy", "logging_strategy", "eval_strategy", "report_to",
+              "disable_tqdm", "use_cpu", "train_sampling_strategy", "push_to_hub", "load_best_model_at_end",
+              "resume_from_checkpoint", "do_eval", "logging_dir")
+TRIAL_MAX_STEPS = 1_000_000  # beyond any trial, so the user's schedule is finite; the trial ends training
+
+
+def fit(transformers, model, dataset, blocks, about, user_args, config, trial) -> None:
+    """transformers.Trainer.train() with the user's TrainingArguments and the trial's knobs, until the
+    trial stops it."""
+    if config.get("precision", "fp32") == "bf16-true":
+        from harness.trial import UserFacingError
+        raise UserFacingError("TrainingArguments has no bf16-true (bf16 is mixed precision); search bf16-mixed")
+    if config.get("checkpointing") == "selective":
+        checkpoint(model, "selective", blocks, about)
+    reference = trial.reference_loss(model.to(trial.device))  # fp32, the first batch (sequential order)
+    with tempfile.TemporaryDirectory(prefix="bench-hf-") as root:
+        args, dropped = training_arguments(user_args, config, trial.device, root)
+        if dropped:
+            about["training_args_set_by_bench"] = dropped
+        if config.get("checkpointing") == "full":
+            about["checkpointing"] = "TrainingArguments.gradient_checkpointing (non-reentrant)"
+        trainer = measured_trainer(transformers, trial)(
+            model=model, args=transformers.TrainingArguments(**args), train_dataset=dataset,
+            data_collator=first_item, callbacks=[meter_callback(transformers, trial, model, reference)])
+        trainer.train()
+
+
+def training_arguments(user_args: dict, config: dict, device: torch.device, root: str) -> tuple[dict, list[str]]:
+    precision = config.get("precision", "fp32")
+    compile_mode = config.get("compile", "off")
+    args = {k: v for k, v in user_args.items() if k not in BENCH_OWNS}
+    args.update(output_dir=root, per_device_train_batch_size=int(config["batch_size"]),
+                gradient_accumulation_steps=int(config.get("accumulation", 1)),
+                bf16=precision == "bf16-mixed", fp16=precision == "fp16-mixed", tf32=None,  # knobs.set_numerics
+                gradient_checkpointing=config.get("checkpointing") == "full",
+                gradient_checkpointing_kwargs={"use_reentrant": False},
+                torch_compile=compile_mode != "off",
+                torch_compile_mode=None if compile_mode in ("off", "default") else compile_mode,
+                max_steps=max(int(user_args.get("max_steps") or -1), TRIAL_MAX_STEPS),
+                save_strategy="no", logging_strategy="no", eval_strategy="no", report_to="none",
+                disable_tqdm=True, use_cpu=device.type == "cpu", train_sampling_strategy="sequential")
+    if "num_workers" in config:
+        args["dataloader_num_workers"] = int(config["num_workers"])
+    if "pin_memory" in config:
+        args["dataloader_pin_memory"] = bool(config["pin_memory"])
+    return args, sorted(k for k in user_args if k in BENCH_OWNS)
+
+
+def measured_trainer(transformers, trial):
+    """transformers.Trainer that hands each micro-batch's loss to the meter."""
+
+    class MeasuredTrainer(transformers.Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            out = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            loss = out[0] if return_outputs else out
+            # given the step's item count, the model divides by all of them: a micro-batch's share of the mean
+            share = num_items_in_batch is not None and self.model_accepts_loss_kwargs
+            trial.pending.append(loss.detach().float() * (self.current_gradient_accumulation_steps if share else 1))
+            return out
+    return MeasuredTrainer
+
+
+def meter_callback(transformers, trial, model, reference: float):
+    """bench's meter inside the Trainer: the gate at each optimizer step."""
+
+    class BenchMeter(transformers.TrainerCallback):
+        def on_step_begin(self, args, state, control, optimizer=None, **kwargs):
+            if state.global_step == 0 and not trial.losses and not trial.pending:
+                trial.started(model, optimizer, reference)
+            trial.gate.step_start()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            trial.gate.step_end()
+    return BenchMeter()
 
 
 def random_tokens(config, task: str):

@@ -1,0 +1,144 @@
+"""A trial whose steps are the user's own Trainer's (Lightning, transformers): bench's meter rides along.
+
+The Trainer owns the loop (precision plugin, accumulation, clipping, schedulers, callbacks), so it
+runs `fit` in the main thread, and bench's meter, the same warm-up and measured windows a trial of
+bench's own loop runs (harness.trial.Trial), runs in a second thread. A `Gate` hands the Trainer's
+optimizer steps to the meter one at a time: a callback in the Trainer waits at the start of each
+step until the meter asks for one and says when it has ended. A step as the meter times it runs
+from one step's start to the next's, so whatever the Trainer does between steps (fetching batches,
+logging, the scheduler) is in it, and the clock reads synchronize the device as in bench's loop.
+When the meter has measured enough, the next step's start raises `Stop`, which ends `fit`.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from harness import knobs, measure
+from harness.trial import Trial, UserFacingError
+
+
+class Stop(Exception):
+    """Raised in the Trainer at a step's start once the meter has measured enough: it ends fit()."""
+
+
+class TrainerGone(Exception):
+    """The Trainer stopped (an error in the user's code, or its own end) while the meter waited."""
+
+
+class Gate:
+    """One optimizer step at a time, from the Trainer's thread to the meter's (three semaphores)."""
+
+    def __init__(self):
+        self.arrived, self.go, self.finished = (threading.Semaphore(0) for _ in range(3))
+        self.stopping = False
+        self.gone = False
+
+    # -- the Trainer's side (its callback) ----------------------------------------------------------
+    def step_start(self) -> None:
+        self.arrived.release()
+        self.go.acquire()
+        if self.stopping:
+            raise Stop
+
+    def step_end(self) -> None:
+        self.finished.release()
+
+    def trainer_gone(self) -> None:
+        self.gone = True
+        self.arrived.release()
+        self.finished.release()
+
+    # -- the meter's side ---------------------------------------------------------------------------
+    def ready(self) -> None:
+        """Wait until the Trainer is set up and at its first step."""
+        self._take(self.arrived)
+
+    def step(self) -> None:
+        self.go.release()
+        self._take(self.finished)
+        self._take(self.arrived)
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.go.release()
+
+    def _take(self, semaphore) -> None:
+        if self.gone:
+            raise TrainerGone
+        semaphore.acquire()
+        if self.gone:
+            raise TrainerGone
+
+
+class TrainerTrial(Trial):
+    """A Trial whose steps are the user's Trainer's; everything else (meter, memory, record) is Trial's.
+
+    The workload's `trainer(config, trial)` runs the user's Trainer and calls, from its callback:
+    `started(model, optimizer, reference)` once, at the first step's start; `gate.step_start()` and
+    `gate.step_end()` around every optimizer step; `pending.append(loss)` for each micro-batch.
+    """
+
+    def check_knobs(self) -> None:
+        if int(self.config.get("nproc", 1)) != 1 or self.config.get("parallel", "none") != "none":
+            raise UserFacingError("a trial inside the Trainer runs one process for now; search nproc: 1 and "
+                                  "parallel: none")
+        if self.config.get("optimizer", "default") != "default":
+            raise UserFacingError("the optimizer knob picks AdamW's kernels; the Trainer builds its own optimizer "
+                                  "(configure_optimizers, TrainingArguments.optim): search optimizer: default only")
+        super().check_knobs()
+
+    def build_training(self) -> None:
+        knobs.set_numerics(self.precision, self.config.get("cudnn_benchmark", False))
+        self.cuda_graphs = knobs.uses_cuda_graphs(self.config.get("compile", "off"), self.device)
+        self.gate = Gate()
+        self.reference = float("nan")
+        self.meter_error: BaseException | None = None
+        self.per_step: list[float] = []
+
+    def started(self, model, optimizer, reference: float) -> None:
+        """The Trainer placed the model and built its optimizer; the reference loss was taken."""
+        self.reference = reference
+        self.opt = optimizer
+        self.memory["weights"] = measure.tensor_bytes(list(model.parameters()) + list(model.buffers()))
+        measure.reset_peak(self.device)  # the reference pass is not part of the trial's footprint
+        self.timing["setup_s"] = time.perf_counter() - self.t_setup
+
+    def step(self) -> None:
+        self.gate.step()
+
+    def run(self) -> dict:
+        t_start = time.perf_counter()
+        self.prepare()
+        self.build_training()
+        meter = threading.Thread(target=self.meter, name="bench-meter", daemon=True)
+        meter.start()
+        self.hb.beat("trainer_setup")  # the Trainer's set-up (datamodule, placement, optimizers) comes next
+        try:
+            self.wl.trainer(self.config, self)
+        except Stop:
+            pass
+        finally:
+            self.gate.trainer_gone()  # a meter still waiting (the user's code raised) wakes and ends
+            meter.join()
+        if self.meter_error is not None:
+            raise self.meter_error
+        if not self.per_step:
+            raise UserFacingError(f"the Trainer ended after {len(self.losses)} micro-batches, before bench had "
+                                  "measured its steps")
+        peak = self.read_memory()
+        self.memory["breakdown"] = None  # the Trainer's step cannot be taken apart by phase
+        return self.record(self.per_step, peak, self.losses, self.reference, time.perf_counter() - t_start)
+
+    def meter(self) -> None:
+        """The meter's thread: bench's own warm-up and measured windows, each step the Trainer's."""
+        try:
+            self.gate.ready()
+            self.warm_up()
+            self.per_step = self.measure_windows()
+        except TrainerGone:
+            pass  # the main thread raises the Trainer's error
+        except BaseException as exc:  # a bug in the meter: the main thread raises it, with its traceback
+            self.meter_error = exc
+        finally:
+            self.gate.stop()

@@ -1,0 +1,165 @@
+"""Lightning and Hugging Face projects measured inside their own Trainer, in real trial children:
+the Trainer's precision, accumulation, schedulers, callbacks and clipping are what a trial times."""
+import json
+import shutil
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from harness import apply
+from harness import spec as specs
+from harness.cli import main
+from tests.conftest import FAST_TRIAL, ROOT
+
+pytest.importorskip("lightning")
+# A Trainer's set-up (imports, datamodule, placement) takes seconds on a busy 2-core machine
+TRAINER_TRIAL = {**FAST_TRIAL, "timeout": "240s", "stall": "120s"}
+
+SMALL_CHARLM = """\
+# LightningCLI config (python -m lightning fit --config config.yaml)
+model:
+  class_path: charlm.CharLM
+  init_args:
+    vocab_size: 128
+    block_size: 32
+    dim: 32
+    layers: 2
+    heads: 2
+    lr: 0.003              # peak of the warm-up + cosine schedule
+data:
+  class_path: charlm.CharData
+  init_args:
+    block_size: 32
+    batch_size: 8          # per device
+trainer:
+  precision: 32-true
+  accumulate_grad_batches: 1
+  gradient_clip_val: 1.0
+  max_epochs: 5
+  callbacks:
+    - class_path: probe.LearningRates
+      init_args: {path: lrs.json}
+"""
+
+PROBE = """\
+import json
+import lightning as L
+
+class LearningRates(L.Callback):
+    '''The learning rate after every optimizer step, and the run length the schedule was built for.'''
+    def __init__(self, path):
+        self.path, self.lrs = path, []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
+        with open(self.path, "w") as f:
+            json.dump({"lrs": self.lrs, "total": trainer.estimated_stepping_batches}, f)
+"""
+
+
+def lightning_project(tmp_path, monkeypatch, config=SMALL_CHARLM, **spec):
+    folder = tmp_path / "charlm"
+    shutil.copytree(ROOT / "examples" / "lightning", folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (folder / "config.yaml").write_text(config)
+    (folder / "probe.py").write_text(PROBE)
+    raw = yaml.safe_load((folder / "sweep.yaml").read_text())
+    raw.update(trial=dict(TRAINER_TRIAL), **spec)
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    monkeypatch.chdir(folder)
+    return folder
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def trial(*sets):
+    result = run("trial", "sweep.yaml", "--device", "cpu", *[a for s in sets for a in ("--set", s)])
+    return json.loads(result.output[result.output.index("{"):])
+
+
+def test_a_lightning_module_that_leans_on_its_trainer_trains_in_a_trial_under_bf16_and_accumulation(
+        tmp_path, monkeypatch):
+    folder = lightning_project(tmp_path, monkeypatch, search={"batch_size": [8], "precision": ["bf16-mixed"]})
+    record = trial("batch_size=8", "precision=bf16-mixed", "accumulation=2")
+    assert record["status"] == "ok", record.get("error")
+    assert record["adapter"]["loop"] == "lightning.Trainer"  # the record says where it ran
+    trainer = record["adapter"]["trainer"]
+    assert trainer["precision"] == "bf16-mixed" and trainer["accumulate_grad_batches"] == 2
+    assert trainer["gradient_clip_val"] == 1.0 and trainer["logger"] is False  # the user's setting kept, logging off
+    assert record["adapter"]["trainer_args_set_by_bench"] == ["accumulate_grad_batches", "max_epochs", "precision"]
+    # configure_optimizers read self.trainer.estimated_stepping_batches; the per-step LambdaLR warmed up
+    # through the user's own callback (from the config's class_path), one reading per micro-batch
+    probe = json.loads((folder / "lrs.json").read_text())
+    assert probe["total"] == 1_000_000
+    lrs = probe["lrs"]
+    assert len(lrs) >= record["loss"]["steps"]
+    assert lrs[-1] > lrs[0] > 0
+    # the first step's loss is the fp32 reference's batch, un-divided by the accumulation
+    assert record["loss"]["first"] == pytest.approx(record["loss"]["reference"], rel=0.05)
+    assert record["timing"]["measured_steps"] >= 2 and record["throughput"] > 0 and record["peak_memory"] > 0
+
+
+def test_the_lightning_cli_config_is_the_baseline_with_no_apply_keys(tmp_path, monkeypatch):
+    lightning_project(tmp_path, monkeypatch, config=SMALL_CHARLM.replace("batch_size: 8 ", "batch_size: 24 "))
+    spec = specs.load("sweep.yaml")
+    assert [m.key for m in spec.apply.keys["batch_size"]] == ["data.init_args.batch_size"]
+    assert [m.key for m in spec.apply.keys["layers"]] == ["model.init_args.layers"]
+    assert spec.apply.lr.key == "model.init_args.lr"
+    current = apply.read_current(spec.apply)
+    assert current == {"batch_size": 24, "accumulation": 1, "precision": "fp32", "layers": 2}
+    # 64 cannot make the effective batch of 32: dropped, and said
+    assert spec.notes == ("search.batch_size: 64 left out: it does not divide effective_batch 32 (times each nproc)",)
+
+
+BROKEN = """\
+import torch.nn.functional as F
+from charlm import CharLM
+
+
+class Broken(CharLM):
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        vocab = self.trainer.datamodule.vocab_size  # CharData has .vocab, not .vocab_size
+        return F.cross_entropy(self(x).flatten(0, 1), y.flatten())
+"""
+
+
+def test_a_sweep_whose_trials_all_fail_alike_stops_naming_the_users_line(tmp_path, monkeypatch):
+    config = SMALL_CHARLM.replace("charlm.CharLM", "broken.Broken")
+    config = config.replace("    batch_size: 8          # per device\n", "")
+    folder = lightning_project(tmp_path, monkeypatch, config=config, trials=8, sampler="grid",
+                               search={"batch_size": [4, 8], "precision": ["fp32", "bf16-mixed"], "layers": [1, 2]})
+    (folder / "broken.py").write_text(BROKEN)
+    result = run("sweep", "sweep.yaml", "--device", "cpu")
+    assert result.exit_code == 2, result.output
+    # before the first trial: the knob the config does not hold, with the key looked for
+    assert ("note: your current config: batch_size: looked for data.init_args.batch_size in config.yaml, "
+            "not there; the baseline takes batch_size 4") in result.output
+    stop = next(line for line in result.output.splitlines() if "stopped:" in line)
+    assert "the first 3 trials all failed with AttributeError:" in stop and "vocab_size" in stop
+    assert f"(at {folder / 'broken.py'}:8)" in stop and "fix it there and re-run" in stop
+    rows = json.loads(run("report", "--format", "json").output)
+    assert [r["status"] for r in rows] == ["error"] * 3
+    text = run("report").output
+    assert "no trial trained: AttributeError:" in text and "no measured config fits" not in text
+
+
+def test_a_transformers_model_trains_in_transformers_trainer_with_the_users_training_arguments(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder = tmp_path / "hf"
+    shutil.copytree(ROOT / "examples" / "hf", folder)
+    raw = yaml.safe_load((folder / "sweep.yaml").read_text())
+    raw.update(trial=dict(TRAINER_TRIAL))
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    monkeypatch.chdir(folder)
+    record = trial("batch_size=4", "precision=bf16-mixed", "accumulation=2", "checkpointing=full")
+    assert record["status"] == "ok", record.get("error")
+    assert record["adapter"]["loop"] == "transformers.Trainer"
+    assert record["adapter"]["checkpointing"] == "TrainingArguments.gradient_checkpointing (non-reentrant)"
+    assert "per_device_train_batch_size" in record["adapter"]["training_args_set_by_bench"]
+    assert "learning_rate" not in record["adapter"]["training_args_set_by_bench"]  # the user's, kept
+    assert record["loss"]["first"] == pytest.approx(record["loss"]["reference"], rel=0.05)
+    assert record["tokens_per_s"]["median"] == pytest.approx(64 * record["throughput"])
