@@ -66,17 +66,20 @@ def test_report_json_contract(swept):
             assert isinstance(row[flag], bool)
     ok = [r for r in rows if r["status"] == "ok"]
     assert ok and all(r["throughput"] > 0 and r["peak_memory"] > 0 for r in ok)
-    assert sum(r["best"] for r in rows) == 1
+    ranked = [r for r in ok if not r["noisy"] and not r["unsafe"]]  # a loaded machine can make any trial noisy
+    assert sum(r["best"] for r in rows) == (1 if ranked else 0)
     assert sum(r["baseline"] for r in rows) == 1
     baseline = next(r for r in rows if r["baseline"])
     # the example config says batch_size 8, 32-true, no checkpointing, no compile
     assert baseline["config"]["batch_size"] == 8 and baseline["config"]["precision"] == "fp32"
     assert baseline["config"]["checkpointing"] == "none"
-    best = next(r for r in rows if r["best"])
-    assert best["pareto"] and best["status"] == "ok"
-    # nothing on the front is dominated by another ok trial
+    for best in (r for r in rows if r["best"]):
+        assert best["pareto"] and best["status"] == "ok"
+    # nothing on the front is dominated by another ranked trial, on the figure the choice was made on
     for r in (r for r in rows if r["pareto"]):
-        assert not any(o["throughput"] > r["throughput"] and o["peak_memory"] < r["peak_memory"] for o in ok)
+        assert not any(o["speed"]["value"] > r["speed"]["value"] and o["peak_memory"] < r["peak_memory"] for o in ranked)
+    for r in ok:
+        assert r["speed"]["unit"] == "samples/s" and r["speed"]["runs"] == 1 + len(r["repeats"] or [])
 
 
 def test_report_table_and_csv(swept):
@@ -84,7 +87,9 @@ def test_report_table_and_csv(swept):
     table = in_folder(folder, "report")
     assert table.exit_code == 0
     assert "★" in table.output and "samples/s" in table.output and "best: trial" in table.output
-    assert "vs baseline" in table.output
+    # whichever config won on this machine's load: compared with the baseline, or the baseline itself
+    words = " ".join(table.output.split())
+    assert any(said in words for said in ("vs baseline (trial", "— your current config", "leader (trial"))
     csv_out = in_folder(folder, "report", "tiny", "--format", "csv")
     header = csv_out.output.splitlines()[0].split(",")
     assert {"number", "status", "throughput", "peak_memory", "config.batch_size"} <= set(header)
