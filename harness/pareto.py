@@ -334,10 +334,15 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
     # From every fitting row, not the front alone: a confirmed median can fall below an unconfirmed
     # single run that then "dominates" it, and best must still be decided on the confirmed runs.
     leader = pick([r for r in usable if fits(r, headroom)], objective, cap)
-    tiers = {name: pick([r for r in usable if fits(r, h)], objective, cap) for name, h in TIERS.items()}
-    base_ok = base if base is not None and base in steady and fits(base, headroom) else None
+    base_ok = base if base is not None and base in steady else None
+
+    def kept(row, h):  # a pick tied with the user's config (which fits as well) keeps the user's config
+        tie = row is not None and base_ok is not None and row is not base_ok and fits(base_ok, h) \
+            and versus(row, base_ok, objective).tie
+        return base_ok if tie else row
+    tiers = {name: kept(pick([r for r in usable if fits(r, h)], objective, cap), h) for name, h in TIERS.items()}
     against = versus(leader, base, objective) if leader is not None and base in ok and leader is not base else None
-    best = base_ok if against is not None and against.tie and base_ok is not None else leader
+    best = kept(leader, headroom)
     front = {r.number for r in pareto_front(safe, objective)}
 
     standings = {r.number: Standing(record=r, speed=speed(r, objective), runs=len(r.runs(objective)),

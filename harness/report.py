@@ -235,8 +235,9 @@ def headline(choice: Choice) -> list[str]:
              f"(median of {best.runs} run{'s' if best.runs > 1 else ''}), peak {gib(best.peak)}"
              + ("  — your current config" if best.record.baseline else "")]
     if choice.versus is not None:
+        kept = ", so your config stays (`bench apply best` changes nothing)" if choice.kept else ""
         lines.append(f"{'leader' if choice.kept else 'vs baseline'} (trial {leader.number} vs trial {base.number}): "
-                     f"{choice.versus.text(choice.unit)}, memory {signed_gib(leader.peak - base.peak)}")
+                     f"{choice.versus.text(choice.unit)}{kept}, memory {signed_gib(leader.peak - base.peak)}")
     elif base is not None and not base.speed:
         lines.append(f"baseline (trial {base.number}) ended {base.record.status}: nothing to compare against")
     if choice.capacity:
