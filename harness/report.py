@@ -133,9 +133,10 @@ def table(choice: Choice, info: dict, width: int | None = None) -> Group:
 
 
 def as_lines(columns: list[Column], rows: list[Standing]) -> list[str]:
-    """The table as one `header value` run per trial, for a terminal narrower than its columns."""
-    return [" ".join(f"{c.header} {c.cells[i]}" if c.header not in ("#", "") else str(c.cells[i])
-                     for c in columns if str(c.cells[i]) not in ("", "-")) for i in range(len(rows))]
+    """The table as one line of values per trial under a line naming them, for a terminal narrower
+    than its columns (wrapped at spaces, so no value is cut)."""
+    return ["values: " + " ".join(c.header or "marks" for c in columns)] + \
+        [" ".join(str(c.cells[i]) for c in columns if str(c.cells[i]) != "") for i in range(len(rows))]
 
 
 def columns_for(choice: Choice) -> list[Column]:
@@ -165,7 +166,9 @@ def flags(s: Standing) -> str:
 
 
 def fits(columns: list[Column], width: int) -> bool:
-    return sum(c.width() + 2 for c in columns) + 2 <= width
+    """As rich draws the table: each column padded by a space either side, a space between columns
+    and one at each edge."""
+    return sum(c.width() + 3 for c in columns) + 1 <= width
 
 
 def fit(columns: list[Column], rows: list[Standing], width: int | None) -> tuple[list[Column], list[str]]:
@@ -230,7 +233,7 @@ def headline(choice: Choice) -> list[str]:
     """Best, how it compares with the baseline, and the headroom it leaves: the lines every view quotes."""
     best, base, leader = choice.best, choice.baseline, choice.leader
     if best is None:
-        return ["best: none — no measured config fits; see the statuses above"]
+        return ["best: none — no measured config qualifies; see the statuses above and why below"]
     lines = [f"best: trial {best.number}  {describe(best.config)}  {best.speed:.1f} {choice.unit} "
              f"(median of {best.runs} run{'s' if best.runs > 1 else ''}), peak {gib(best.peak)}"
              + ("  — your current config" if best.record.baseline else "")]
