@@ -1,6 +1,7 @@
 """The HTML report: escaping, self-containment, the plots' parts, and a real headless browser."""
 from __future__ import annotations
 
+import html
 import re
 import shutil
 import struct
@@ -358,3 +359,43 @@ def test_the_baseline_is_on_top_where_another_trial_overlaps_it(tmp_path):
     dom = _chromium(tmp_path, "--window-size=1400,2400", "--dump-dom", report.as_uri())
     hits = re.search(r'data-hits="([^"]+)"', dom).group(1).replace("&quot;", '"')
     assert '"0":"0"' in hits, hits  # at the baseline's centre, the baseline is what one sees
+
+
+def confirmed_rows() -> list[dict]:
+    """The synthetic sweep with the confirmation runs a real sweep makes: best #3 and the baseline
+    three times each; #3's median (1335) is not its first run, and a single run (#1) is noisy."""
+    rows = synthetic_rows()
+    rows[3]["throughput"] = 1420.0  # a lucky first run: the median of 1420, 1301, 1335 is 1335
+    rows[3]["repeats"] = [{"status": "ok", "throughput": 1301.0}, {"status": "ok", "throughput": 1335.0}]
+    rows[0]["repeats"] = [{"status": "ok", "throughput": 402.0}, {"status": "ok", "throughput": 418.0}]
+    rows[1]["timing"]["step_s"]["cv"] = 0.8  # its windows disagree: noisy, not ranked
+    rows[5]["busy"] = {"load1": 3.4, "cores": 2, "steal": 0.0, "gpu_processes": 1}
+    return rows
+
+
+def test_the_story_at_the_top_states_the_choice(tmp_path):
+    page = render_html(confirmed_rows(), synthetic_study())
+    story = re.sub(r"<[^>]+>", " ", re.search(r'<ul class="story">(.*?)</ul>', page, re.S).group(1))
+    story = html.unescape(" ".join(story.split()))
+    assert "trial #3 against your config (#0): 3.26× ± 0.14 samples/s over 3 runs each, interleaved: beyond the noise" in story
+    assert "trial #3's 1335.0 samples/s is the median of 3 runs (its trial and 2 confirmation runs)" in story
+    assert "the machine was busy during 1 of 12 trials: #5" in story
+    assert "noisy" in story and "#1" in story
+    assert "next: run `bench sweep` again when the machine is quiet" in story
+    assert "1,335 samples/s" in page and "1,420" not in page  # the confirmed median, never the lucky first run
+
+
+def test_no_ranked_point_lies_above_the_staircase():
+    frontier = _svg(render_html(confirmed_rows(), synthetic_study()), "frontier")
+    path = re.search(r'<path class="pareto-front" d="([^"]+)"', frontier).group(1)
+    steps = [(float(x), float(y)) for x, y in re.findall(r"[MH]([\d.]+)(?:\s|V)([\d.]+)", path)]
+    points = re.findall(r'<g class="pt([^"]*)" data-trial="(\d+)">.*?<(?:circle|path) class="shape" '
+                        r'(?:cx="([\d.]+)" cy="([\d.]+)"|d="M([\d.]+) ([\d.]+))', frontier, re.S)
+    assert steps and len(points) == 8
+    for classes, number, cx, cy, px, py in points:
+        x, y = (float(cx), float(cy)) if cx else (float(px), float(py) + 8)  # a diamond's path starts 8 above
+        reach = [sy for sx, sy in steps if sx <= x + 0.01]  # the staircase's height at x (SVG y grows down)
+        if " pareto" in classes:
+            assert reach and min(reach) == pytest.approx(y, abs=0.11), number
+        elif reach and not any(flag in classes for flag in ("noisy", "unsafe", "diverged")):
+            assert y >= min(reach) - 0.11, number
