@@ -15,6 +15,8 @@ import time
 
 import psutil
 
+from harness import nvml
+
 LOAD_PER_CORE = 1.5
 """One-minute load average above this many runnable tasks per core (over a trial): others competing."""
 MAX_STEAL = 0.10
@@ -39,15 +41,7 @@ def snapshot(device: str = "cpu") -> dict:
 
 def gpu_processes(device: str) -> int:
     """Processes computing on the trial's GPU (NVML); 0 on CPU or where NVML cannot tell."""
-    if not device.startswith("cuda"):
-        return 0
-    try:
-        import pynvml
-
-        from harness import nvml
-        return len(pynvml.nvmlDeviceGetComputeRunningProcesses(nvml.handle(int(device.partition(":")[2] or 0))))
-    except Exception:  # no NVML (driver, container): the load and steal still count
-        return 0
+    return nvml.compute_processes(device)
 
 
 def verdict(before: dict, after: dict) -> dict | None:

@@ -156,7 +156,7 @@ def device_spec(spec, device: str):
 
 def resolve_device(device: str) -> str:
     """auto -> cuda when NVML sees a GPU (without importing torch here), else cpu."""
-    gpus = visible_gpus()
+    gpus = nvml.visible()
     if device == "auto":
         return "cuda:0" if gpus else "cpu"
     if device == "cpu":
@@ -174,20 +174,7 @@ def devices_available(device: str) -> int:
     """How many processes a trial may start on `device`: the GPUs from its index on, or the CPU cores."""
     if device == "cpu":
         return len(os.sched_getaffinity(0))
-    return visible_gpus() - int(device.partition(":")[2] or 0)
-
-
-def visible_gpus() -> int:
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
-        return 0
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        count = pynvml.nvmlDeviceGetCount()
-    except Exception:
-        return 0
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return min(count, len(visible.split(","))) if visible else count
+    return nvml.visible() - int(device.partition(":")[2] or 0)
 
 
 def parse_trials(value: str) -> int:
@@ -252,11 +239,7 @@ def device_memory(device: str) -> int | None:
     if device == "cpu":
         import psutil
         return psutil.virtual_memory().total
-    try:
-        import pynvml
-        return int(pynvml.nvmlDeviceGetMemoryInfo(nvml.handle(int(device.partition(":")[2] or 0))).total)
-    except Exception:
-        return None
+    return nvml.total_memory(device)
 
 
 def make_results_folder(results: Path) -> None:
@@ -494,10 +477,8 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     spec = specs.load(studies.spec_file(info), info.get("scenario"))
     if spec.apply is None:
         raise UserError(f"{info['spec_path']}: has no `apply:` section naming the config file to write; add one")
-    if which == "best" and not budget and (choice.kept or chosen.record.baseline):
-        out.print(f"keeping your config: {'; '.join(choice.why[:1]) or 'the best measured config is the one you have'}"
-                  "; nothing written", highlight=False)
-        return
+    if which == "best" and not budget and choice.kept:  # best is the baseline: its values, if the file changed since
+        out.print(f"keeping your config: {choice.why[0]}", highlight=False)
     row = chosen.record
     against = pareto.versus(row, choice.baseline.record, choice.objective) \
         if choice.baseline and choice.baseline.speed and not row.baseline else None
