@@ -398,7 +398,7 @@ def feasible_under(rows, budget: int, headroom: float, objective: str = "samples
     return pick([r for r in front if Record.of(r).peak_memory <= budget * (1 - headroom)], objective, budget)
 
 
-def why_not(row, best, capacity: float | None, headroom: float, objective: str = "samples") -> str | None:
+def why_not(row, best, budget: int | None, headroom: float, objective: str = "samples") -> str | None:
     """Why `row`, faster than `best` on its figures, is not best: noise, the headroom or the tie rule
     (the live sweep output says it the moment the trial ends); None when it is best or slower."""
     rec, top = Record.of(row), Record.of(best)
@@ -407,7 +407,7 @@ def why_not(row, best, capacity: float | None, headroom: float, objective: str =
         return None
     if noisy(rec):
         return f"#{rec.number}'s windows disagree ({rec.step_cv:.0%} CV): noisy, not ranked"
-    cap = capacity or rec.memory.get("device_total")
+    cap = capacity([rec, top], budget)
     if cap and rec.peak_memory > cap * (1 - headroom):
         return (f"#{rec.number} is faster but its peak {gib(rec.peak_memory)} leaves less than the "
                 f"{headroom:.0%} headroom of {gib(cap)}")
