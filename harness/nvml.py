@@ -47,11 +47,14 @@ def total_memory(device: str) -> int | None:
 
 
 def compute_processes(device: str) -> int:
-    """Processes computing on CUDA device `device`; 0 on a CPU or where NVML cannot tell."""
+    """Other processes computing on CUDA device `device` (bench's own, this process and its children,
+    left out); 0 on a CPU or where NVML cannot tell."""
     if not device.startswith("cuda"):
         return 0
     try:
+        import psutil
         import pynvml
-        return len(pynvml.nvmlDeviceGetComputeRunningProcesses(handle(_index(device))))
+        ours = {os.getpid(), *(child.pid for child in psutil.Process().children(recursive=True))}
+        return sum(1 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle(_index(device))) if p.pid not in ours)
     except Exception:  # no NVML (driver, container): the load and steal still count
         return 0
