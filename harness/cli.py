@@ -564,7 +564,10 @@ def chosen_row(which: str, rows: list, choice: pareto.Choice, info: dict, budget
     if which == "best" or which in pareto.TIERS:
         row = choice.best if which == "best" else choice.tiers[which]
         if row is None:
-            raise UserError(f"{which}: no measured config qualifies in study {info['name']}; see `bench report`")
+            noisy = [s for s in choice.rows if s.noisy]
+            why = (f" (trial{'s' if len(noisy) > 1 else ''} {', '.join(f'#{s.number}' for s in noisy)} noisy: the "
+                   "machine was busy; sweep again when it is quiet)" if noisy else "")
+            raise UserError(f"{which}: no measured config qualifies in study {info['name']}{why}; see `bench report`")
         return row
     if not which.isdigit():
         raise UserError(f"{which!r}: say best, safe, balanced, aggressive or a trial number")
