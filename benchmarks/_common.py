@@ -107,5 +107,5 @@ def sweep_best(spec_path, preset: str, budget: int | None, device: str, trials: 
         rows = json.loads(subprocess.run([*cli, "report", "--format", "json", "--results", str(results)],
                                          cwd=root, check=True, capture_output=True, text=True).stdout)
     best = next((r for r in rows if r.get("best")), None)
-    return best and {"config": best["config"], "throughput": best["throughput"], "peak_memory": best["peak_memory"],
+    return best and {"config": best["config"], "throughput": best["speed"]["value"], "peak_memory": best["peak_memory"],
                      "trials": len(rows), "wall_s": wall}

@@ -23,5 +23,4 @@ def load_study(study: str | None = None, results: str | Path = "results", storag
     name = study or studies.latest_study(results, storage)
     loaded = studies.load(studies.existing_storage(storage, results, name), name)
     rows = studies.rows_of(loaded)
-    report.annotate(rows, studies.study_info(loaded))
-    return pd.DataFrame(report.flat(rows))
+    return pd.DataFrame(report.flat(report.annotate(rows, studies.study_info(loaded))))

@@ -1,19 +1,36 @@
-"""Was the machine busy while a trial ran? Load average against cores, CPU steal, and other
-processes on the trial's GPU, read by the parent.
+"""Is the machine busy? Measured by the parent before a sweep and before each trial (when no trial of
+ours is running: CPU time other processes take, CPU steal, other processes on the trial's GPU), and
+over each trial (load average against cores, steal, GPU processes).
 
-A trial measured while other processes compete for the cores or the GPU (or the hypervisor steals
-the cores) is slower than the config is: such a trial is flagged and measured again.
+A trial measured while others compete for the cores or the GPU is slower than the config is, and
+running it again into the same load measures the same noise. So before a trial the sweep waits for
+quiet, up to a bound it says out loud (`Quiet`); when the machine stays busy it measures anyway and
+says plainly that the figures will be noise. The trial keeps the verdict in its record (`busy`),
+and a trial whose windows disagree is `noisy` and never ranked (harness.pareto).
 """
 from __future__ import annotations
 
 import os
+import time
 
 import psutil
 
+from harness import nvml
+
 LOAD_PER_CORE = 1.5
-"""One-minute load average above this many runnable tasks per core: others are competing."""
+"""One-minute load average above this many runnable tasks per core (over a trial): others competing."""
 MAX_STEAL = 0.10
 """Fraction of CPU time the hypervisor gave to other guests."""
+OTHERS_CORES = 0.5
+"""Before a trial, other processes using more than this many cores: busy (ours is idle then)."""
+SAMPLE_S = 0.25
+"""How long one look at the CPU lasts."""
+WAIT_ENV = "BENCH_QUIET_WAIT"
+"""Seconds a sweep may spend in all waiting for quiet (default DEFAULT_WAIT_S); 0 never waits."""
+DEFAULT_WAIT_S = 120.0
+EACH_WAIT_S = 30.0
+"""At most this long before any one trial (the sweep's start may take twice that)."""
+POLL_S = 2.0
 
 
 def snapshot(device: str = "cpu") -> dict:
@@ -24,19 +41,11 @@ def snapshot(device: str = "cpu") -> dict:
 
 def gpu_processes(device: str) -> int:
     """Processes computing on the trial's GPU (NVML); 0 on CPU or where NVML cannot tell."""
-    if not device.startswith("cuda"):
-        return 0
-    try:
-        import pynvml
-
-        from harness import nvml
-        return len(pynvml.nvmlDeviceGetComputeRunningProcesses(nvml.handle(int(device.partition(":")[2] or 0))))
-    except Exception:  # no NVML (driver, container): the load and steal still count
-        return 0
+    return nvml.compute_processes(device)
 
 
 def verdict(before: dict, after: dict) -> dict | None:
-    """None when the machine was quiet; else what made it busy, in measured numbers."""
+    """Over a trial: None when the machine was quiet; else what made it busy, in measured numbers."""
     cores = os.cpu_count() or 1
     load = os.getloadavg()[0]
     span = after["total"] - before["total"]
@@ -47,6 +56,70 @@ def verdict(before: dict, after: dict) -> dict | None:
     return {"load1": round(load, 2), "cores": cores, "steal": round(steal, 3), "gpu_processes": others}
 
 
+def now(device: str = "cpu", sample_s: float = SAMPLE_S) -> dict | None:
+    """Right now, with no trial of ours running: None when quiet; else the cores other processes keep
+    busy (over `sample_s`), the steal and the GPU's other processes."""
+    cores = os.cpu_count() or 1
+    before = psutil.cpu_times()
+    time.sleep(sample_s)
+    after = psutil.cpu_times()
+    span = sum(after) - sum(before)
+    idle = (after.idle - before.idle) + (getattr(after, "iowait", 0.0) - getattr(before, "iowait", 0.0))
+    used = max(span - idle, 0.0) / span * cores if span > 0 else 0.0
+    steal = (getattr(after, "steal", 0.0) - getattr(before, "steal", 0.0)) / span if span > 0 else 0.0
+    gpu = gpu_processes(device)
+    if used <= OTHERS_CORES and steal <= MAX_STEAL and not gpu:
+        return None
+    return {"load1": round(os.getloadavg()[0], 2), "cores": cores, "busy_cores": round(used, 2),
+            "steal": round(steal, 3), "gpu_processes": gpu}
+
+
 def describe(flag: dict) -> str:
+    used = f"{flag['busy_cores']:.1f} of {flag['cores']} cores in use by others, " if "busy_cores" in flag else ""
     gpu = f", {flag['gpu_processes']} other process(es) on the GPU" if flag.get("gpu_processes") else ""
-    return f"load {flag['load1']:.1f} on {flag['cores']} cores, CPU steal {flag['steal']:.0%}{gpu}"
+    return f"{used}load {flag['load1']:.1f} on {flag['cores']} cores, CPU steal {flag['steal']:.0%}{gpu}"
+
+
+class Quiet:
+    """A sweep's waits for a quiet machine, bounded in all by `budget_s` (BENCH_QUIET_WAIT)."""
+
+    def __init__(self, device: str, say=print, budget_s: float | None = None):
+        if budget_s is None:
+            budget_s = float(os.environ.get(WAIT_ENV) or DEFAULT_WAIT_S)
+        self.device, self.say, self.left = device, say, budget_s
+        self.busy_runs = 0
+
+    def wait(self, what: str, longest: float = EACH_WAIT_S, run: bool = True) -> dict | None:
+        """Look at the machine before `what` (a `run` of a trial, or not); while it is busy, wait (at
+        most `longest`, and only what is left of the sweep's budget). The verdict that stands: None
+        when quiet."""
+        flag = now(self.device)
+        if flag is None:
+            return None
+        bound = min(longest, self.left)
+        if bound <= 0:
+            self.busy_runs += run
+            self.say(f"machine busy before {what} ({describe(flag)}); no waiting left ({WAIT_ENV}): "
+                     "measuring anyway, its figures will be noise")
+            return flag
+        self.say(f"machine busy before {what} ({describe(flag)}): waiting up to {bound:.0f}s for quiet")
+        start = time.monotonic()
+        while flag is not None and time.monotonic() - start < bound:
+            time.sleep(min(POLL_S, max(bound - (time.monotonic() - start), 0.0)))
+            flag = now(self.device)
+        waited = time.monotonic() - start
+        self.left -= waited
+        if flag is None:
+            self.say(f"quiet after {waited:.0f}s: measuring")
+            return None
+        self.busy_runs += run
+        self.say(f"still busy after {waited:.0f}s ({describe(flag)}): measuring anyway; "
+                 "its figures will be noise, not the config's speed")
+        return flag
+
+    def closing(self) -> str | None:
+        """The sweep's last word on load, when any run had to be measured on a busy machine."""
+        if not self.busy_runs:
+            return None
+        return (f"{self.busy_runs} run(s) were measured on a busy machine: the answer is noise where they "
+                "decide it; run the same command again when the machine is quiet")

@@ -158,7 +158,7 @@ def device_spec(spec, device: str):
 
 def resolve_device(device: str) -> str:
     """auto -> cuda when NVML sees a GPU (without importing torch here), else cpu."""
-    gpus = visible_gpus()
+    gpus = nvml.visible()
     if device == "auto":
         return "cuda:0" if gpus else "cpu"
     if device == "cpu":
@@ -176,20 +176,7 @@ def devices_available(device: str) -> int:
     """How many processes a trial may start on `device`: the GPUs from its index on, or the CPU cores."""
     if device == "cpu":
         return len(os.sched_getaffinity(0))
-    return visible_gpus() - int(device.partition(":")[2] or 0)
-
-
-def visible_gpus() -> int:
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
-        return 0
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        count = pynvml.nvmlDeviceGetCount()
-    except Exception:
-        return 0
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return min(count, len(visible.split(","))) if visible else count
+    return nvml.visible() - int(device.partition(":")[2] or 0)
 
 
 def parse_trials(value: str) -> int:
@@ -273,11 +260,7 @@ def device_memory(device: str) -> int | None:
     if device == "cpu":
         import psutil
         return psutil.virtual_memory().total
-    try:
-        import pynvml
-        return int(pynvml.nvmlDeviceGetMemoryInfo(nvml.handle(int(device.partition(":")[2] or 0))).total)
-    except Exception:
-        return None
+    return nvml.total_memory(device)
 
 
 def make_results_folder(results: Path) -> None:
@@ -298,7 +281,7 @@ class LiveProgress(studies.Progress):
     """
 
     def __init__(self, spec):
-        self.spec, self.status, self.running = spec, None, None
+        self.spec, self.status, self.running, self.text, self.headed = spec, None, None, "", False
         self.unit = "tokens/s" if spec.objective == "tokens" else "samples/s"
 
     def say(self, text: str, **style) -> None:
@@ -311,6 +294,7 @@ class LiveProgress(studies.Progress):
     def trial_started(self, number, done, total, config, baseline):
         label = " (baseline: your current config)" if baseline else ""
         self.text = f"[{done + 1}/{total}] #{number}{label} {report.describe(config)}"
+        self.headed = False  # the header line is printed with the outcome, or before a note about the trial
         self.running = RunningTrial(f"trial {done + 1}/{total} (#{number}){label}: {report.describe(config)}",
                                     config.get("compile", "off") != "off")
         self.status = out.status(self.running)
@@ -327,7 +311,8 @@ class LiveProgress(studies.Progress):
 
     def trial_finished(self, number, rec, best):
         self.stop()
-        self.say(f"{self.text}\n    → {outcome(rec)}")
+        self.running = None
+        self.say(f"    → {outcome(rec)}" if self.headed else f"{self.text}\n    → {outcome(rec)}")
         if best:
             self.say(f"    best so far: #{best['number']} {pareto.speed(best, self.spec.objective):.1f} {self.unit}, "
                      f"peak {gib(best['peak_memory'])}", style="dim")
@@ -336,26 +321,19 @@ class LiveProgress(studies.Progress):
                 self.say(f"    {why}", style="dim")
 
     def why_not_best(self, rec: dict, best: dict) -> str | None:
-        """When this trial is faster than best but is not it: the tie rule or the headroom, with the numbers."""
-        objective = self.spec.objective
-        mine, theirs = pareto.speed(rec, objective), pareto.speed(best, objective)
-        if rec["status"] != "ok" or best["number"] == rec["number"] or not mine or mine <= theirs:
-            return None
-        capacity = self.spec.memory_budget or (rec.get("memory") or {}).get("device_total")
-        if capacity and rec["peak_memory"] > capacity * (1 - self.spec.headroom):
-            return (f"#{rec['number']} is faster but its peak {gib(rec['peak_memory'])} leaves less than the "
-                    f"{self.spec.headroom:.0%} headroom of {gib(capacity)}")
-        gap, noise = (mine - theirs) / mine, max(pareto.noise(rec), pareto.noise(best))
-        return (f"#{rec['number']} is {gap:.1%} faster, within the measured noise (±{noise:.1%}): a tie goes to "
-                f"the config with more headroom (#{best['number']} peaks at {gib(best['peak_memory'])}, "
-                f"#{rec['number']} at {gib(rec['peak_memory'])})")
+        """When this trial is faster than best but is not it: the choice's reason, with the numbers."""
+        return pareto.why_not(rec, best, self.spec.memory_budget, self.spec.headroom, self.spec.objective)
 
     def duplicate(self, number, of, config):
         self.say(f"[dup] #{number} repeats #{of}, not run again (its result is reused; it does not count toward "
                  f"the trials): {report.describe(config)}", style="dim")
 
     def note(self, message):
-        self.say(message)
+        """A note while a trial runs (the machine is busy before it, ...) comes under that trial's header."""
+        if self.running and not self.headed:
+            self.say(self.text)
+            self.headed = True
+        self.say(f"    {message}" if self.running else message)
 
 
 PHASES = {"start": "build", "first_step": "first step", "warmup": "warm-up", "measure": "measure", "done": "finish"}
@@ -391,6 +369,10 @@ def outcome(rec: dict) -> str:
             line += f" (compile {t['compile_s']:.0f}s)"
         if t.get("cut_short"):
             line += f", 2 windows: under {studies.SLOW_CUT:.0%} of the best so far"
+        if pareto.noisy(rec):
+            line += f" — noisy: its windows disagree beyond {pareto.NOISY_CV:.0%} CV, not ranked"
+        if rec.get("busy"):
+            line += " — measured on a busy machine"
         return line + (f" — {rec['error']['message']}" if rec.get("error") else "")
     message = (rec.get("error") or {}).get("message", "")
     return f"{status}: {message[:160]}"
@@ -442,27 +424,36 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
     name = pick_study(study_name, scenario, results, storage)
     study = studies.load(studies.existing_storage(storage, results, name), name)
     rows, info = studies.rows_of(study), studies.study_info(study)
-    choice = report.annotate(rows, info)
+    choice = study_choice(rows, info)
     if fmt == "table":
         if out_path:
             raise UserError("--out takes csv, json or html output; add --format")
         # COLUMNS or the terminal, read now (80 when piped); the summary wraps at word boundaries
         console = Console(soft_wrap=True, width=1 << 16) if wide else Console()
-        console.print(report.table(rows, choice, info, None if wide else console.width), crop=False)
+        console.print(report.table(choice, info, None if wide else console.width), crop=False)
         return
     if fmt == "html":
         from harness import report_html
-        text = report_html.render_html(rows, {**info, "budget": info.get("memory_budget"),
-                                              "device_total": choice.capacity,
-                                              "size_warning": other_size(info, rows)})
+        text = report_html.render_html(choice, {**info, "size_warning": other_size(info, rows)})
         out_path = out_path or studies.study_dir(results, name) / "report.html"
     else:
-        text = report.to_json(rows) if fmt == "json" else report.to_csv(rows)
+        text = report.to_json(choice) if fmt == "json" else report.to_csv(choice)
     if out_path:
         write_text(out_path, text)
         err.print(f"wrote {out_path}", markup=False)
     else:
         click.echo(text)
+
+
+def study_choice(rows: list[dict], info: dict) -> pareto.Choice:
+    """The study's choice, with compile judged against the training run the apply target describes."""
+    try:
+        spec = specs.load(studies.spec_file(info), info.get("scenario"))
+    except (UserError, OSError, KeyError):
+        spec = None
+    steps, said = apply.run_length(spec.apply) if spec is not None and spec.apply else (None, "no apply target")
+    source = None if steps else f"an assumed run of {pareto.ASSUMED_RUN_STEPS:,} steps ({said})"
+    return report.annotate(rows, info, run_steps=steps, run_source=source or said)
 
 
 def pick_study(name: str | None, scenario: str | None, results: Path, storage: str | None) -> str:
@@ -505,20 +496,25 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     name = pick_study(study_name, scenario, results, storage)
     study = studies.load(studies.existing_storage(storage, results, name), name)
     rows, info = studies.rows_of(study), studies.study_info(study)
-    choice = report.annotate(rows, info)
-    row = chosen_row(which, rows, choice, info, budget)
+    choice = study_choice(rows, info)
+    chosen = chosen_row(which, rows, choice, info, budget)
     spec = specs.load(studies.spec_file(info), info.get("scenario"))
     if spec.apply is None:
         raise UserError(f"{info['spec_path']}: has no `apply:` section naming the config file to write; add one")
-    provenance = {"study": name, "trial": row["number"], "device": (row.get("env") or {}).get("device"),
-                  "throughput": pareto.speed(row), "peak_memory": row["peak_memory"],  # confirmed: the runs' median
+    if which == "best" and not budget and choice.kept:  # best is the baseline: its values, if the file changed since
+        out.print(f"keeping your config: {choice.why[0]}", highlight=False, markup=False)
+    row = chosen.record
+    against = pareto.versus(row, choice.baseline.record, choice.objective) \
+        if choice.baseline and choice.baseline.speed and not row.baseline else None
+    provenance = {"study": name, "trial": row.number, "device": row.env.get("device"),
+                  "throughput": chosen.speed, "unit": choice.unit, "peak_memory": row.peak_memory,
+                  "vs_baseline": against.text(choice.unit) if against else None,
                   "date": datetime.date.today().isoformat(), "bench_version": __version__}
     current = apply.read_current(spec.apply)
-    plan = apply.plan(spec.apply, row["config"], provenance, to=to, create_keys=create_keys, current_values=current)
-    objective = info.get("objective", "samples")  # the throughput best was chosen on
-    out.print(f"trial {row['number']}: {report.describe(row['config'])}  "
-              f"{pareto.speed(row, objective):.1f} {objective}/s, peak {gib(row['peak_memory'])}", highlight=False,
-              markup=False)
+    plan = apply.plan(spec.apply, row.config, provenance, to=to, create_keys=create_keys, current_values=current)
+    out.print(f"trial {row.number}: {report.describe(row.config)}  {chosen.speed:.1f} {choice.unit} "
+              f"(median of {chosen.runs} run{'s' if chosen.runs > 1 else ''}), peak {gib(row.peak_memory)}"
+              + (f"; vs your config {against.text(choice.unit)}" if against else ""), highlight=False, markup=False)
     warning = other_size(info, rows)
     if warning:
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
@@ -538,8 +534,8 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     backup = apply.write(plan)
     out.print(f"wrote {plan.path}" + (f" (backup: {backup})" if backup else ""), markup=False)
     if spec.apply.hydra_group_dir:
-        device = (row.get("env") or {}).get("device") or "cpu"
-        profile = apply.write_hydra_profile(spec.apply, row["config"], device, provenance)
+        device = row.env.get("device") or "cpu"
+        profile = apply.write_hydra_profile(spec.apply, row.config, device, provenance)
         click.echo(profile.diff)
         apply.write(profile)
         out.print(f"wrote hardware profile {profile.path}", markup=False)
@@ -582,26 +578,28 @@ def flatten(tree: dict, prefix: str = "") -> dict:
     return out
 
 
-def chosen_row(which: str, rows: list, choice: pareto.Choice, info: dict, budget: str | None) -> dict:
+def chosen_row(which: str, rows: list, choice: pareto.Choice, info: dict, budget: str | None) -> pareto.Standing:
     if budget:
-        row = pareto.feasible_under(rows, parse_size(budget, "--budget"), info.get("headroom", 0.1),
-                                    info.get("objective", "samples"))
+        row = pareto.feasible_under(rows, parse_size(budget, "--budget"), choice.headroom, choice.objective)
         if row is None:
-            raise UserError(f"--budget {budget}: no measured config fits with {info.get('headroom', 0.1):.0%} headroom; "
+            raise UserError(f"--budget {budget}: no measured config fits with {choice.headroom:.0%} headroom; "
                             "sweep with a smaller search space or a larger budget")
-        return row
+        return choice.standing(row["number"])
     if which == "best" or which in pareto.TIERS:
         row = choice.best if which == "best" else choice.tiers[which]
         if row is None:
-            raise UserError(f"{which}: no measured config qualifies in study {info['name']}; see `bench report`")
+            noisy = [s for s in choice.rows if s.noisy]
+            why = (f" (trial{'s' if len(noisy) > 1 else ''} {', '.join(f'#{s.number}' for s in noisy)} noisy: the "
+                   "machine was busy; sweep again when it is quiet)" if noisy else "")
+            raise UserError(f"{which}: no measured config qualifies in study {info['name']}{why}; see `bench report`")
         return row
     if not which.isdigit():
         raise UserError(f"{which!r}: say best, safe, balanced, aggressive or a trial number")
-    row = next((r for r in rows if r["number"] == int(which)), None)
+    row = choice.standing(int(which))
     if row is None:
         raise UserError(f"trial {which}: not in study {info['name']}; `bench report` lists the trials")
-    if row["status"] != "ok":
-        raise UserError(f"trial {which} ended {row['status']}, not a feasible measurement; pick an ok trial")
+    if row.record.status != "ok" or not row.speed:
+        raise UserError(f"trial {which} ended {row.record.status}, not a feasible measurement; pick an ok trial")
     return row
 
 

@@ -1,63 +1,268 @@
-"""Choosing "best": feasibility under a memory budget, the Pareto front, noise-aware ties, tiers.
+"""The choice, computed once: feasibility under a memory budget, the Pareto front, noise-aware ties,
+the best config, the baseline it is compared with, tiers, compile payback and why. Every view
+(terminal, HTML, JSON/CSV, `bench apply`, the live sweep output) shows this one `Choice`; none
+computes a figure of its own. The rows it is given are never changed.
 
 Throughput is samples/s, or tokens/s for a study whose `objective` is tokens (the fair measure when
-a searched knob such as seq_len changes what one sample is). Best is the highest-throughput
-feasible config on the front whose peak memory leaves the requested
-headroom of the capacity (the budget, else the device's memory). Throughput differences smaller
-than the measured noise of the two configs are ties, and a tie goes to the config with more
-headroom where headroom is scarce (one of them above 75% of the capacity), else to the faster.
-Tiers pick the same way under stricter headroom: the guides' "safe / medium /
-aggressive" settings, measured.
+a searched knob such as seq_len changes what one sample is); a config's figure is the median of its
+trial and its confirmation runs (`speed`). A row is a candidate for best when it measured (ok), its
+windows agree (not `noisy`), its loss check is no worse than the baseline's (else it is `unsafe`:
+shown, never chosen), its compile pays back within the training run (`Payback`), and its peak
+leaves the requested headroom of the capacity (the budget, else the device's memory). Differences
+smaller than the measured noise of two configs are ties; a tie goes to the config with more
+headroom where headroom is scarce (one above 75% of the capacity), else to the faster. A leader
+tied with the baseline is no reason to change the user's config: then best is the baseline.
+Tiers pick the same way under stricter headroom: the guides' "safe / balanced / aggressive".
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harness.record import OK, Record
+from harness.units import gib
+
 TIERS = {"safe": 0.25, "balanced": 0.15, "aggressive": 0.05}
 MIN_NOISE = 0.01  # below 1% nobody should care which config is faster
 MAX_NOISE = 0.10  # a very noisy trial (a loaded machine) must not tie with one 2x faster
+NOISY_CV = 0.5
+"""A trial whose measured windows' step times vary more than this (coefficient of variation) is
+`noisy`: its median says little (a loaded machine gave CVs of 70-108%), so it is never ranked."""
+LOSS_SLACK = 0.01
+"""A config whose loss rose over its trial by more than the baseline's changed plus this share is
+`unsafe`: faster, maybe, but not training as the user's config does."""
+ASSUMED_RUN_STEPS = 10_000
+"""Optimizer steps of the training run compile must pay back in, when the target config names none."""
 
 
-@dataclass
+@dataclass(frozen=True)
+class Standing:
+    """One trial as the choice sees it: the record and the figures every view shows for it."""
+
+    record: Record
+    speed: float | None
+    """The throughput the choice is made on: the median of the trial and its confirmation runs."""
+    runs: int
+    """How many measured runs `speed` is the median of (1 = not confirmed)."""
+    noise: float
+    """Relative noise of `speed`, within [MIN_NOISE, MAX_NOISE] (see `noise`)."""
+    noisy: bool = False
+    """Its windows disagree beyond NOISY_CV: shown, never ranked."""
+    unsafe: str | None = None
+    """Why its loss check is worse than the baseline's; such a config is never best."""
+    pareto: bool = False
+    """On the front of the ranked rows (no other is both faster and lighter)."""
+    best: bool = False
+    tier: str | None = None
+
+    @property
+    def number(self) -> int:
+        return self.record.number
+
+    @property
+    def config(self) -> dict:
+        return self.record.config
+
+    @property
+    def peak(self) -> int | None:
+        return self.record.peak_memory
+
+    @property
+    def confirmed(self) -> bool:
+        return self.runs > 2
+
+
+@dataclass(frozen=True)
+class Versus:
+    """A config against the baseline: the ratio of their speeds, the spread of the ratios of the runs
+    made side by side (None with one run each), and whether it is within the noise."""
+
+    ratio: float
+    spread: float | None
+    runs: int
+    tie: bool
+
+    def text(self, unit: str) -> str:
+        if self.spread is None:
+            head = f"{self.ratio:.2f}× {unit} (one run each, not confirmed)"
+        else:
+            head = f"{self.ratio:.2f}× ± {self.spread:.2f} {unit} over {self.runs} runs each, interleaved"
+        return head + (" — a tie: within the noise" if self.tie else "")
+
+
+@dataclass(frozen=True)
+class Payback:
+    """A compiled config against its eager twin (same knobs, compile off)."""
+
+    trial: int
+    eager: int
+    compile_s: float
+    saved_s_per_step: float
+    break_even_steps: float | None
+    """Steps after which the compile time is paid back; None when it is not faster beyond the noise."""
+    pays: bool
+    """Paid back within the training run the choice was told of (Choice.run_steps)."""
+
+
+@dataclass(frozen=True)
 class Choice:
-    best: dict | None
-    baseline: dict | None
-    front: list[dict]
-    tiers: dict[str, dict | None] = field(default_factory=dict)
-    capacity: float | None = None
+    objective: str
+    rows: tuple[Standing, ...]
+    """Every trial, by number."""
+    best: Standing | None
+    """What the measurements justify: the leader, or the baseline when the leader ties with it."""
+    leader: Standing | None
+    """The fastest candidate (ties within the noise broken by pick's rule)."""
+    baseline: Standing | None
+    versus: Versus | None
+    """The leader against the baseline (None without a measured baseline, or when it is the baseline)."""
+    capacity: float | None
+    capacity_label: str
+    """"budget" or "device memory"."""
+    headroom: float
+    tiers: dict[str, Standing | None] = field(default_factory=dict)
+    front: tuple[Standing, ...] = ()
+    unsafe_fastest: Standing | None = None
+    """The fastest config faster than best whose loss check is worse than the baseline's."""
+    paybacks: tuple[Payback, ...] = ()
+    run_steps: int = ASSUMED_RUN_STEPS
+    run_source: str = ""
+    """Where run_steps came from (the target's max_steps, epochs x steps, or the assumption)."""
+    why: tuple[str, ...] = ()
+
+    @property
+    def unit(self) -> str:
+        return f"{self.objective}/s"
+
+    @property
+    def kept(self) -> bool:
+        """The leader ties with the baseline: the user's config stays."""
+        return self.best is not None and self.leader is not None and self.best is not self.leader
+
+    def standing(self, number: int) -> Standing | None:
+        return next((s for s in self.rows if s.number == number), None)
 
 
-def capacity(rows: list[dict], budget: int | None) -> float | None:
-    """Memory the configs must fit in: the budget, else the device total the trials measured."""
+# ---- the figures of one row ----------------------------------------------------------------------
+
+def speed(row, objective: str = "samples") -> float | None:
+    """The throughput a study optimizes: samples/s, or tokens/s; the median over the trial and its
+    confirmation runs where it was confirmed."""
+    runs = Record.of(row).runs(objective)
+    return sorted(runs)[len(runs) // 2] if len(runs) > 2 else (runs[0] if runs else None)
+
+
+def single(row, objective: str) -> float | None:
+    """The trial's own run's throughput (not its confirmation runs)."""
+    return Record.of(row).rate(objective)
+
+
+def runs_of(row, objective: str = "samples") -> list[float]:
+    """Every measured throughput of a config: its trial, then its confirmation runs."""
+    return Record.of(row).runs(objective)
+
+
+def noise(row, objective: str = "samples") -> float:
+    """Relative noise of a row's throughput: twice its step-time CV, or twice the spread of its
+    confirmation runs when it has them, within [MIN_NOISE, MAX_NOISE]."""
+    rec = Record.of(row)
+    cv = rec.step_cv or 0.0
+    runs = rec.runs(objective)
+    if len(runs) > 2:
+        mean = sum(runs) / len(runs)
+        cv = (sum((r - mean) ** 2 for r in runs) / (len(runs) - 1)) ** 0.5 / mean
+    return min(max(2 * cv, MIN_NOISE), MAX_NOISE)
+
+
+def noisy(row) -> bool:
+    """Its measured windows disagree beyond NOISY_CV: not a measurement to rank."""
+    cv = Record.of(row).step_cv
+    return cv is not None and cv > NOISY_CV
+
+
+def confirmed(row) -> bool:
+    return len(runs_of(row)) > 2
+
+
+def loss_rise(row) -> float | None:
+    """How much the loss rose over the trial, as a share of its first value (negative: it fell)."""
+    loss = Record.of(row).loss
+    first, last = loss.get("first"), loss.get("last")
+    if not isinstance(first, (int, float)) or not isinstance(last, (int, float)) or not first:
+        return None
+    return (last - first) / abs(first)
+
+
+def worse_loss(row, base) -> str | None:
+    """Why `row`'s loss check is worse than the baseline's, or None: its loss rose over the trial, by
+    more than LOSS_SLACK beyond the baseline's change."""
+    mine = loss_rise(row)
+    theirs = loss_rise(base) if base is not None else None
+    if mine is None or mine <= 0 or mine - (theirs if theirs is not None else 0.0) <= LOSS_SLACK:
+        return None
+    loss = Record.of(row).loss
+    against = f", the baseline's changed {theirs:+.1%}" if theirs is not None else ""
+    return f"its loss rose {loss['first']:.4g} → {loss['last']:.4g} ({mine:+.1%}){against}"
+
+
+# ---- rules over several rows (also the sweep's: harness.study) -----------------------------------
+
+def capacity(rows, budget: int | None) -> float | None:
+    """Memory the configs must fit in: the budget, else the smallest device total the trials measured."""
     if budget:
         return float(budget)
-    totals = [r.get("memory", {}).get("device_total") for r in rows if r.get("memory")]
+    totals = [Record.of(r).memory.get("device_total") for r in rows]
     totals = [t for t in totals if t]
     return float(min(totals)) if totals else None
 
 
-def speed(row: dict, objective: str = "samples") -> float | None:
-    """The throughput a study optimizes: samples/s, or tokens/s; the median over the trial and its
-    confirmation runs where it was confirmed."""
-    runs = runs_of(row, objective)
-    return sorted(runs)[len(runs) // 2] if len(runs) > 2 else (runs[0] if runs else None)
+def measured(rows, objective: str = "samples") -> list:
+    """The rows (as given) that measured a throughput and a peak, windows in agreement."""
+    return [r for r in rows if Record.of(r).measured and speed(r, objective) and not noisy(r)]
 
 
-def single(row: dict, objective: str) -> float | None:
-    if objective == "tokens":
-        return (row.get("tokens_per_s") or {}).get("median")
-    return row.get("throughput")
+def pareto_front(rows, objective: str = "samples") -> list:
+    """Rows no other row beats on both throughput (higher) and peak memory (lower), by peak."""
+    def peak(r):
+        return Record.of(r).peak_memory
+    front = [r for r in rows
+             if not any(speed(o, objective) >= speed(r, objective) and peak(o) <= peak(r)
+                        and (speed(o, objective) > speed(r, objective) or peak(o) < peak(r)) for o in rows)]
+    return sorted(front, key=peak)
 
 
-def runs_of(row: dict, objective: str = "samples") -> list[float]:
-    """Every measured throughput of a config: its trial, then its confirmation runs."""
-    values = [single(row, objective)] + [single(r, objective) for r in row.get("repeats") or []
-                                         if r.get("status") == "ok"]
-    return [v for v in values if v]
+def pick(candidates: list, objective: str = "samples", capacity: float | None = None):
+    """Fastest candidate; among those tied with it within noise, the one using least memory, unless
+    every tied one leaves the safe tier's headroom of `capacity` free: then memory is not scarce, and
+    the faster median wins (0.23 against 0.28 GiB of a 24 GiB budget is no reason to give up 10%)."""
+    if any(confirmed(r) for r in candidates):  # once leaders were re-measured, best is decided on the repeats
+        candidates = [r for r in candidates if confirmed(r)]
+    return prefer(candidates, objective, capacity)
 
 
-def speedup(best: dict, base: dict, objective: str = "samples") -> tuple[float, float] | None:
-    """best/baseline throughput and its spread (std of the ratios of runs made side by side), or None."""
+def prefer(candidates: list, objective: str = "samples", capacity: float | None = None):
+    """pick's rule on the figures as they stand, confirmed or not."""
+    if not candidates:
+        return None
+    top = max(candidates, key=lambda r: speed(r, objective))
+    tied = [r for r in candidates if not faster(top, r, objective)]
+    if roomy(tied, capacity):
+        return top
+    return min(tied, key=lambda r: (Record.of(r).peak_memory, -speed(r, objective)))
+
+
+def roomy(rows, capacity: float | None) -> bool:
+    """Every row leaves the safe tier's headroom of `capacity` free: memory is no reason to choose."""
+    return bool(capacity) and all(Record.of(r).peak_memory <= capacity * (1 - TIERS["safe"]) for r in rows)
+
+
+def faster(a, b, objective: str = "samples") -> bool:
+    """Is `a` faster than `b` by more than the noise of either?"""
+    sa, sb = speed(a, objective), speed(b, objective)
+    return sa is not None and sb is not None and sa - sb > max(noise(a, objective), noise(b, objective)) * sa
+
+
+def speedup(best, base, objective: str = "samples") -> tuple[float, float | None] | None:
+    """best/baseline speed and the spread (std of the ratios of the runs made side by side), or None."""
     a, b = runs_of(best, objective), runs_of(base, objective)
     ratios = [x / y for x, y in zip(a, b)]
     if not ratios:
@@ -67,89 +272,148 @@ def speedup(best: dict, base: dict, objective: str = "samples") -> tuple[float, 
     return speed(best, objective) / speed(base, objective), spread
 
 
-def measured(rows: list[dict], objective: str = "samples") -> list[dict]:
-    return [r for r in rows if r.get("status") == "ok" and speed(r, objective) and r.get("peak_memory") is not None]
-
-
-def pareto_front(rows: list[dict], objective: str = "samples") -> list[dict]:
-    """Rows no other row beats on both throughput (higher) and peak memory (lower)."""
-    front = []
-    for r in rows:
-        dominated = any(speed(o, objective) >= speed(r, objective) and o["peak_memory"] <= r["peak_memory"]
-                        and (speed(o, objective) > speed(r, objective) or o["peak_memory"] < r["peak_memory"])
-                        for o in rows)
-        if not dominated:
-            front.append(r)
-    return sorted(front, key=lambda r: r["peak_memory"])
-
-
-def noise(row: dict) -> float:
-    """Relative noise of a row's throughput: twice its step-time CV, or twice the spread of its
-    confirmation runs when it has them, within [MIN_NOISE, MAX_NOISE]."""
-    cv = (row.get("timing") or {}).get("step_s", {}).get("cv") or 0.0
-    runs = runs_of(row)
-    if len(runs) > 2:
-        mean = sum(runs) / len(runs)
-        cv = (sum((r - mean) ** 2 for r in runs) / (len(runs) - 1)) ** 0.5 / mean
-    return min(max(2 * cv, MIN_NOISE), MAX_NOISE)
-
-
-def confirmed(row: dict) -> bool:
-    return len(runs_of(row)) > 2
-
-
-def pick(candidates: list[dict], objective: str = "samples", capacity: float | None = None) -> dict | None:
-    """Fastest candidate; among those tied with it within noise, the one using least memory, unless
-    every tied one leaves the safe tier's headroom of `capacity` free: then memory is not scarce, and
-    the faster median wins (0.23 against 0.28 GiB of a 24 GiB budget is no reason to give up 10%)."""
-    if any(confirmed(r) for r in candidates):  # once leaders were re-measured, best is decided on the repeats
-        candidates = [r for r in candidates if confirmed(r)]
-    return prefer(candidates, objective, capacity)
-
-
-def prefer(candidates: list[dict], objective: str = "samples", capacity: float | None = None) -> dict | None:
-    """pick's rule on the figures as they stand, confirmed or not."""
-    if not candidates:
+def versus(row, base, objective: str = "samples") -> Versus | None:
+    """`row` against the baseline; a tie when the ratio is within twice the spread of the side-by-side
+    ratios or within either config's noise."""
+    found = speedup(row, base, objective)
+    if found is None:
         return None
-    top = max(candidates, key=lambda r: speed(r, objective))
-    tied = [r for r in candidates if not faster(top, r, objective)]
-    if roomy(tied, capacity):
-        return top
-    return min(tied, key=lambda r: (r["peak_memory"], -speed(r, objective)))
+    ratio, spread = found
+    bound = max(2 * spread if spread is not None else 0.0, noise(row, objective), noise(base, objective))
+    runs = min(len(runs_of(row, objective)), len(runs_of(base, objective)))
+    return Versus(ratio=ratio, spread=spread, runs=runs, tie=abs(ratio - 1) <= bound)
 
 
-def roomy(rows: list[dict], capacity: float | None) -> bool:
-    """Every row leaves the safe tier's headroom of `capacity` free: memory is no reason to choose."""
-    return bool(capacity) and all(r["peak_memory"] <= capacity * (1 - TIERS["safe"]) for r in rows)
+def paybacks(rows, objective: str = "samples", run_steps: int = ASSUMED_RUN_STEPS) -> list[Payback]:
+    """For each measured compiled config with a measured eager twin: its compile cost and break-even.
+    Steps saved come from the two configs' speeds (step time scales as 1/speed for the same knobs)."""
+    recs = [Record.of(r) for r in rows if Record.of(r).measured]
+    eager = {_without_compile(r.config): r for r in recs if r.config.get("compile", "off") == "off"}
+    out = []
+    for r in recs:
+        twin = eager.get(_without_compile(r.config)) if r.config.get("compile", "off") != "off" else None
+        step = (twin.timing.get("step_s") or {}).get("median") if twin else None
+        if twin is None or not step or r.timing.get("compile_s") is None:
+            continue
+        saved = step * (1 - speed(twin, objective) / speed(r, objective))
+        cost = r.timing["compile_s"] - (twin.timing.get("first_step_s") or 0.0)
+        even = max(cost, 0.0) / saved if saved > 0 and faster(r, twin, objective) else None
+        out.append(Payback(trial=r.number, eager=twin.number, compile_s=r.timing["compile_s"],
+                           saved_s_per_step=saved, break_even_steps=even,
+                           pays=even is not None and even <= run_steps))
+    return out
 
 
-def faster(a: dict, b: dict, objective: str = "samples") -> bool:
-    """Is `a` faster than `b` by more than the noise of either?"""
-    sa, sb = speed(a, objective), speed(b, objective)
-    return sa is not None and sb is not None and sa - sb > max(noise(a), noise(b)) * sa
+def _without_compile(config: dict) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in config.items() if k != "compile"))
 
 
-def choose(rows: list[dict], budget: int | None, headroom: float, objective: str = "samples") -> Choice:
-    """Mark rows with `pareto`, `best` and `tier`; return the choice."""
-    cap = capacity(rows, budget)
-    candidates = measured(rows, objective)
-    front = pareto_front(candidates, objective)
-    fits = (lambda r, h: r["peak_memory"] <= cap * (1 - h)) if cap else (lambda r, h: True)
+# ---- the choice ----------------------------------------------------------------------------------
+
+def choose(rows, budget: int | None, headroom: float, objective: str = "samples",
+           run_steps: int | None = None, run_source: str | None = None) -> Choice:
+    """The choice over `rows` (records as stored, or Records); `run_steps`: the optimizer steps of the
+    training run the apply target describes (None: ASSUMED_RUN_STEPS, said so in run_source)."""
+    recs = sorted((Record.of(r) for r in rows), key=lambda r: (r.number is None, r.number or 0))
+    cap = capacity(recs, budget)
+    steps = run_steps or ASSUMED_RUN_STEPS
+    source = run_source or (f"{steps:,} steps, the target's" if run_steps else
+                            f"an assumed run of {ASSUMED_RUN_STEPS:,} steps (the target config names no max_steps)")
+    base = next((r for r in recs if r.baseline), None)
+    ok = [r for r in recs if r.measured and speed(r, objective)]
+    steady = [r for r in ok if not noisy(r)]
+    unsafe = {r.number: worse_loss(r, base) for r in steady if r is not base}
+    safe = [r for r in steady if not unsafe.get(r.number)]
+    pays = paybacks(safe, objective, steps)
+    unpaid = {p.trial for p in pays if not p.pays}
+    twins = {p.trial for p in pays}
+    usable = [r for r in safe if r.config.get("compile", "off") == "off" or (r.number in twins and r.number not in unpaid)]
+
+    def fits(r, h):
+        return not cap or r.peak_memory <= cap * (1 - h)
     # From every fitting row, not the front alone: a confirmed median can fall below an unconfirmed
     # single run that then "dominates" it, and best must still be decided on the confirmed runs.
-    best = pick([r for r in candidates if fits(r, headroom)], objective, cap)
-    tiers = {name: pick([r for r in candidates if fits(r, h)], objective, cap) for name, h in TIERS.items()}
-    front_ids = {id(r) for r in front}
-    for r in rows:
-        r["pareto"] = id(r) in front_ids
-        r["best"] = r is best
-        r["tier"] = next((name for name, t in tiers.items() if t is r), None)
-        r.setdefault("baseline", False)
-    baseline = next((r for r in rows if r.get("baseline")), None)
-    return Choice(best=best, baseline=baseline, front=front, tiers=tiers, capacity=cap)
+    leader = pick([r for r in usable if fits(r, headroom)], objective, cap)
+    base_ok = base if base is not None and base in steady else None
+
+    def kept(row, h):  # a pick tied with the user's config (which fits as well) keeps the user's config
+        tie = row is not None and base_ok is not None and row is not base_ok and fits(base_ok, h) \
+            and versus(row, base_ok, objective).tie
+        return base_ok if tie else row
+    tiers = {name: kept(pick([r for r in usable if fits(r, h)], objective, cap), h) for name, h in TIERS.items()}
+    against = versus(leader, base, objective) if leader is not None and base in ok and leader is not base else None
+    best = kept(leader, headroom)
+    front = {r.number for r in pareto_front(safe, objective)}
+
+    standings = {r.number: Standing(record=r, speed=speed(r, objective), runs=len(r.runs(objective)),
+                                    noise=noise(r, objective), noisy=r in ok and noisy(r),
+                                    unsafe=unsafe.get(r.number), pareto=r.number in front,
+                                    best=best is not None and r.number == best.number,
+                                    tier=next((n for n, t in tiers.items() if t is r), None))
+                 for r in recs}
+    at = standings.get
+    faster_unsafe = [r for r in steady if unsafe.get(r.number) and fits(r, headroom)
+                     and (best is None or faster(r, best, objective))]
+    fastest_unsafe = max(faster_unsafe, key=lambda r: speed(r, objective), default=None)
+    choice = Choice(objective=objective, rows=tuple(standings.values()),
+                    best=at(best.number) if best else None, leader=at(leader.number) if leader else None,
+                    baseline=at(base.number) if base else None, versus=against, capacity=cap,
+                    capacity_label="budget" if budget else "device memory", headroom=headroom,
+                    tiers={n: at(t.number) if t else None for n, t in tiers.items()},
+                    front=tuple(sorted((standings[n] for n in front), key=lambda s: s.peak)),
+                    unsafe_fastest=at(fastest_unsafe.number) if fastest_unsafe else None,
+                    paybacks=tuple(pays), run_steps=steps, run_source=source)
+    return _with_why(choice, unpaid)
 
 
-def feasible_under(rows: list[dict], budget: int, headroom: float, objective: str = "samples") -> dict | None:
+def _with_why(choice: Choice, unpaid: set) -> Choice:
+    """The reasons behind the choice, in words every view shows alike."""
+    unit, why = choice.unit, []
+    if choice.kept:
+        why.append(f"trial {choice.leader.number} is {choice.versus.text(unit)}: your config stays; "
+                   "`bench apply best` changes nothing")
+    if choice.unsafe_fastest:
+        s = choice.unsafe_fastest
+        why.append(f"trial {s.number} is faster ({s.speed:.1f} {unit}) but not chosen: {s.unsafe}")
+    for p in choice.paybacks:
+        if p.trial in unpaid:
+            after = (f"pays back only after {p.break_even_steps:,.0f} steps" if p.break_even_steps is not None
+                     else "is not faster than eager beyond the noise")
+            why.append(f"trial {p.trial} (compile) {after}; the run is {choice.run_source}: not chosen")
+    untwinned = [s.number for s in choice.rows if s.record.measured and not s.noisy and not s.unsafe
+                 and s.config.get("compile", "off") != "off" and all(p.trial != s.number for p in choice.paybacks)]
+    if untwinned:
+        why.append("compiled, but no eager twin (same knobs, compile off) was measured, so whether the compile "
+                   "pays back is unknown: not chosen: " + ", ".join(f"#{n}" for n in untwinned))
+    noisy_rows = [s.number for s in choice.rows if s.noisy]
+    if noisy_rows:
+        why.append(f"not ranked, windows disagree beyond {NOISY_CV:.0%} CV (noisy): "
+                   + ", ".join(f"#{n}" for n in noisy_rows))
+    return Choice(**{**choice.__dict__, "why": tuple(why)})
+
+
+def feasible_under(rows, budget: int, headroom: float, objective: str = "samples"):
     """Best config that fits a smaller card (`bench apply --budget`), from the same measurements."""
     front = pareto_front(measured(rows, objective), objective)
-    return pick([r for r in front if r["peak_memory"] <= budget * (1 - headroom)], objective, budget)
+    return pick([r for r in front if Record.of(r).peak_memory <= budget * (1 - headroom)], objective, budget)
+
+
+def why_not(row, best, budget: int | None, headroom: float, objective: str = "samples") -> str | None:
+    """Why `row`, faster than `best` on its figures, is not best: noise, the headroom or the tie rule
+    (the live sweep output says it the moment the trial ends); None when it is best or slower."""
+    rec, top = Record.of(row), Record.of(best)
+    mine, theirs = speed(rec, objective), speed(top, objective)
+    if rec.status != OK or rec.number == top.number or not mine or not theirs or mine <= theirs:
+        return None
+    if noisy(rec):
+        return f"#{rec.number}'s windows disagree ({rec.step_cv:.0%} CV): noisy, not ranked"
+    cap = capacity([rec, top], budget)
+    if cap and rec.peak_memory > cap * (1 - headroom):
+        return (f"#{rec.number} is faster but its peak {gib(rec.peak_memory)} leaves less than the "
+                f"{headroom:.0%} headroom of {gib(cap)}")
+    if faster(rec, top, objective):
+        return None  # it will be best once the choice is made again
+    gap, bound = (mine - theirs) / mine, max(noise(rec, objective), noise(top, objective))
+    return (f"#{rec.number} is {gap:.1%} faster, within the measured noise (±{bound:.1%}): a tie goes to "
+            f"the config with more headroom (#{top.number} peaks at {gib(top.peak_memory)}, "
+            f"#{rec.number} at {gib(rec.peak_memory)})")

@@ -1,27 +1,22 @@
 """The trial record: the contract between the trial child, the study and every reader.
 
-A record is a plain JSON object. The child writes it; the parent adds `number`, classifies the
-status and stores it whole in the study. Keys every record has:
+The child writes a record as JSON (`write_atomic`); the parent adds `number`, classifies the status
+and stores it whole in the study. Every reader goes through `Record.of`, which reads any version
+this bench wrote (VERSION history below) into the one typed structure, so no reader interprets the
+raw dict on its own. Readers that need the figures a choice is made on (a config's confirmed
+speed, its noise) ask harness.pareto, which reads these fields and nothing else.
 
-    status        one of STATUSES
-    config        knob name -> value, as run
-    throughput    samples/s, median over measured windows (null unless status is ok/diverged)
-    peak_memory   bytes, the footprint feasibility is judged on (null when not measured):
-                  CUDA: allocator peak reserved + CUDA context; CPU: peak RSS above post-import baseline
-    timing        seconds: compile_s, warmup_s, measure_s, wall_s, and step-time statistics
-    memory        every memory reading the trial took (see harness.measure)
-    env           where it ran: device, driver, CUDA, torch, Python, OS, host, bench version
-
-Optional: tokens_per_s, flops, loss, error ({type, message, log_tail}), workload, adapter (what bench
-chose when adapting a model brought as it is, e.g. the checkpointed blocks), start ({method: warm |
-fresh, reason}: how the trial process started, harness.zygote), reused (figure -> {trial, key}: the
-FLOP count, reference loss or breakdown taken from an earlier trial, harness.reuse).
+Versions: 1 (no `version` key): every record up to bench 0.1, `tokens_per_s` a {median, p10, p90}
+dict or, in the earliest studies, a bare number. 2: the same keys plus `version`.
 """
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+
+VERSION = 2
 
 OK = "ok"
 OOM = "oom"
@@ -39,12 +34,138 @@ EXIT_USER_ERROR = 2
 EXIT_OOM = 3
 
 
+@dataclass(frozen=True)
+class Run:
+    """One confirmation run of a config: the same config measured again in a fresh process."""
+
+    status: str
+    """How the run ended (one of STATUSES)."""
+    throughput: float | None = None
+    """samples/s, median over the run's measured windows."""
+    tokens_per_s: float | None = None
+    """tokens/s, median; None where samples have no length."""
+    peak_memory: int | None = None
+    """bytes, the footprint feasibility is judged on."""
+    busy: dict | None = None
+    """What made the machine busy during the run (harness.busy), None when it was quiet."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One trial as measured: what the child wrote plus what the parent added."""
+
+    status: str
+    """One of STATUSES; `running` for a trial still in flight when a report is drawn."""
+    number: int | None = None
+    """The trial's number in the study (the parent's)."""
+    config: dict = field(default_factory=dict)
+    """Knob name -> value, as run."""
+    baseline: bool = False
+    """The user's current config (read from the apply target), measured first."""
+    throughput: float | None = None
+    """samples/s, median over the measured windows of this trial's own run (null unless ok/diverged)."""
+    tokens_per_s: float | None = None
+    """tokens/s, median over the measured windows; None where samples have no length."""
+    tokens_stats: dict | None = None
+    """tokens/s as the child wrote it: {median, p10, p90} over the windows."""
+    peak_memory: int | None = None
+    """Bytes, the footprint feasibility is judged on. CUDA: allocator peak reserved + CUDA context;
+    CPU: peak RSS above the post-import baseline. None when not measured."""
+    timing: dict = field(default_factory=dict)
+    """Seconds: compile_s, first_step_s, warmup_s, measure_s, setup_s, startup_s, trial_wall_s, and
+    step_s {median, cv, ...}: the step-time statistics over the measured windows."""
+    memory: dict = field(default_factory=dict)
+    """Every memory reading the trial took (harness.measure): peak_allocated, peak_reserved,
+    device_total, breakdown by phase, ..."""
+    flops: dict = field(default_factory=dict)
+    """FLOPs per step, achieved TFLOP/s and MFU where the device's peak is known."""
+    loss: dict = field(default_factory=dict)
+    """reference (fp32 eager loss of the untouched model), first, last, finite, steps."""
+    env: dict = field(default_factory=dict)
+    """Where it ran: device, driver, CUDA, torch, Python, OS, host, bench version."""
+    error: dict | None = None
+    """{type, message, log_tail} when the trial did not measure (or measured with a caveat)."""
+    workload: dict | None = None
+    """The workload as built: name or factory, preset, params."""
+    adapter: dict | None = None
+    """What bench chose when adapting a model brought as it is (e.g. the checkpointed blocks)."""
+    start: dict | None = None
+    """{method: warm | fresh, reason}: how the trial process started (harness.zygote)."""
+    reused: dict | None = None
+    """figure -> {trial, key}: a FLOP count, reference loss or breakdown taken from an earlier trial."""
+    skip: dict | None = None
+    """Why a config was not run (status skipped): reason, the trials it was inferred from."""
+    busy: dict | None = None
+    """What made the machine busy during the trial (harness.busy.describe), None when it was quiet."""
+    remeasured_after: dict | None = None
+    """Studies before version 2: the busy verdict of a first run this trial replaced."""
+    log: str | None = None
+    """The trial's log file."""
+    repeats: tuple[Run, ...] = ()
+    """The config's confirmation runs, interleaved with the baseline's (study attribute `repeats`)."""
+    extra: dict = field(default_factory=dict)
+    """Keys this version does not name (cuda_graphs, distributed, ...), kept for JSON readers."""
+    version: int = VERSION
+    """The record version it was read from."""
+
+    @classmethod
+    def of(cls, raw: "Record | dict") -> "Record":
+        """Read a record of any version (a Record is returned as it is)."""
+        if isinstance(raw, Record):
+            return raw
+        known = {f.name for f in fields(cls)} - {"extra", "repeats", "tokens_per_s", "tokens_stats", "version"}
+        values = {k: v for k, v in raw.items() if k in known and v is not None}
+        for name in ("config", "timing", "memory", "flops", "loss", "env"):
+            if not isinstance(values.get(name), dict):
+                values.pop(name, None)
+        values.setdefault("status", "unknown")
+        extra = {k: v for k, v in raw.items() if k not in known and k not in ("repeats", "tokens_per_s", "version")}
+        tokens = raw.get("tokens_per_s")
+        return cls(**values, tokens_per_s=_median(tokens), tokens_stats=tokens if isinstance(tokens, dict) else None,
+                   repeats=tuple(Run(**{k: (_median(v) if k == "tokens_per_s" else v) for k, v in r.items()
+                                        if k in Run.__dataclass_fields__})
+                                 for r in raw.get("repeats") or () if isinstance(r, dict) and "status" in r),
+                   extra=extra, version=int(raw.get("version") or 1))
+
+    def rate(self, objective: str = "samples") -> float | None:
+        """This trial's own run's throughput in the study's objective: samples/s or tokens/s."""
+        return self.tokens_per_s if objective == "tokens" else self.throughput
+
+    def runs(self, objective: str = "samples") -> list[float]:
+        """Every measured throughput of the config: this trial's run, then its ok confirmation runs."""
+        values = [self.rate(objective)] + [(r.tokens_per_s if objective == "tokens" else r.throughput)
+                                           for r in self.repeats if r.status == OK]
+        return [v for v in values if v]
+
+    @property
+    def measured(self) -> bool:
+        """Ran to the end with a throughput and a peak: a candidate for the choice."""
+        return self.status == OK and bool(self.throughput) and self.peak_memory is not None
+
+    @property
+    def step_cv(self) -> float | None:
+        """Coefficient of variation of the step time over the measured windows."""
+        return (self.timing.get("step_s") or {}).get("cv")
+
+    def to_dict(self) -> dict:
+        """The record as JSON readers get it (every field, extras flattened back in)."""
+        out = {k: v for k, v in asdict(self).items() if k not in ("extra", "tokens_stats")}
+        out["tokens_per_s"] = self.tokens_stats or ({"median": self.tokens_per_s} if self.tokens_per_s else None)
+        out["repeats"] = [asdict(r) for r in self.repeats] or None
+        return {**self.extra, **out}
+
+
+def _median(value) -> float | None:
+    """Rates were kept as {median, p10, p90}, in the earliest studies as a bare number."""
+    return value.get("median") if isinstance(value, dict) else value
+
+
 def write_atomic(path: Path, record: dict) -> None:
-    """Write JSON so a reader never sees half a file: temp file, fsync, rename."""
+    """Write JSON so a reader never sees half a file: temp file, fsync, rename. Stamped with VERSION."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
-        json.dump(record, f, indent=1, sort_keys=True, default=_jsonable)
+        json.dump({**record, "version": VERSION}, f, indent=1, sort_keys=True, default=_jsonable)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

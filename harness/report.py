@@ -1,6 +1,9 @@
 """What was measured, for people (a rich table and summary) and for pipelines (JSON, CSV, pandas).
 
-The HTML page lives in harness.report_html; this module chooses what every format shows.
+Every view here shows the one harness.pareto.Choice it is handed: the speed of a config is the
+choice's (the median of its confirmed runs), its marks (best, Pareto, tier, noisy, unsafe) are the
+choice's, and the summary's sentences are the choice's `why`. The HTML page lives in
+harness.report_html and reads the same Choice.
 """
 from __future__ import annotations
 
@@ -17,24 +20,40 @@ from rich.table import Table
 from rich.text import Text
 
 from harness import busy, failures, pareto, report_time
+from harness.pareto import Choice, Standing
 from harness.units import gib, size
 
-JSON_KEYS = ("number", "status", "config", "throughput", "peak_memory", "pareto", "best", "baseline", "tier",
-             "samples_per_s", "tokens_per_s", "memory", "timing", "flops", "loss", "env", "error", "workload", "adapter", "log",
-             "reused", "start", "repeats", "skip", "busy", "remeasured_after")
+JSON_KEYS = ("number", "status", "config", "throughput", "peak_memory", "tokens_per_s", "memory", "timing", "flops",
+             "loss", "env", "error", "workload", "adapter", "log", "reused", "start", "repeats", "skip", "busy",
+             "remeasured_after", "version")
 MAIN_KNOBS = ("batch_size", "accumulation", "precision", "checkpointing", "compile")
 
 
-def annotate(rows: list[dict], info: dict) -> pareto.Choice:
-    return pareto.choose(rows, info.get("memory_budget"), info.get("headroom", 0.1), info.get("objective", "samples"))
+def annotate(rows: list[dict], info: dict, run_steps: int | None = None, run_source: str | None = None) -> Choice:
+    """The study's choice: harness.pareto.choose with the study's budget, headroom and objective."""
+    return pareto.choose(rows, info.get("memory_budget"), info.get("headroom", 0.1), info.get("objective", "samples"),
+                         run_steps=run_steps, run_source=run_source)
 
 
-def to_json(rows: list[dict]) -> str:
-    """Strict JSON: a NaN or infinity (a diverged loss, a spread of one run) is null, not a bare NaN."""
-    return json.dumps(finite([{k: r.get(k) for k in JSON_KEYS} for r in rows]), indent=1, default=str, allow_nan=False)
+def marks(s: Standing, choice: Choice) -> dict:
+    """The choice's verdict on one trial, as JSON/CSV carry it: the figure it was chosen on and its marks."""
+    against = pareto.versus(s.record, choice.baseline.record, choice.objective) \
+        if choice.baseline and s.speed and choice.baseline.speed and s is not choice.baseline else None
+    return {"pareto": s.pareto, "best": s.best, "leader": choice.leader is s, "baseline": s.record.baseline,
+            "tier": s.tier, "noisy": s.noisy, "unsafe": s.unsafe,
+            "speed": {"value": s.speed, "unit": choice.unit, "runs": s.runs, "noise": s.noise} if s.speed else None,
+            "vs_baseline": against.__dict__ if against else None}
+
+
+def to_json(choice: Choice) -> str:
+    """One object per trial: the stored record's keys plus the choice's marks and figures."""
+    rows = [{**{k: v for k, v in s.record.to_dict().items() if k in JSON_KEYS}, **marks(s, choice)}
+            for s in choice.rows]
+    return json.dumps(finite(rows), indent=1, default=str, allow_nan=False)
 
 
 def finite(value):
+    """Strict JSON: a NaN or infinity (a diverged loss, a spread of one run) is null, not a bare NaN."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
@@ -44,27 +63,28 @@ def finite(value):
     return value
 
 
-def flat(rows: list[dict]) -> list[dict]:
+def flat(choice: Choice) -> list[dict]:
     """One flat dict per trial: config.* columns plus the headline figures."""
     out = []
-    for r in rows:
-        row = {"number": r["number"], "status": r["status"], "baseline": r.get("baseline"), "pareto": r.get("pareto"),
-               "best": r.get("best"), "tier": r.get("tier")}
-        row.update({f"config.{k}": v for k, v in (r.get("config") or {}).items()})
-        step = (r.get("timing") or {}).get("step_s") or {}
-        mem = r.get("memory") or {}
-        flops = r.get("flops") or {}
-        row.update(throughput=r.get("throughput"), tokens_per_s=(r.get("tokens_per_s") or {}).get("median"),
-                   peak_memory=r.get("peak_memory"), step_s=step.get("median"), step_cv=step.get("cv"),
-                   compile_s=(r.get("timing") or {}).get("compile_s"), tflops=flops.get("tflops"), mfu=flops.get("mfu"),
-                   peak_allocated=mem.get("peak_allocated"), peak_reserved=mem.get("peak_reserved"),
-                   error=(r.get("error") or {}).get("message"))
+    for s in choice.rows:
+        r = s.record
+        m = marks(s, choice)
+        row = {"number": r.number, "status": r.status, **{k: m[k] for k in ("baseline", "pareto", "best", "tier", "noisy")}}
+        row.update({f"config.{k}": v for k, v in r.config.items()})
+        step = r.timing.get("step_s") or {}
+        versus = m["vs_baseline"] or {}
+        row.update(speed=s.speed, runs=s.runs, vs_baseline=versus.get("ratio"), vs_baseline_spread=versus.get("spread"),
+                   tie=versus.get("tie"), throughput=r.throughput, tokens_per_s=r.tokens_per_s,
+                   peak_memory=r.peak_memory, step_s=step.get("median"), step_cv=step.get("cv"),
+                   compile_s=r.timing.get("compile_s"), tflops=r.flops.get("tflops"), mfu=r.flops.get("mfu"),
+                   peak_allocated=r.memory.get("peak_allocated"), peak_reserved=r.memory.get("peak_reserved"),
+                   error=(r.error or {}).get("message"))
         out.append(row)
     return out
 
 
-def to_csv(rows: list[dict]) -> str:
-    records = flat(rows)
+def to_csv(choice: Choice) -> str:
+    records = flat(choice)
     columns = list(dict.fromkeys(k for r in records for k in r))
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns)
@@ -76,11 +96,11 @@ def to_csv(rows: list[dict]) -> str:
 # ---- terminal ------------------------------------------------------------------------------------
 
 STATUS_STYLE = {"ok": "green", "oom": "red", "timeout": "yellow", "crash": "red", "error": "red",
-                "diverged": "magenta", "interrupted": "dim", "running": "cyan"}
+                "diverged": "magenta", "interrupted": "dim", "running": "cyan", "noisy": "yellow"}
 
 
-def knob_columns(rows: list[dict]) -> list[str]:
-    seen = list(dict.fromkeys(k for r in rows for k in (r.get("config") or {})))
+def knob_columns(rows: list[Standing]) -> list[str]:
+    seen = list(dict.fromkeys(k for s in rows for k in s.config))
     return [k for k in MAIN_KNOBS if k in seen] + [k for k in seen if k not in MAIN_KNOBS]
 
 
@@ -102,79 +122,84 @@ class Column:
         return max([len(self.header)] + [len(str(c)) for c in self.cells])
 
 
-def table(rows: list[dict], choice: pareto.Choice, info: dict, width: int | None = None) -> Group:
+def table(choice: Choice, info: dict, width: int | None = None) -> Group:
     """The trials as a table that fits `width` columns (None: everything, `--wide`). To fit, knob
     headers and values are abbreviated, knobs that are the same in every trial move to a line under
-    the table, then `% mem`, then the workload's own knobs go; a number is never cut."""
-    rows = sorted(rows, key=lambda r: r["number"])
-    columns, notes = fit(columns_for(rows, choice.capacity), rows, width)
-    narrow = width is not None
-    # every string as Text: a study name, knob or value like `[/x]` is the user's text, not rich markup
-    t = Table(title=Text(f"study {info.get('name')}: throughput vs peak memory"), title_justify="left",
-              box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
-    for c in columns:
-        t.add_column(Text(c.header), justify="right" if c.number or c.knob in ("batch_size", "accumulation") else "left",
-                     no_wrap=True, min_width=c.width())
-    for i, r in enumerate(rows):
-        cells = [Text(str(c.cells[i]), style=STATUS_STYLE.get(str(c.cells[i]), "") if c.header == "status" else "")
-                 for c in columns]
-        t.add_row(*cells, style="bold" if r.get("best") else None)
-    return Group(Whole(t, sum(c.width() + 3 for c in columns) + 4), Text("\n".join(notes + [legend()])),
-                 summary(rows, choice, info))
+    the table, then `% mem`, the workload's own knobs, `± cv` and `runs` go; where even that is too
+    wide, each trial becomes a line of its own, wrapped at spaces. A number is never cut."""
+    rows = list(choice.rows)
+    columns, notes = fit(columns_for(choice), rows, width)
+    if width is not None and not fits(columns, width):
+        body = Text("\n".join(as_lines(columns, rows)))
+    else:
+        narrow = width is not None
+        # every string as Text: a study name, knob or value like `[/x]` is the user's text, not rich markup
+        body = Table(title=Text(f"study {info.get('name')}: {choice.unit} vs peak memory"), title_justify="left",
+                     box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
+        for c in columns:
+            body.add_column(Text(c.header), no_wrap=True, min_width=c.width(),
+                            justify="right" if c.number or c.knob in ("batch_size", "accumulation") else "left")
+        for i, s in enumerate(rows):
+            body.add_row(*[Text(str(c.cells[i]), style=STATUS_STYLE.get(str(c.cells[i]), "") if c.header == "status" else "")
+                           for c in columns], style="bold" if s.best else None)
+    return Group(body, Text("\n".join(notes + [legend()])), summary(choice, info))
 
 
-class Whole:
-    """A table rendered at least as wide as its cells: when the terminal is narrower than even the
-    trimmed table, its lines run long (print with crop=False) rather than rich cutting a number."""
-
-    def __init__(self, table: Table, width: int):
-        self.table, self.width = table, width
-
-    def __rich_console__(self, console, options):
-        yield from console.render(self.table, options.update(max_width=max(options.max_width, self.width)))
+def as_lines(columns: list[Column], rows: list[Standing]) -> list[str]:
+    """The table as one line of values per trial under a line naming them, for a terminal narrower
+    than its columns (wrapped at spaces, so no value is cut)."""
+    return ["values: " + " ".join(c.header or "marks" for c in columns)] + \
+        [" ".join(str(c.cells[i]) for c in columns if str(c.cells[i]) != "") for i in range(len(rows))]
 
 
-def columns_for(rows: list[dict], cap: float | None) -> list[Column]:
-    peaks = [r.get("peak_memory") if r["status"] in ("ok", "diverged") else None for r in rows]
+def columns_for(choice: Choice) -> list[Column]:
+    rows, cap = choice.rows, choice.capacity
+    peaks = [s.peak if s.record.status in ("ok", "diverged") else None for s in rows]
     in_gib = any(p is not None and p >= 1024**3 for p in peaks)
     unit, scale = ("GiB", 1024**3) if in_gib else ("MiB", 1024**2)
-    steps = [(r.get("timing") or {}).get("step_s") or {} for r in rows]
-    return [
-        Column("#", [r["number"] for r in rows], number=True),
-        Column("", [("★" if r.get("best") else "") + ("◆" if r.get("pareto") else "") + ("B" if r.get("baseline") else "")
-                    for r in rows]),
-        *[Column(k.replace("_", " "), [(r.get("config") or {}).get(k, "") for r in rows], knob=k)
-          for k in knob_columns(rows)],
-        Column("status", [r["status"] for r in rows]),
-        Column("samples/s", [f"{r['throughput']:.1f}" if r.get("throughput") else "-" for r in rows], number=True),
-        Column("± cv", [f"{100 * s['cv']:.1f}%" if s.get("cv") is not None and r.get("throughput") else "-"
-                        for r, s in zip(rows, steps)], number=True),
+    columns = [
+        Column("#", [s.number for s in rows], number=True),
+        Column("", [flags(s) for s in rows]),
+        *[Column(k.replace("_", " "), [s.config.get(k, "") for s in rows], knob=k) for k in knob_columns(rows)],
+        Column("status", ["noisy" if s.noisy else s.record.status for s in rows]),
+        Column(choice.unit, [f"{s.speed:.1f}" if s.speed else "-" for s in rows], number=True),
+        Column("runs", [s.runs if s.speed else "-" for s in rows], number=True),
+        Column("± cv", [f"{100 * s.record.step_cv:.1f}%" if s.record.step_cv is not None and s.speed else "-"
+                        for s in rows], number=True),
         Column(f"peak {unit}", [f"{p / scale:.2f}" if in_gib else f"{p / scale:.1f}" if p is not None else "-"
                                 for p in peaks], number=True),
         Column("% mem", [f"{100 * p / cap:.0f}%" if p is not None and cap else "-" for p in peaks], number=True),
     ]
+    return columns if any(s.runs > 1 for s in rows) else [c for c in columns if c.header != "runs"]
 
 
-def fit(columns: list[Column], rows: list[dict], width: int | None) -> tuple[list[Column], list[str]]:
+def flags(s: Standing) -> str:
+    return ("★" if s.best else "") + ("◆" if s.pareto else "") + ("B" if s.record.baseline else "") + \
+        ("!" if s.unsafe else "")
+
+
+def fits(columns: list[Column], width: int) -> bool:
+    """As rich draws the table: each column padded by a space either side, a space between columns
+    and one at each edge."""
+    return sum(c.width() + 3 for c in columns) + 1 <= width
+
+
+def fit(columns: list[Column], rows: list[Standing], width: int | None) -> tuple[list[Column], list[str]]:
     """Columns (and notes for what moved out of them) that fit `width`; every number stays whole."""
     notes: list[str] = []
     if width is None:
         return columns, notes
-
-    def fits():
-        return sum(c.width() + 2 for c in columns) + 2 <= width
-
     for c in columns:  # 1. short knob headers and values
-        if c.knob and not fits():
+        if c.knob and not fits(columns, width):
             c.header = SHORT_HEADER.get(c.knob, c.header)
             c.cells = [SHORT_VALUE.get(v, v) if isinstance(v, str) else v for v in c.cells]
-    if not fits():  # 2. a knob with one value in every trial is a line, not a column
+    if not fits(columns, width):  # 2. a knob with one value in every trial is a line, not a column
         same = [c for c in columns if c.knob and len({repr(v) for v in c.cells}) == 1 and rows]
         if same:
             notes.append("same in every trial: " + ", ".join(f"{c.knob}={c.cells[0]}" for c in same))
             columns = [c for c in columns if c not in same]
-    for drop in ("% mem", "own knobs"):  # 3. the least needed columns
-        if fits():
+    for drop in ("% mem", "own knobs", "± cv", "runs"):  # 3. the least needed columns
+        if fits(columns, width):
             break
         gone = [c for c in columns if c.header == drop or (drop == "own knobs" and c.knob and c.knob not in MAIN_KNOBS)]
         columns = [c for c in columns if c not in gone]
@@ -184,107 +209,136 @@ def fit(columns: list[Column], rows: list[dict], width: int | None) -> tuple[lis
 
 
 def legend() -> str:
-    return "★ best   ◆ Pareto front   B baseline (your current config)   GiB = 1024³ bytes, MiB = 1024² bytes"
+    return ("★ best   ◆ Pareto front   B baseline (your current config)   ! loss worse than the baseline's   "
+            "noisy: windows disagree, not ranked   runs: measured runs the figure is the median of   "
+            "GiB = 1024³ bytes, MiB = 1024² bytes")
 
 
-def summary(rows: list[dict], choice: pareto.Choice, info: dict) -> Text:
-    counts = Counter(r["status"] for r in rows)
+def summary(choice: Choice, info: dict) -> Text:
+    return Text("\n".join(summary_lines(choice, info)))
+
+
+def summary_lines(choice: Choice, info: dict) -> list[str]:
+    counts = Counter("noisy" if s.noisy else s.record.status for s in choice.rows)
     lines = ["trials: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())]
     if choice.capacity:
-        label = "budget" if info.get("memory_budget") else "device memory"
-        lines.append(f"capacity: {gib(choice.capacity)} ({label}), required headroom {info.get('headroom', 0.1):.0%}")
-    best, base = choice.best, choice.baseline
-    objective = info.get("objective", "samples")
-
-    def rate(row):  # the throughput the study chose on: samples/s, or tokens/s
-        return f"{pareto.speed(row, objective):.1f} {objective}/s"
-    if best is None and (same := failures.common_error(rows)):
-        lines.append(f"best: none — no trial trained: {failures.describe(same)}")
-    elif best is None:
-        lines.append("best: none — no measured config fits; see the statuses above")
-    else:
-        lines.append(f"best: trial {best['number']}  {describe(best['config'])}  "
-                     f"{rate(best)}, peak {gib(best['peak_memory'])}")
-        if base and pareto.speed(base, objective) and base["status"] == "ok":
-            lines.append(f"vs baseline (trial {base['number']}): {speedup_text(best, base, info)}, "
-                         f"memory {signed_gib(best['peak_memory'] - base['peak_memory'])}")
-        elif base:
-            lines.append(f"baseline (trial {base['number']}) ended {base['status']}: nothing to compare against")
-        if choice.capacity:
-            lines.append(f"headroom left: {1 - best['peak_memory'] / choice.capacity:.0%} of {gib(choice.capacity)}")
-    if best and (best.get("memory") or {}).get("breakdown"):
-        parts = best["memory"]["breakdown"]
-        reused = (best.get("reused") or {}).get("breakdown")
+        lines.append(f"capacity: {gib(choice.capacity)} ({choice.capacity_label}), "
+                     f"required headroom {choice.headroom:.0%}")
+    lines += headline(choice)
+    lines += story(choice)[1:]
+    best = choice.best
+    if best and best.record.memory.get("breakdown"):
+        reused = (best.record.reused or {}).get("breakdown")
         where = f"tensors measured in trial {reused['trial']}, same build and shape" if reused else "measured tensors"
-        lines.append("best's memory: " + ", ".join(f"{k} {size(v)}" for k, v in parts.items())
-                     + f" ({where}; the rest of the {size(best['peak_memory'])} peak is allocator, "
-                     "runtime and data)")
-    lines.extend(compile_lines(rows))
-    lines.extend(report_time.lines(rows))
-    lines.extend(watch_lines(rows))
+        lines.append("best's memory: " + ", ".join(f"{k} {size(v)}" for k, v in best.record.memory["breakdown"].items())
+                     + f" ({where}; the rest of the {size(best.peak)} peak is allocator, runtime and data)")
+    lines.extend(compile_lines(choice))
+    lines.extend(report_time.lines([s.record for s in choice.rows]))
+    lines.extend(watch_lines(choice))
     lines.append("tiers (headroom of capacity: " + ", ".join(f"{n} {h:.0%}" for n, h in pareto.TIERS.items()) + "):")
     for name, tier in choice.tiers.items():
-        lines.append(f"  {name:<10} " + (f"trial {tier['number']}: {rate(tier)}, "
-                                         f"peak {gib(tier['peak_memory'])}" if tier else "nothing fits"))
-    return Text("\n".join(lines))
-
-
-def speedup_text(best: dict, base: dict, info: dict) -> str:
-    """The speedup with its spread over the interleaved confirmation runs; inside the noise it is a tie."""
-    objective = info.get("objective", "samples")
-    ratio, spread = pareto.speedup(best, base, objective)
-    runs = min(len(pareto.runs_of(best, objective)), len(pareto.runs_of(base, objective)))
-    if spread is None:
-        return f"{ratio:.2f}× {objective}/s (one run each, not confirmed)"
-    tie = abs(ratio - 1) <= max(2 * spread, pareto.noise(best), pareto.noise(base))
-    verdict = " — a tie: within the noise" if tie else ""
-    return f"{ratio:.2f}× ± {spread:.2f} {objective}/s over {runs} runs each, interleaved{verdict}"
-
-
-def watch_lines(rows: list[dict]) -> list[str]:
-    """Skipped configs (never measured) and trials re-measured because the machine was busy."""
-    lines = []
-    for r in rows:
-        if r["status"] == "skipped":
-            skip = r.get("skip") or {}
-            lines.append(f"skipped #{r['number']} {describe(r['config'])}: {skip.get('reason')} "
-                         f"(inferred from trials {', '.join(map(str, skip.get('from', [])))}); not measured")
-        if r.get("remeasured_after"):
-            b = r["remeasured_after"]
-            lines.append(f"re-measured #{r['number']}: the machine was busy during its first run ({busy.describe(b)})")
-        elif r.get("busy"):
-            b = r["busy"]
-            lines.append(f"busy during #{r['number']}: {busy.describe(b)}; its numbers may be low")
+        lines.append(f"  {name:<10} " + (f"trial {tier.number}: {tier.speed:.1f} {choice.unit}, "
+                                         f"peak {gib(tier.peak)}" if tier else "nothing fits"))
     return lines
 
 
-def compile_payback(rows: list[dict]) -> list[dict]:
-    """For each compiled ok trial with an eager twin (same knobs, compile off): cost and break-even."""
-    eager = {tuple(sorted((k, repr(v)) for k, v in r["config"].items() if k != "compile")): r
-             for r in rows if r["status"] == "ok" and r["config"].get("compile", "off") == "off"}
-    out = []
-    for r in rows:
-        if r["status"] != "ok" or r["config"].get("compile", "off") == "off":
-            continue
-        twin = eager.get(tuple(sorted((k, repr(v)) for k, v in r["config"].items() if k != "compile")))
-        if twin is None:
-            continue
-        saved = twin["timing"]["step_s"]["median"] - r["timing"]["step_s"]["median"]
-        cost = r["timing"]["compile_s"] - twin["timing"]["first_step_s"]
-        out.append({"trial": r["number"], "eager": twin["number"], "compile_s": r["timing"]["compile_s"],
-                    "saved_s_per_step": saved, "break_even_steps": cost / saved if saved > 0 else None})
-    return out
+def headline(choice: Choice) -> list[str]:
+    """Best, how it compares with the baseline, and the headroom it leaves: the lines every view quotes."""
+    best, base, leader = choice.best, choice.baseline, choice.leader
+    if best is None and (same := failures.common_error([s.record.to_dict() for s in choice.rows])):
+        return [f"best: none — no trial trained: {failures.describe(same)}"]
+    if best is None:
+        return ["best: none — no measured config qualifies; see the statuses above and why below"]
+    lines = [f"best: trial {best.number}  {describe(best.config)}  {best.speed:.1f} {choice.unit} "
+             f"(median of {best.runs} run{'s' if best.runs > 1 else ''}), peak {gib(best.peak)}"
+             + ("  — your current config" if best.record.baseline else "")]
+    if choice.versus is not None:
+        kept = ", so your config stays (`bench apply best` changes nothing)" if choice.kept else ""
+        lines.append(f"{'leader' if choice.kept else 'vs baseline'} (trial {leader.number} vs trial {base.number}): "
+                     f"{choice.versus.text(choice.unit)}{kept}, memory {signed_gib(leader.peak - base.peak)}")
+    elif base is not None and not base.speed:
+        lines.append(f"baseline (trial {base.number}) ended {base.record.status}: nothing to compare against")
+    if choice.capacity:
+        lines.append(f"headroom left: {1 - best.peak / choice.capacity:.0%} of {gib(choice.capacity)}")
+    return lines
 
 
-def compile_lines(rows: list[dict]) -> list[str]:
+def story(choice: Choice) -> list[str]:
+    """The sweep in sentences, the same in the terminal and at the top of the HTML page: the leader
+    against your config (spread, tie or not), how many runs confirm it, busy periods, why, what next."""
+    best, base, leader, v, unit = choice.best, choice.baseline, choice.leader, choice.versus, choice.unit
     lines = []
-    for p in compile_payback(rows):
-        if p["break_even_steps"] is None:
-            verdict = "never pays for itself (not faster than eager)"
+    if v is not None:
+        verdict = ("a tie within the noise, so your config stays; `bench apply best` changes nothing" if v.tie
+                   else "beyond the noise")
+        lines.append(f"trial #{leader.number} against your config (#{base.number}): {v.text(unit).split(' — ')[0]}: "
+                     f"{verdict}")
+    elif best is not None and base is not None and best is base:
+        lines.append(f"your config (#{base.number}) is the fastest measured config that fits")
+    elif base is not None:
+        lines.append(f"your config (#{base.number}) ended {base.record.status}: nothing to compare against")
+    else:
+        lines.append("no baseline in this study: nothing to compare against")
+    if leader is not None:
+        lines.append(f"trial #{leader.number}'s {leader.speed:.1f} {unit} is the median of {leader.runs} run"
+                     + (f"s (its trial and {leader.runs - 1} confirmation run{'s' if leader.runs > 2 else ''})"
+                        if leader.runs > 1 else ", not confirmed"))
+    lines.append(busy_story(choice))
+    lines += [line for line in choice.why if not (choice.kept and line == choice.why[0])]
+    lines.append("next: " + next_step(choice))
+    return lines
+
+
+def busy_story(choice: Choice) -> str:
+    busy_rows = [s for s in choice.rows if s.record.busy or any(r.busy for r in s.record.repeats)]
+    if not busy_rows:
+        return "the machine was quiet for every trial (load, CPU steal and other GPU processes checked each time)"
+    worst = max((s.record.busy for s in busy_rows if s.record.busy), key=lambda b: b.get("load1", 0), default=None)
+    where = f" (at worst {busy.describe(worst)})" if worst else ""
+    return (f"the machine was busy during {len(busy_rows)} of {len(choice.rows)} trials: "
+            + ", ".join(f"#{s.number}" for s in busy_rows) + f"{where}; their figures may be low")
+
+
+def next_step(choice: Choice) -> str:
+    noisy = [s for s in choice.rows if s.noisy]
+    busy_rows = [s for s in choice.rows if s.record.busy]
+    if noisy or len(busy_rows) * 2 > len(choice.rows):
+        return "run `bench sweep` again when the machine is quiet: noisy or busy trials are not measurements to act on"
+    if choice.best is None:
+        return "no config fits: see the statuses, try smaller batch sizes or a larger memory budget"
+    if choice.kept or choice.best.record.baseline:
+        return "keep your config; to look further, widen the search space (larger batches, other precisions)"
+    if choice.leader is not None and choice.leader.runs < 3:
+        return f"`bench apply best` writes trial #{choice.best.number}; it is not confirmed: `bench sweep` again confirms it"
+    return f"`bench apply best` writes trial #{choice.best.number} into your config"
+
+
+def watch_lines(choice: Choice) -> list[str]:
+    """Skipped configs (never measured), and trials of older studies re-measured after a busy run
+    (the story names the trials measured on a busy machine)."""
+    lines = []
+    for s in choice.rows:
+        r = s.record
+        if r.status == "skipped":
+            skip = r.skip or {}
+            lines.append(f"skipped #{r.number} {describe(r.config)}: {skip.get('reason')} "
+                         f"(inferred from trials {', '.join(map(str, skip.get('from', [])))}); not measured")
+        if r.remeasured_after:
+            lines.append(f"re-measured #{r.number}: the machine was busy during its first run "
+                         f"({busy.describe(r.remeasured_after)})")
+    return lines
+
+
+def compile_lines(choice: Choice) -> list[str]:
+    lines = []
+    for p in choice.paybacks:
+        if p.break_even_steps is None:
+            verdict = "never pays for itself (not faster than eager beyond the noise)"
         else:
-            verdict = f"pays for itself after {p['break_even_steps']:,.0f} steps"
-        lines.append(f"compile: trial {p['trial']} spent {p['compile_s']:.1f}s compiling, "
-                     f"{1000 * p['saved_s_per_step']:+.1f} ms/step saved vs trial {p['eager']}: {verdict}")
+            verdict = (f"pays for itself after {p.break_even_steps:,.0f} steps "
+                       f"({'within' if p.pays else 'beyond'} {choice.run_source})")
+        lines.append(f"compile: trial {p.trial} spent {p.compile_s:.1f}s compiling, "
+                     f"{1000 * p.saved_s_per_step:+.1f} ms/step saved vs trial {p.eager}: {verdict}")
     return lines
 
 

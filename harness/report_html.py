@@ -5,12 +5,10 @@ the table), so the file can be mailed, attached to a ticket or opened years late
 Every string that came from the user (config values, names, environment, error messages) goes
 through `esc`.
 
-Input is what the report module hands over; this module decides nothing, it only draws:
-
-    rows   one dict per trial: number, status, config, throughput, peak_memory, pareto, best,
-           baseline, tier, timing, memory, flops, tokens_per_s, env, error (see harness.record)
-    study  name, budget, headroom, device_total, env, created, objective, and optionally counts by
-           status and `size_warning` (the apply target describes another model size than was measured)
+Input is the choice (harness.pareto.Choice) every view shows, and the study's attributes (name,
+env, created, workload, and optionally `size_warning`: the apply target describes another model
+size than was measured). This module decides nothing, it only draws: every figure on the page is
+the choice's, so it equals the terminal's.
 """
 from __future__ import annotations
 
@@ -18,98 +16,100 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness import report_time
+from harness import report, report_time
+from harness.pareto import Choice, Standing
 from harness.report_svg import FRONT_COLOUR, OOM_COLOUR, batch_plot, breakdown_plot, frontier_plot
-from harness.report_text import capacity, esc, flagged, knob_rank, ordered, rate
+from harness.report_text import esc, knob_rank, ordered, rate
 from harness.units import size
 
 TIER_ORDER = {"safe": 0, "balanced": 1, "aggressive": 2}
 
 
-def render_html(rows: list[dict], study: dict) -> str:
-    """The whole report page for `rows` (one per trial) of `study`."""
-    best = flagged(rows, "best")
-    baseline = flagged(rows, "baseline")
-    budget, label = capacity(study)
-    unit = _unit(study)
+def render_html(choice: Choice, study: dict) -> str:
+    """The whole report page for the choice made over one study's trials."""
+    unit = choice.unit
     sections = [
-        _header(rows, study),
-        _summary(best, baseline, budget, label, unit),
-        _tiers(rows, unit),
-        _card("Throughput vs peak memory", frontier_plot(rows, study),
-              note="up and left is better; the staircase is the most throughput measured within each memory"),
+        _header(choice, study),
+        _story(choice),
+        _tiers(choice),
+        _card(f"Throughput vs peak memory ({unit})", frontier_plot(choice),
+              note="up and left is better; the staircase is the most throughput measured within each memory, "
+                   "each config at its confirmed median"),
         '<div class="two">'
-        + _card("Throughput vs batch size", batch_plot(rows),
+        + _card("Throughput vs batch size", batch_plot(choice),
                 note="a line joins trials that differ only in batch size")
-        + _card("Where the best config's memory goes", breakdown_plot(best, budget, label), note=_breakdown_source(best))
+        + _card("Where the best config's memory goes", breakdown_plot(choice.best, choice.capacity, choice.capacity_label),
+                note=_breakdown_source(choice.best))
         + "</div>",
-        _card(f"All trials ({len(rows)})", _table(rows, unit), note="click a column header to sort"),
-        _card("Where the sweep's time went", report_time.html(rows),
+        _card(f"All trials ({len(choice.rows)})", _table(choice), note="click a column header to sort"),
+        _card("Where the sweep's time went", report_time.html([s.record for s in choice.rows]),
               note="every trial's wall time by phase, summed (harness/report_time.py says what each phase holds)"),
-        _card("Environment", _environment(study, rows)),
+        _card("Environment", _environment(study, choice)),
     ]
     title = f"bench report: {study.get('name', 'study')}"
     return _PAGE.format(title=esc(title), css=_CSS, body="\n".join(sections), js=_JS)
 
 
-def _breakdown_source(best: dict | None) -> str:
-    reused = ((best or {}).get("reused") or {}).get("breakdown")
+def _breakdown_source(best: Standing | None) -> str:
+    reused = ((best.record.reused if best else None) or {}).get("breakdown")
     return f"tensors measured in trial {reused['trial']} (same build and shape), not again in this one" if reused else ""
-
-
-def _unit(study: dict) -> str:
-    """The throughput the study optimized; every number shown with it is samples/s unless stated."""
-    return "tokens/s" if study.get("objective") == "tokens" else "samples/s"
-
-
-def _speed(row: dict | None, unit: str) -> float | None:
-    row = row or {}
-    return _median(row.get("tokens_per_s")) if unit == "tokens/s" else row.get("throughput")
 
 
 # ---- page sections ------------------------------------------------------------------------------
 
-def _header(rows: list[dict], study: dict) -> str:
-    counts = study.get("counts") or Counter(r.get("status") for r in rows)
+def _header(choice: Choice, study: dict) -> str:
+    counts = Counter("noisy" if s.noisy else s.record.status for s in choice.rows)
     chips = "".join(
         f'<span class="chip st-{esc(status)}">{esc(status)} {esc(n)}</span>'
         for status, n in counts.items() if n
     )
     workload = study.get("workload")
     workload = workload.get("name") if isinstance(workload, dict) else workload
-    device = _env(study, rows).get("device")
+    device = _env(study, choice).get("device")
     meta = " · ".join(esc(x) for x in (workload, device, study.get("created")) if x)
     warning = study.get("size_warning")
     warning = f'<p class="size-warning">⚠ {esc(warning)}</p>' if warning else ""
     return (
         f'<header><h1>bench report <span class="name">{esc(study.get("name", "study"))}</span></h1>'
-        f'<div class="meta">{meta}</div><p class="measured">{esc(_measured(rows, device))}</p>{warning}'
+        f'<div class="meta">{meta}</div><p class="measured">{esc(_measured(choice, device))}</p>{warning}'
         f'<div class="chips">{chips}</div></header>'
     )
 
 
-def _measured(rows: list[dict], device: str | None) -> str:
+def _measured(choice: Choice, device: str | None) -> str:
     """What the numbers are of: the workload preset (a CPU preset is a smaller stand-in) and the device."""
-    workload = next((r["workload"] for r in rows if r.get("workload")), None) or {}
+    workload = next((s.record.workload for s in choice.rows if s.record.workload), None) or {}
     what = workload.get("factory") or workload.get("name") or "the workload"
     preset = f" preset {workload['preset']}" if workload.get("preset") else ""
     return f"measured: {what}{preset} on {device or 'an unrecorded device'}"
 
 
-def _summary(best: dict | None, baseline: dict | None, budget: int | None, label: str, unit: str) -> str:
+def _story(choice: Choice) -> str:
+    """The sweep's story in a few sentences: what won against your config and by how much, with the
+    spread and whether it is a tie, how many runs confirmed it, busy periods, and what to run next."""
+    best = choice.best
     if best is None:
-        return '<section class="hero bad"><p>No configuration finished inside the budget.</p></section>'
+        return ('<section class="hero bad"><p>No configuration finished inside the budget.</p>'
+                f'<ul class="story">{_items(report.story(choice))}</ul></section>')
+    lead = ("Your config stays best" if best.record.baseline else "Best") + f": trial #{esc(best.number)}"
     cards = [
-        _stat("speedup", *_speedup(best, baseline, unit)),
-        _stat(f"best {unit}", f"{rate(_speed(best, unit))} {unit}",
-              f"baseline {rate(_speed(baseline, unit))} {unit}"),
-        _stat("peak memory", size(best.get("peak_memory")), _memory_change(best, baseline)),
-        _stat("headroom left", *_headroom(best, budget, label)),
+        _stat("vs your config", *_speedup(choice)),
+        _stat(f"best {choice.unit}", f"{rate(best.speed)} {choice.unit}",
+              f"median of {best.runs} run{'s' if best.runs > 1 else ''}"
+              + (f"; your config {rate(choice.baseline.speed)} {choice.unit}"
+                 if choice.baseline and choice.baseline.speed else "")),
+        _stat("peak memory", size(best.peak), _memory_change(best, choice.baseline)),
+        _stat("headroom left", *_headroom(best, choice)),
     ]
     return (
-        f'<section class="hero"><p class="lead">Best: trial #{esc(best.get("number"))} '
-        f'{_config_chips(best.get("config") or {})}</p><div class="stats">{"".join(cards)}</div></section>'
+        f'<section class="hero"><p class="lead">{lead} {_config_chips(best.config)}</p>'
+        f'<ul class="story">{_items(report.story(choice))}</ul>'
+        f'<div class="stats">{"".join(cards)}</div></section>'
     )
+
+
+def _items(lines: list[str]) -> str:
+    return "".join(f"<li>{esc(line)}</li>" for line in lines)
 
 
 def _stat(label: str, value: str, detail: str) -> str:
@@ -119,41 +119,44 @@ def _stat(label: str, value: str, detail: str) -> str:
     )
 
 
-def _speedup(best: dict, baseline: dict | None, unit: str) -> tuple[str, str]:
-    if not _speed(baseline, unit) or _speed(best, unit) is None:
-        return "-", "no baseline measured"
-    speedup = _speed(best, unit) / _speed(baseline, unit)
-    return f"{speedup:.2f}×", f"{unit} over the baseline, trial #{baseline.get('number')}"
+def _speedup(choice: Choice) -> tuple[str, str]:
+    v = choice.versus
+    if v is None:
+        return "-", "no baseline measured" if choice.baseline is None or not choice.baseline.speed else "best is your config"
+    spread = f" ± {v.spread:.2f}" if v.spread is not None else ""
+    runs = f"{v.runs} interleaved runs each" if v.spread is not None else "one run each, not confirmed"
+    return f"{v.ratio:.2f}×{spread}", ("a tie: within the noise; " if v.tie else "") + \
+        f"trial #{choice.leader.number} vs #{choice.baseline.number}, {runs}"
 
 
-def _memory_change(best: dict, baseline: dict | None) -> str:
-    if not baseline or best.get("peak_memory") is None or baseline.get("peak_memory") is None:
+def _memory_change(best: Standing, baseline: Standing | None) -> str:
+    if baseline is None or best.peak is None or baseline.peak is None:
         return "no baseline memory"
-    delta = best["peak_memory"] - baseline["peak_memory"]
+    delta = best.peak - baseline.peak
     sign = "+" if delta >= 0 else "−"
-    return f"{sign}{size(abs(delta))} vs baseline ({size(baseline['peak_memory'])})"
+    return f"{sign}{size(abs(delta))} vs your config ({size(baseline.peak)})"
 
 
-def _headroom(best: dict, budget: int | None, label: str) -> tuple[str, str]:
-    if not budget or best.get("peak_memory") is None:
+def _headroom(best: Standing, choice: Choice) -> tuple[str, str]:
+    if not choice.capacity or best.peak is None:
         return "-", "no memory budget"
-    left = budget - best["peak_memory"]
-    return size(left), f"{left / budget:.0%} of the {size(budget)} {label}"
+    left = choice.capacity - best.peak
+    return size(left), f"{left / choice.capacity:.0%} of the {size(choice.capacity)} {choice.capacity_label}"
 
 
 def _config_chips(config: dict) -> str:
     return "".join(f'<span class="kv"><b>{esc(k)}</b> {esc(v)}</span>' for k, v in ordered(config))
 
 
-def _tiers(rows: list[dict], unit: str) -> str:
-    tiered = sorted((r for r in rows if r.get("tier")), key=lambda r: TIER_ORDER.get(r["tier"], len(TIER_ORDER)))
+def _tiers(choice: Choice) -> str:
+    tiered = sorted(((n, s) for n, s in choice.tiers.items() if s), key=lambda t: TIER_ORDER.get(t[0], 9))
     if not tiered:
         return ""
     cards = "".join(
-        f'<div class="tier"><div class="label">{esc(r["tier"])} · #{esc(r.get("number"))}</div>'
-        f'<div class="value">{esc(rate(_speed(r, unit)))} {esc(unit)} · {esc(size(r.get("peak_memory")))}</div>'
-        f'<div>{_config_chips(r.get("config") or {})}</div></div>'
-        for r in tiered
+        f'<div class="tier"><div class="label">{esc(name)} · #{esc(s.number)}</div>'
+        f'<div class="value">{esc(rate(s.speed))} {esc(choice.unit)} · {esc(size(s.peak))}</div>'
+        f'<div>{_config_chips(s.config)}</div></div>'
+        for name, s in tiered
     )
     return f'<section class="tiers">{cards}</section>'
 
@@ -169,30 +172,34 @@ def _card(title: str, body: str, note: str = "") -> str:
 class _Column:
     label: str
     numeric: bool
-    cell: Callable[[dict], tuple[str, str]]  # row -> (cell HTML, sort key)
+    cell: Callable[[Standing], tuple[str, str]]  # row -> (cell HTML, sort key)
 
 
-def _columns(rows: list[dict], unit: str) -> list[_Column]:
-    """Measured columns carry their unit in the title; knob columns are the knobs' own names."""
-    knobs = sorted({k for r in rows for k in (r.get("config") or {})}, key=lambda k: (knob_rank(k), k))
-    speeds = [_Column("samples/s", True, lambda r: _num(r.get("throughput"), rate)),
-              _Column("tokens/s", True, lambda r: _num(_median(r.get("tokens_per_s")), rate))]
+def _columns(choice: Choice) -> list[_Column]:
+    """Measured columns carry their unit in the title; knob columns are the knobs' own names. The
+    objective's column is the choice's figure (the confirmed median); the other rate is the trial's own."""
+    rows = choice.rows
+    knobs = sorted({k for r in rows for k in r.config}, key=lambda k: (knob_rank(k), k))
+    chosen = _Column(choice.unit, True, _speed_cell)
+    other = (_Column("tokens/s (this run)", True, lambda r: _num(r.record.tokens_per_s, rate))
+             if choice.objective == "samples" else
+             _Column("samples/s (this run)", True, lambda r: _num(r.record.throughput, rate)))
     return [
-        _Column("#", True, lambda r: _num(r.get("number"), str)),
+        _Column("#", True, lambda r: _num(r.number, str)),
         _Column("status", False, _status_cell),
-        *(speeds if unit == "samples/s" else speeds[::-1]),
-        _Column("peak memory (GiB)", True, lambda r: _num(r.get("peak_memory"), _gib)),
+        chosen, other,
+        _Column("peak memory (GiB)", True, lambda r: _num(r.peak, _gib)),
         *(_Column(_knob_title(k), _numeric_knob(rows, k), _knob_cell(k)) for k in knobs),
         _Column("TFLOP/s", True, _flops_cell),
         _Column("MFU", True, _mfu_cell),  # only where the device has a known peak: dropped when all blank
         _Column("step time (ms)", True, _step_cell),
-        _Column("compile time (s)", True, lambda r: _num((r.get("timing") or {}).get("compile_s"), _seconds)),
+        _Column("compile time (s)", True, lambda r: _num(r.record.timing.get("compile_s"), _seconds)),
         _Column("notes", False, _notes_cell),
     ]
 
 
-MEASURED_TITLES = {"#", "status", "samples/s", "tokens/s", "peak memory (GiB)", "TFLOP/s", "MFU", "step time (ms)",
-                   "compile time (s)", "notes"}
+MEASURED_TITLES = {"#", "status", "samples/s", "tokens/s", "tokens/s (this run)", "samples/s (this run)",
+                   "peak memory (GiB)", "TFLOP/s", "MFU", "step time (ms)", "compile time (s)", "notes"}
 
 
 def _knob_title(knob: str) -> str:
@@ -208,57 +215,63 @@ def _num(value, fmt) -> tuple[str, str]:
     return ("", "") if value is None else (esc(fmt(value)), esc(value))
 
 
-def _median(value: dict | float | None) -> float | None:
-    # Records keep rates as {median, p10, p90}; a bare number is taken as the median.
-    return value.get("median") if isinstance(value, dict) else value
+def _speed_cell(row: Standing) -> tuple[str, str]:
+    """The choice's figure, with the number of runs it is the median of beside it in grey."""
+    if row.speed is None:
+        return "", ""
+    runs = f' <span class="minor">×{row.runs}</span>' if row.runs > 1 else ""
+    return f"{esc(rate(row.speed))}{runs}", esc(row.speed)
 
 
 def _seconds(value: float) -> str:
     return f"{value:.1f}" if value else ""  # no compile: nothing to say
 
 
-def _flops_cell(row: dict) -> tuple[str, str]:
-    return _num((row.get("flops") or {}).get("tflops"), rate)
+def _flops_cell(row: Standing) -> tuple[str, str]:
+    return _num(row.record.flops.get("tflops"), rate)
 
 
-def _mfu_cell(row: dict) -> tuple[str, str]:
-    mfu = (row.get("flops") or {}).get("mfu")
+def _mfu_cell(row: Standing) -> tuple[str, str]:
+    mfu = row.record.flops.get("mfu")
     return ("", "") if mfu is None else (f"{mfu:.0%}", esc(mfu))
 
 
-def _step_cell(row: dict) -> tuple[str, str]:
+def _step_cell(row: Standing) -> tuple[str, str]:
     """Median step time, with its spread (coefficient of variation) beside it in grey."""
-    step = (row.get("timing") or {}).get("step_s") or {}
+    step = row.record.timing.get("step_s") or {}
     if step.get("median") is None:
         return "", ""
     spread = f' <span class="minor">±{step["cv"]:.0%}</span>' if step.get("cv") is not None else ""
     return f"{step['median'] * 1000:.1f}{spread}", esc(step["median"])
 
 
-def _numeric_knob(rows: list[dict], key: str) -> bool:
-    values = [(r.get("config") or {}).get(key) for r in rows]
+def _numeric_knob(rows, key: str) -> bool:
+    values = [r.config.get(key) for r in rows]
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values if v is not None)
 
 
 def _knob_cell(key: str):
-    def cell(row: dict) -> tuple[str, str]:
-        value = (row.get("config") or {}).get(key)
+    def cell(row: Standing) -> tuple[str, str]:
+        value = row.config.get(key)
         return ("", "") if value is None else (esc(value), esc(value))
     return cell
 
 
-def _status_cell(row: dict) -> tuple[str, str]:
-    status = row.get("status", "")
+def _status_cell(row: Standing) -> tuple[str, str]:
+    status = "noisy" if row.noisy else row.record.status
     return f'<span class="badge st-{esc(status)}">{esc(status)}</span>', esc(status)
 
 
-def _notes_cell(row: dict) -> tuple[str, str]:
-    flags = [flag for flag in ("best", "baseline", "pareto") if row.get(flag)]
-    if row.get("tier"):
-        flags.append(str(row["tier"]))
+def _flags(row: Standing) -> list[str]:
+    flags = {"best": row.best, "baseline": row.record.baseline, "pareto": row.pareto, "unsafe": bool(row.unsafe)}
+    return [flag for flag, on in flags.items() if on] + ([row.tier] if row.tier else [])
+
+
+def _notes_cell(row: Standing) -> tuple[str, str]:
+    flags = _flags(row)
     tags = "".join(f'<span class="tag tag-{esc(f)}">{esc(f)}</span>' for f in flags)
-    error = row.get("error") or {}
-    message = " ".join(str(x) for x in (error.get("type"), error.get("message")) if x)
+    error = row.record.error or {}
+    message = " ".join(str(x) for x in (error.get("type"), error.get("message"), row.unsafe) if x)
     text = f'<span class="err" title="{esc(message)}">{esc(_shorten(message, 48))}</span>' if message else ""
     return tags + text, esc(" ".join(flags) + " " + message)
 
@@ -267,42 +280,41 @@ def _shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _table(rows: list[dict], unit: str) -> str:
+def _table(choice: Choice) -> str:
     # A column nobody filled (no FLOPs counted, no MFU without a known peak, no compile) is noise.
-    columns = [c for c in _columns(rows, unit) if any(c.cell(r)[0] for r in rows)]
+    columns = [c for c in _columns(choice) if any(c.cell(r)[0] for r in choice.rows)]
 
     head = "".join(f'<th data-type="{"num" if c.numeric else "text"}" class="{"num" if c.numeric else ""}">'
                    f'{esc(c.label)}</th>' for c in columns)
     body = []
-    for row in _table_order(rows):
+    for row in _table_order(choice.rows):
         cells = "".join(_td(c, row) for c in columns)
-        marks = " ".join(flag for flag in ("best", "baseline") if row.get(flag))
-        body.append(f'<tr class="{marks}" data-trial="{esc(row.get("number"))}">{cells}</tr>')
+        marks = " ".join(flag for flag, on in (("best", row.best), ("baseline", row.record.baseline)) if on)
+        body.append(f'<tr class="{marks}" data-trial="{esc(row.number)}">{cells}</tr>')
     return (f'<div class="table-wrap"><table class="trials sortable"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></div>')
 
 
-def _td(column: _Column, row: dict) -> str:
+def _td(column: _Column, row: Standing) -> str:
     text, sort_value = column.cell(row)
     cls = ' class="num"' if column.numeric else ""
     return f'<td{cls} data-v="{sort_value}">{text}</td>'
 
 
-def _table_order(rows: list[dict]) -> list[dict]:
-    """Fastest first; trials without a throughput after them, in the order they ran."""
-    return sorted(rows, key=lambda r: (r.get("throughput") is None, -(r.get("throughput") or 0),
-                                       r.get("number") or 0))
+def _table_order(rows) -> list[Standing]:
+    """Fastest first (on the choice's figure); trials without one after them, in the order they ran."""
+    return sorted(rows, key=lambda r: (r.speed is None, -(r.speed or 0), r.number or 0))
 
 
 # ---- environment --------------------------------------------------------------------------------
 
-def _env(study: dict, rows: list[dict]) -> dict:
+def _env(study: dict, choice: Choice) -> dict:
     """The study's environment stamp, or else the first trial's (every trial records its own)."""
-    return study.get("env") or next((r["env"] for r in rows if r.get("env")), {})
+    return study.get("env") or next((s.record.env for s in choice.rows if s.record.env), {})
 
 
-def _environment(study: dict, rows: list[dict]) -> str:
-    facts = {k: v for k, v in _env(study, rows).items() if v is not None}
+def _environment(study: dict, choice: Choice) -> str:
+    facts = {k: v for k, v in _env(study, choice).items() if v is not None}
     if study.get("created"):
         facts["study created"] = study["created"]
     if not facts:
@@ -338,10 +350,14 @@ header .size-warning { margin:0 0 10px; padding:6px 10px; border-radius:8px; bac
 .st-error { background:#fbe4e4; color:#912018; } .st-diverged { background:#ffe9d5; color:#b54708; }
 .st-interrupted { background:#eceff3; color:#4b5563; }
 .st-skipped { background:#f3f4f6; color:#6b7280; font-style:italic; }
+.st-noisy { background:#fff1d6; color:#7a4a00; font-style:italic; }
+.tag-unsafe { background:#fde2e2; color:#b42318; }
 .hero { background:linear-gradient(135deg,#1f2a44,#2f4a7a); color:#fff; border-radius:14px;
   padding:18px 22px; margin:18px 0; box-shadow:0 6px 18px rgba(31,42,68,.18); }
 .hero.bad { background:#7a1f1f; }
-.hero .lead { margin:0 0 14px; font-size:15px; }
+.hero .lead { margin:0 0 8px; font-size:15px; }
+.hero .story { margin:0 0 14px; padding-left:20px; font-size:14px; line-height:1.5; }
+.hero .story li { margin:2px 0; }
 .hero .kv { background:rgba(255,255,255,.14); border-radius:6px; padding:1px 7px; margin:0 3px;
   font-size:13px; }
 .hero .kv b { font-weight:500; opacity:.75; }

@@ -16,7 +16,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from harness.report_text import capacity, esc, flagged, ordered, rate
+from harness.pareto import Choice, Standing
+from harness.report_text import esc, ordered, rate
 from harness.units import size
 
 GiB = 1024**3
@@ -129,7 +130,7 @@ def _svg(frame: _Frame, cls: str, body: str, label: str) -> str:
 
 
 def _precision(row: dict) -> str:
-    return str((row.get("config") or {}).get("precision", "default"))
+    return str(row.config.get("precision", "default"))
 
 
 def _colour(row: dict) -> str:
@@ -137,11 +138,11 @@ def _colour(row: dict) -> str:
 
 
 def _compiled(row: dict) -> bool:
-    return str((row.get("config") or {}).get("compile", "off")) not in ("off", "False", "None")
+    return str(row.config.get("compile", "off")) not in ("off", "False", "None")
 
 
 def _checkpointing(row: dict) -> str:
-    return str((row.get("config") or {}).get("checkpointing", "none"))
+    return str(row.config.get("checkpointing", "none"))
 
 
 def _marker(cx: float, cy: float, colour: str, compiled: bool, checkpointing: str,
@@ -165,44 +166,49 @@ def _cross(cx: float, cy: float, size: float = 6) -> str:
             f'L{cx + size} {cy - size}"/>')
 
 
-def _tooltip(row: dict) -> str:
-    config = ", ".join(f"{k}={v}" for k, v in ordered(row.get("config") or {}))
-    what = f"{rate(row.get('throughput'))} samples/s, peak {size(row.get('peak_memory'))}"
-    return f"<title>#{esc(row.get('number'))} {esc(row.get('status'))}: {esc(what)}\n{esc(config)}</title>"
+def _tooltip(row: Standing, unit: str = "samples/s") -> str:
+    config = ", ".join(f"{k}={v}" for k, v in ordered(row.config))
+    runs = f" (median of {row.runs} runs)" if row.runs > 1 else ""
+    what = f"{rate(row.speed)} {unit}{runs}, peak {size(row.peak)}"
+    status = "noisy" if row.noisy else row.record.status
+    return f"<title>#{esc(row.number)} {esc(status)}: {esc(what)}\n{esc(config)}</title>"
 
 
 # ---- plot 1: throughput vs peak memory ----------------------------------------------------------
 
-def frontier_plot(rows: list[dict], study: dict) -> str:
-    points = [r for r in rows if r.get("status") in MEASURED and _has_xy(r)]
-    ooms = [r for r in rows if r.get("status") == "oom"]
-    budget, label = capacity(study)
+def frontier_plot(choice: Choice) -> str:
+    """Every point at the figure the choice ranks it on (a confirmed config at its median), so the
+    staircase through the front passes through its points and no ranked point lies above it."""
+    rows = list(choice.rows)
+    points = [r for r in rows if r.record.status in MEASURED and _has_xy(r)]
+    ooms = [r for r in rows if r.record.status == "oom"]
+    budget, label = choice.capacity, choice.capacity_label
     if not points and not ooms:
         return '<p class="empty">No trial measured both throughput and memory yet.</p>'
     frame = _Frame(960, 440)
     x_hi, x_ticks = _nice_axis(_memory_extent(points, ooms, budget) * 1.04 / GiB, 8)
-    y_hi, y_ticks = _nice_axis(max([r["throughput"] for r in points] + [0]) * 1.12)
+    y_hi, y_ticks = _nice_axis(max([r.speed for r in points] + [0]) * 1.12)
     x, y = frame.x(0, x_hi), frame.y(0, y_hi)
     body = [
         _axes(frame, x, y, [(t, _tick_label(t)) for t in x_ticks], [(t, _tick_label(t)) for t in y_ticks],
-              "peak memory (GiB)", "throughput (samples/s)"),
-        _budget_lines(frame, x, budget, label, study.get("headroom") or 0),
-        _front(frame, x, y, [r for r in points if r.get("pareto")]),
-        *(_point(r, x, y) for r in _on_top_last(points)),
+              "peak memory (GiB)", f"throughput ({choice.unit})"),
+        _budget_lines(frame, x, budget, label, choice.headroom or 0),
+        _front(frame, x, y, list(choice.front)),
+        *(_point(r, x, y, choice.unit) for r in _on_top_last(points)),
         _oom_marks(frame, x, ooms, budget),
-        _labels(frame, x, y, points),
+        _labels(frame, x, y, choice),
     ]
     plot = _svg(frame, "frontier", "".join(body), "throughput against peak memory per trial")
     return plot + _frontier_legend(points, ooms)
 
 
-def _on_top_last(rows: list[dict]) -> list[dict]:
+def _on_top_last(rows: list[Standing]) -> list[Standing]:
     """SVG paints in order: the best, then the baseline, last, so no other trial's ring hides them."""
-    return sorted(rows, key=lambda r: (bool(r.get("baseline")), bool(r.get("best"))))
+    return sorted(rows, key=lambda r: (r.record.baseline, r.best))
 
 
-def _has_xy(row: dict) -> bool:
-    return row.get("throughput") is not None and row.get("peak_memory") is not None
+def _has_xy(row: Standing) -> bool:
+    return row.speed is not None and row.peak is not None
 
 
 def _on_scale(budget: int | None, measured: float) -> bool:
@@ -218,9 +224,9 @@ def _offscale_note(frame: _Frame, text: str) -> str:
 def _memory_extent(points: list[dict], ooms: list[dict], budget: int | None) -> float:
     """The memory axis covers the points and the budget when it is on scale; an OOM that asked
     for far more is drawn at the right edge rather than squeezing everything else to the left."""
-    measured = max((r["peak_memory"] for r in points), default=0)
+    measured = max((r.peak for r in points), default=0)
     reference = max(measured, budget if _on_scale(budget, measured) else 0)
-    attempts = [r["peak_memory"] for r in ooms if r.get("peak_memory")]
+    attempts = [r.peak for r in ooms if r.peak]
     if not reference:
         return max(attempts, default=GiB)
     return max([reference] + [min(a, 1.5 * reference) for a in attempts])
@@ -252,23 +258,24 @@ def _front(frame: _Frame, x: _Scale, y: _Scale, front: list[dict]) -> str:
     """The Pareto front as a staircase: the most throughput reachable within each amount of memory."""
     if not front:
         return ""
-    front = sorted(front, key=lambda r: (r["peak_memory"], r["throughput"]))
-    steps = [f"M{x(front[0]['peak_memory'] / GiB)} {y(front[0]['throughput'])}"]
+    front = sorted(front, key=lambda r: (r.peak, r.speed))
+    steps = [f"M{x(front[0].peak / GiB)} {y(front[0].speed)}"]
     for row in front[1:]:
-        steps.append(f"H{x(row['peak_memory'] / GiB)}V{y(row['throughput'])}")
+        steps.append(f"H{x(row.peak / GiB)}V{y(row.speed)}")
     right, bottom = frame.width - frame.right, frame.height - frame.bottom
     line = "".join(steps) + f"H{right}"
-    area = line + f"V{bottom}H{x(front[0]['peak_memory'] / GiB)}Z"
+    area = line + f"V{bottom}H{x(front[0].peak / GiB)}Z"
     return f'<path class="front-area" d="{area}"/><path class="pareto-front" d="{line}"/>'
 
 
-def _point(row: dict, x: _Scale, y: _Scale) -> str:
-    cx, cy = x(row["peak_memory"] / GiB), y(row["throughput"])
-    classes = " ".join(["pt"] + [flag for flag in ("pareto", "best", "baseline") if row.get(flag)]
-                       + (["diverged"] if row["status"] == "diverged" else []))
+def _point(row: Standing, x: _Scale, y: _Scale, unit: str) -> str:
+    cx, cy = x(row.peak / GiB), y(row.speed)
+    flags = {"pareto": row.pareto, "best": row.best, "baseline": row.record.baseline, "noisy": row.noisy,
+             "unsafe": bool(row.unsafe), "diverged": row.record.status == "diverged"}
+    classes = " ".join(["pt"] + [flag for flag, on in flags.items() if on])
     marker = _marker(cx, cy, _colour(row), _compiled(row), _checkpointing(row),
-                     hollow=row["status"] == "diverged")
-    return f'<g class="{classes}" data-trial="{esc(row.get("number"))}">{_tooltip(row)}{marker}</g>'
+                     hollow=row.record.status == "diverged" or row.noisy or bool(row.unsafe))
+    return f'<g class="{classes}" data-trial="{esc(row.number)}">{_tooltip(row, unit)}{marker}</g>'
 
 
 def _oom_marks(frame: _Frame, x: _Scale, ooms: list[dict], budget: int | None) -> str:
@@ -278,48 +285,50 @@ def _oom_marks(frame: _Frame, x: _Scale, ooms: list[dict], budget: int | None) -
     would overlap are stacked upwards so each one stays countable.
     """
     floor, taken, parts = frame.height - frame.bottom - 10, Counter(), []
-    for row in sorted(ooms, key=lambda r: r.get("number") or 0):
-        mem = row.get("peak_memory") or budget
+    for row in sorted(ooms, key=lambda r: r.number or 0):
+        mem = row.peak or budget
         cx = x(min(mem / GiB, x.hi)) if mem else x(x.hi)
         slot = round(cx / 14)
         cy = floor - 16 * taken[slot]
         taken[slot] += 1
-        parts.append(f'<g class="oom" data-trial="{esc(row.get("number"))}">{_tooltip(row)}'
+        parts.append(f'<g class="oom" data-trial="{esc(row.number)}">{_tooltip(row)}'
                      f'{_cross(cx, cy)}</g>')
     return "".join(parts)
 
 
-def _labels(frame: _Frame, x: _Scale, y: _Scale, points: list[dict]) -> str:
-    """Name the best and the baseline points right on the plot, with an arrow between them."""
-    best = flagged(points, "best")
-    baseline = flagged(points, "baseline")
+def _labels(frame: _Frame, x: _Scale, y: _Scale, choice: Choice) -> str:
+    """Name the best and the baseline points right on the plot, with an arrow from the baseline to the
+    leader labelled with the choice's speedup (and "tie" when it is within the noise)."""
+    best, baseline, leader = choice.best, choice.baseline, choice.leader
     parts = []
-    if best and baseline and best is not baseline:
-        parts.append(_speedup_arrow(x, y, baseline, best))
-    for row, text, dy in ((best, "best", -16), (baseline, "baseline", 24)):
-        if row is None:
+    if leader and baseline and choice.versus and _has_xy(baseline) and _has_xy(leader):
+        parts.append(_speedup_arrow(x, y, baseline, leader, choice.versus))
+    for row, cls, dy in ((best, "best", -16), (baseline, "baseline", 24)):
+        if row is None or not _has_xy(row) or (cls == "baseline" and row is best):
             continue
-        cx, cy = x(row["peak_memory"] / GiB), y(row["throughput"])
+        text = "best = your config" if cls == "best" and row is baseline else cls
+        cx, cy = x(row.peak / GiB), y(row.speed)
         flip = cx > frame.width * 0.8
         anchor, dx = ("end", -14) if flip else ("start", 14)
-        parts.append(f'<text class="callout {text}" x="{cx + dx}" y="{cy + dy}" text-anchor="{anchor}">'
-                     f'{esc(text)} #{esc(row.get("number"))}</text>')
+        parts.append(f'<text class="callout {cls}" x="{cx + dx}" y="{cy + dy}" text-anchor="{anchor}">'
+                     f'{esc(text)} #{esc(row.number)}</text>')
     return "".join(parts)
 
 
-def _speedup_arrow(x: _Scale, y: _Scale, baseline: dict, best: dict) -> str:
-    x0, y0 = x(baseline["peak_memory"] / GiB), y(baseline["throughput"])
-    x1, y1 = x(best["peak_memory"] / GiB), y(best["throughput"])
+def _speedup_arrow(x: _Scale, y: _Scale, baseline: Standing, best: Standing, versus) -> str:
+    x0, y0 = x(baseline.peak / GiB), y(baseline.speed)
+    x1, y1 = x(best.peak / GiB), y(best.speed)
     # Stop short of both markers so the arrow never hides them.
     length = math.hypot(x1 - x0, y1 - y0) or 1
     ux, uy = (x1 - x0) / length, (y1 - y0) / length
     pad = min(16, length / 3)
-    speedup = best["throughput"] / baseline["throughput"] if baseline["throughput"] else 0
+    spread = f" ± {versus.spread:.2f}" if versus.spread is not None else ""
+    label = f"{versus.ratio:.2f}×{spread}" + (" (tie)" if versus.tie else "")
     # The label sits beside the middle of the arrow, on its lower-right side.
     mx, my = (x0 + x1) / 2 - uy * 12, (y0 + y1) / 2 + ux * 12
     return (f'<line class="arrow" x1="{x0 + ux * pad:.1f}" y1="{y0 + uy * pad:.1f}" '
             f'x2="{x1 - ux * pad:.1f}" y2="{y1 - uy * pad:.1f}" marker-end="url(#arrowhead)"/>'
-            f'<text class="arrow-label" x="{mx:.1f}" y="{my + 4:.1f}">{speedup:.2f}×</text>'
+            f'<text class="arrow-label" x="{mx:.1f}" y="{my + 4:.1f}">{esc(label)}</text>'
             '<defs><marker id="arrowhead" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
             'markerHeight="7" orient="auto-start-reverse"><path d="M0 0L10 5L0 10z" fill="#555"/>'
             '</marker></defs>')
@@ -332,13 +341,13 @@ _MARK_GLYPHS = {
     "activation checkpointing (dashed: selective)":
         '<circle cx="10" cy="10" r="4" fill="#888"/>'
         '<circle cx="10" cy="10" r="8" fill="none" stroke="#888" stroke-width="1.6"/>',
-    "diverged (loss not finite)": '<circle cx="10" cy="10" r="6" fill="#fff" stroke="#888" stroke-width="2"/>',
+    "hollow: diverged, noisy or unsafe (not ranked)": '<circle cx="10" cy="10" r="6" fill="#fff" stroke="#888" stroke-width="2"/>',
     "out of memory": f'<path d="M4 4L16 16M4 16L16 4" stroke="{OOM_COLOUR}" stroke-width="2.6"/>',
     "Pareto front": f'<path d="M2 16H8V9H13V4H18" fill="none" stroke="{FRONT_COLOUR}" stroke-width="2.4"/>',
 }
 
 
-def _frontier_legend(points: list[dict], ooms: list[dict]) -> str:
+def _frontier_legend(points: list[Standing], ooms: list[Standing]) -> str:
     """Colours for the precisions present, then only the marks this plot actually uses."""
     items = [(_glyph(f'<circle cx="10" cy="10" r="6" fill="{PRECISION_COLOURS.get(p, OTHER_COLOUR)}"/>'),
               p) for p in _precisions(points + ooms)]
@@ -346,9 +355,9 @@ def _frontier_legend(points: list[dict], ooms: list[dict]) -> str:
         any(not _compiled(r) for r in points),
         any(_compiled(r) for r in points),
         any(_checkpointing(r) not in NO_CHECKPOINTING for r in points),
-        any(r["status"] == "diverged" for r in points),
+        any(r.record.status == "diverged" or r.noisy or r.unsafe for r in points),
         bool(ooms),
-        any(r.get("pareto") for r in points),
+        any(r.pareto for r in points),
     ]
     items += [(_glyph(glyph), label) for (label, glyph), shown in zip(_MARK_GLYPHS.items(), present) if shown]
     return _legend(items)
@@ -363,7 +372,7 @@ def _legend(items: list[tuple[str, str]]) -> str:
         f'<span class="item">{glyph}{esc(label)}</span>' for glyph, label in items) + "</div>"
 
 
-def _precisions(rows: list[dict]) -> list[str]:
+def _precisions(rows: list[Standing]) -> list[str]:
     """The precisions present, in the palette's order, then any others alphabetically."""
     seen = {_precision(r) for r in rows}
     known = [p for p in PRECISION_COLOURS if p in seen]
@@ -372,27 +381,27 @@ def _precisions(rows: list[dict]) -> list[str]:
 
 # ---- plot 2: throughput vs batch size -----------------------------------------------------------
 
-def batch_plot(rows: list[dict]) -> str:
-    measured = [r for r in rows if r.get("status") == "ok" and r.get("throughput") is not None
-                and _batch(r)]
+def batch_plot(choice: Choice) -> str:
+    rows = list(choice.rows)
+    measured = [r for r in rows if r.record.status == "ok" and r.speed is not None and _batch(r)]
     if not measured:
         return '<p class="empty">No successful trial with a batch size to plot.</p>'
-    ooms = [r for r in rows if r.get("status") == "oom" and _batch(r)]
+    ooms = [r for r in rows if r.record.status == "oom" and _batch(r)]
     batches = [_batch(r) for r in measured + ooms]
     frame = _Frame(600, 360)
     x = frame.x(min(batches) / 1.4, max(batches) * 1.4, log2=True)
-    y_hi, y_ticks = _nice_axis(max(r["throughput"] for r in measured) * 1.1)
+    y_hi, y_ticks = _nice_axis(max(r.speed for r in measured) * 1.1)
     y = frame.y(0, y_hi)
     powers = [2**k for k in range(math.ceil(math.log2(x.lo)), math.floor(math.log2(x.hi)) + 1)]
     body = [_axes(frame, x, y, [(p, f"{p:g}") for p in powers], [(t, _tick_label(t)) for t in y_ticks],
-                  "micro-batch size (log2)", "throughput (samples/s)")]
+                  "micro-batch size (log2)", f"throughput ({choice.unit})")]
     precisions = _precisions(measured + ooms)
     body += [_family_line(x, y, family) for family in _families(measured)]
     body += [_batch_dot(x, y, r) for r in _on_top_last(measured)]
     body.append(_batch_ooms(frame, x, ooms, precisions))
     items = [(_glyph(f'<circle cx="10" cy="10" r="5" fill="{PRECISION_COLOURS.get(p, OTHER_COLOUR)}"/>'),
               p) for p in precisions]
-    if any(r.get("baseline") for r in measured):
+    if any(r.record.baseline for r in measured):
         items.append((_glyph('<circle cx="10" cy="10" r="5" fill="#888" stroke="#111" stroke-width="2.5"/>'),
                       "baseline (dark outline)"))
     if ooms:
@@ -402,16 +411,16 @@ def batch_plot(rows: list[dict]) -> str:
     return _svg(frame, "batch", "".join(body), "throughput against batch size per precision") + legend
 
 
-def _batch(row: dict) -> float | None:
-    value = (row.get("config") or {}).get("batch_size")
+def _batch(row: Standing) -> float | None:
+    value = row.config.get("batch_size")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         return None
     return float(value)
 
 
-def _family(row: dict) -> tuple:
+def _family(row: Standing) -> tuple:
     """Every knob but the batch size: trials of one family differ only in batch size."""
-    return tuple(sorted((k, str(v)) for k, v in (row.get("config") or {}).items() if k != "batch_size"))
+    return tuple(sorted((k, str(v)) for k, v in row.config.items() if k != "batch_size"))
 
 
 def _families(measured: list[dict]) -> list[list[dict]]:
@@ -426,17 +435,17 @@ def _family_line(x: _Scale, y: _Scale, family: list[dict]) -> str:
     """A line through one family's trials by batch size (the fastest where a batch size repeats)."""
     fastest: dict[float, float] = {}
     for row in family:
-        fastest[_batch(row)] = max(fastest.get(_batch(row), 0.0), row["throughput"])
+        fastest[_batch(row)] = max(fastest.get(_batch(row), 0.0), row.speed)
     line = "L".join(f"{x(b)} {y(t)}" for b, t in sorted(fastest.items()))
     others = ", ".join(f"{k}={v}" for k, v in _family(family[0]))
     return (f'<g class="series" data-family="{esc(others)}" style="--c:{_colour(family[0])}">'
             f'<title>{esc(others)}</title><path class="series-line" d="M{line}"/></g>')
 
 
-def _batch_dot(x: _Scale, y: _Scale, row: dict) -> str:
-    mark = " baseline" if row.get("baseline") else ""
-    return (f'<g class="series{mark}" style="--c:{_colour(row)}"><g class="dot" data-trial="{esc(row.get("number"))}">'
-            f'{_tooltip(row)}<circle cx="{x(_batch(row))}" cy="{y(row["throughput"])}" r="4.5"/></g></g>')
+def _batch_dot(x: _Scale, y: _Scale, row: Standing) -> str:
+    mark = " baseline" if row.record.baseline else ""
+    return (f'<g class="series{mark}" style="--c:{_colour(row)}"><g class="dot" data-trial="{esc(row.number)}">'
+            f'{_tooltip(row)}<circle cx="{x(_batch(row))}" cy="{y(row.speed)}" r="4.5"/></g></g>')
 
 
 def _batch_ooms(frame: _Frame, x: _Scale, ooms: list[dict], precisions: list[str]) -> str:
@@ -452,12 +461,12 @@ def _batch_ooms(frame: _Frame, x: _Scale, ooms: list[dict], precisions: list[str
 
 # ---- the best config's memory, stacked ----------------------------------------------------------
 
-def breakdown_plot(best: dict | None, budget: int | None, label: str = "budget") -> str:
-    breakdown = ((best or {}).get("memory") or {}).get("breakdown") or {}
+def breakdown_plot(best: Standing | None, budget: int | None, label: str = "budget") -> str:
+    breakdown = (best.record.memory.get("breakdown") if best else None) or {}
     parts = [(k, v) for k, v in _breakdown_order(breakdown) if v]
     if not parts:
         return '<p class="empty">The best trial has no memory breakdown.</p>'
-    peak = best.get("peak_memory") or 0
+    peak = best.peak or 0
     if peak > sum(v for _, v in parts):
         # Allocator cache, CUDA context, workspaces: measured in the peak, in no phase.
         parts.append(("other", peak - sum(v for _, v in parts)))

@@ -1,6 +1,6 @@
 """How a trial reads in the HTML report, shared by the page (harness.report_html) and its plots
 (harness.report_svg): escaping, rates rounded for people, configs in the order people think about
-them, and the flagged rows. Every string that came from the user goes through `esc`.
+them. Every string that came from the user goes through `esc`.
 """
 from __future__ import annotations
 
@@ -32,14 +32,3 @@ def ordered(config: dict) -> list[tuple[str, object]]:
 
 def knob_rank(key: str) -> int:
     return KNOB_ORDER.index(key) if key in KNOB_ORDER else len(KNOB_ORDER)
-
-
-def capacity(study: dict) -> tuple[int | None, str]:
-    """The memory configs must fit in, and its name: the budget, else the device's own memory."""
-    if study.get("budget"):
-        return study["budget"], "budget"
-    return study.get("device_total"), "device memory"
-
-
-def flagged(rows: list[dict], flag: str) -> dict | None:
-    return next((r for r in rows if r.get(flag)), None)

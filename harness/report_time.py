@@ -14,6 +14,7 @@ the rest of its wall time is "ended early", never guessed into a phase.
 """
 from __future__ import annotations
 
+from harness.record import Record
 from harness.report_text import esc
 
 PHASES = ("start-up", "build", "compile", "warm-up", "measuring", "teardown", "ended early")
@@ -37,17 +38,17 @@ def trial_phases(timing: dict) -> dict[str, float]:
     return out
 
 
-def sweep_phases(rows: list[dict]) -> dict[str, float]:
+def sweep_phases(rows: list[Record]) -> dict[str, float]:
     totals = dict.fromkeys(PHASES, 0.0)
     for row in rows:
-        for name, seconds in trial_phases(row.get("timing") or {}).items():
+        for name, seconds in trial_phases(row.timing).items():
             totals[name] += seconds
     return totals
 
 
-def reuse_counts(rows: list[dict]) -> dict[str, int]:
+def reuse_counts(rows: list[Record]) -> dict[str, int]:
     """How many trials took each figure from an earlier trial instead of measuring it."""
-    return {name: sum(1 for r in rows if name in (r.get("reused") or {})) for name in REUSED}
+    return {name: sum(1 for r in rows if name in (r.reused or {})) for name in REUSED}
 
 
 def duration(seconds: float) -> str:
@@ -57,13 +58,13 @@ def duration(seconds: float) -> str:
     return f"{seconds:.1f}s"
 
 
-def lines(rows: list[dict]) -> list[str]:
+def lines(rows: list[Record]) -> list[str]:
     """The terminal summary's lines on time: the split, and what trials reused."""
     totals = sweep_phases(rows)
     wall = sum(totals.values())
     if not wall:
         return []
-    launched = sum(1 for r in rows if (r.get("timing") or {}).get("trial_wall_s") is not None)
+    launched = sum(1 for r in rows if r.timing.get("trial_wall_s") is not None)
     parts = [f"{name} {duration(s)} ({s / wall:.0%})" for name, s in totals.items()
              if s or name != "ended early"]
     out = [f"time in {launched} trials, {duration(wall)}: " + ", ".join(parts)]
@@ -73,7 +74,7 @@ def lines(rows: list[dict]) -> list[str]:
                    + ", ".join(f"{what} in {n}" for what, n in counts.items()))
     starts = {}
     for r in rows:
-        method = (r.get("start") or {}).get("method")
+        method = (r.start or {}).get("method")
         if method:
             starts[method] = starts.get(method, 0) + 1
     if starts:
@@ -81,7 +82,7 @@ def lines(rows: list[dict]) -> list[str]:
     return out
 
 
-def html(rows: list[dict]) -> str:
+def html(rows: list[Record]) -> str:
     """The HTML card's body: the split as a table with shares and a bar per phase."""
     totals = sweep_phases(rows)
     wall = sum(totals.values())

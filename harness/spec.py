@@ -21,6 +21,7 @@ import yaml
 from harness import apply
 from harness.errors import UserError
 from harness.spec_own import FORMS, check_loop_form, check_trainer_knobs, own_form
+from harness.spec_yaml import SpecLoader, read_yaml  # noqa: F401 (spec.read_yaml: API)
 from harness.units import parse_duration, parse_size
 from harness.workloads import KNOB_CHOICES, UNIVERSAL_KNOBS, WORKLOADS, resolve_preset
 
@@ -175,40 +176,6 @@ class Spec:
 
 
 # ---- loading --------------------------------------------------------------------------------------
-
-class SpecLoader(yaml.SafeLoader):
-    """Safe YAML with 1.2 booleans: `compile: [off, default]` means the string "off", not False."""
-
-
-SpecLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-SpecLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-                                 list("tTfF"))
-
-def read_yaml(path: Path, what: str) -> dict:
-    """Safe-load a YAML mapping (no object construction), or one clear UserError."""
-    path = Path(path)
-    if not path.exists():
-        raise UserError(f"{path}: {what} not found; check the path")
-    if path.is_dir():
-        raise UserError(f"{path}: is a directory, expected a {what} YAML file")
-    try:
-        data = yaml.load(path.read_text(), Loader=SpecLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        problem = str(getattr(exc, "problem", None) or exc).splitlines()[0]  # the rest repeats the position
-        raise UserError(f"{path}{where}: invalid YAML ({problem}); fix the syntax") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read {what} ({exc})") from None
-    if data is None:
-        raise UserError(f"{path}: the {what} is empty; see sweeps/emberformer.yaml for an example")
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: the {what} must be a mapping of keys, got a {type(data).__name__}")
-    return data
-
 
 def load(path: Path | str, scenario: str | None = None) -> Spec:
     path = Path(path)

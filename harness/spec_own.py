@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.spec_yaml import read_yaml
 
 FORMS = ("name", "factory", "model", "lightning", "hf")
 HF_TASKS = ("causal-lm", "masked-lm", "sequence-classification")
@@ -155,7 +156,6 @@ class Target:
             if self.file is None:
                 raise UserError(f"{self.where}: workload params read from the user's config need apply.file; "
                                 "name the config file there")
-            from harness.spec import read_yaml  # the spec's safe loader (YAML 1.2 booleans)
             self._data = read_yaml(self.file, "apply target")
         return self._data
 

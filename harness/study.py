@@ -146,11 +146,13 @@ class Sweep:
     def __post_init__(self):
         self.runner = self.runner or self.launch
         self.stale = 0  # measured trials since the best last improved
+        self.quiet = busy.Quiet(self.device, say=lambda line: self.progress.note(line))
 
     def run(self) -> None:
         launch.prestart()  # the warm trial server imports torch while the study gets ready
         self.fail_stale_trials()
         self.progress.started(self.counted(), self.total, self.spec.study)
+        self.quiet.wait("the sweep starts", longest=2 * busy.EACH_WAIT_S, run=False)
         duplicates_in_a_row, space = 0, self.spec.space_size()
         while self.remaining():
             if self.deadline and time.monotonic() > self.deadline:
@@ -166,6 +168,8 @@ class Sweep:
                 break
             duplicates_in_a_row = 0 if self.run_one() else duplicates_in_a_row + 1
         self.confirm()
+        if self.quiet.closing():
+            self.progress.note(self.quiet.closing())
 
     def plan_next(self) -> bool:
         """With nothing queued, queue what the search measures next; False once it should stop (--trials auto).
@@ -370,21 +374,13 @@ class Sweep:
         return job
 
     def launch(self, config: dict, number: int, repeat: bool = False) -> dict:
-        """Run `config` in a fresh child; a trial run while the machine was busy runs once more."""
-        rec = self.launch_once(config, number, repeat)
-        if rec.get("busy") and rec["status"] == record.OK:
-            self.progress.note(f"trial {number} ran while the machine was busy ({busy.describe(rec['busy'])}); "
-                               "measuring it again")
-            again = self.launch_once(config, number, repeat)
-            again["remeasured_after"] = rec["busy"]
-            rec = again
-        return rec
-
-    def launch_once(self, config: dict, number: int, repeat: bool) -> dict:
+        """Run `config` in a fresh child, once the machine is quiet (or the wait for quiet is over: then
+        the record says it ran busy; running it again would measure the same load)."""
+        stayed_busy = self.quiet.wait(f"trial {number}" + (" (confirmation run)" if repeat else ""))
         before = busy.snapshot(self.device)
         rec = launch.run(self.job(config, number, repeat), launch.Limits(self.spec.trial_timeout_s, self.spec.stall_s),
                          self.log_path(number), on_beat=self.progress.trial_phase)
-        rec["busy"] = busy.verdict(before, busy.snapshot(self.device))
+        rec["busy"] = stayed_busy or busy.verdict(before, busy.snapshot(self.device))
         return rec
 
     # -- confirmation ------------------------------------------------------------------------------
@@ -636,7 +632,10 @@ class Sweep:
         return out
 
     def best_so_far(self) -> dict | None:
-        return pareto.choose(rows_of(self.study), self.spec.memory_budget, self.spec.headroom, self.spec.objective).best
+        """The leading config's row (the choice's leader: ties with the baseline do not matter here)."""
+        rows = rows_of(self.study)
+        leader = pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, self.spec.objective).leader
+        return next((r for r in rows if leader is not None and r["number"] == leader.number), None)
 
 
 def interrupted(t: optuna.trial.FrozenTrial) -> bool:

@@ -49,8 +49,10 @@ def test_the_second_trial_reuses_the_first_ones_figures_and_says_so(swept):
 
 
 def test_a_reused_breakdown_is_never_shown_as_measured_in_that_trial(swept):
-    best = next(r for r in swept["rows"] if r["best"])
-    if best["reused"]:
+    best = next((r for r in swept["rows"] if r["best"]), None)
+    if best is None:  # a loaded machine made both trials noisy: nothing is best, so no breakdown is quoted
+        assert all(r["noisy"] for r in swept["rows"]) and "best's memory" not in swept["text"]
+    elif best["reused"]:
         assert f"tensors measured in trial {best['reused']['breakdown']['trial']}" in swept["text"]
         assert f"tensors measured in trial {best['reused']['breakdown']['trial']}" in swept["html"]
     else:

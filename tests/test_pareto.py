@@ -18,24 +18,25 @@ def test_front_drops_dominated_and_failed_configs():
 def test_best_leaves_the_requested_headroom_of_the_budget():
     rows = [row(0, 100, 4), row(1, 200, 8), row(2, 300, 9.5)]
     choice = pareto.choose(rows, budget=10 * GiB, headroom=0.1)
-    assert choice.best["number"] == 1  # 9.5 GiB would leave only 5%
-    assert choice.best["peak_memory"] <= 10 * GiB * 0.9
-    assert [r["best"] for r in rows] == [False, True, False]
+    assert choice.best.number == 1  # 9.5 GiB would leave only 5%
+    assert choice.best.peak <= 10 * GiB * 0.9
+    assert [s.best for s in choice.rows] == [False, True, False]
+    assert "best" not in rows[1]  # the rows given are never changed
 
 
 def test_a_difference_within_measured_noise_is_a_tie_won_by_less_memory():
     rows = [row(0, 1000, 4, cv=0.03), row(1, 1040, 7, cv=0.03)]
-    assert pareto.choose(rows, None, 0.1).best["number"] == 0
+    assert pareto.choose(rows, None, 0.1).best.number == 0
     rows = [row(0, 1000, 4, cv=0.001), row(1, 1100, 7, cv=0.001)]
-    assert pareto.choose(rows, None, 0.1).best["number"] == 1
+    assert pareto.choose(rows, None, 0.1).best.number == 1
 
 
 def test_tiers_pick_under_stricter_headroom():
     rows = [row(0, 100, 5), row(1, 200, 8), row(2, 300, 9), row(3, 400, 9.8)]
     tiers = pareto.choose(rows, budget=10 * GiB, headroom=0.1).tiers
-    assert tiers["safe"]["number"] == 0        # <= 75%
-    assert tiers["balanced"]["number"] == 1    # <= 85%
-    assert tiers["aggressive"]["number"] == 2  # <= 95%
+    assert tiers["safe"].number == 0        # <= 75%
+    assert tiers["balanced"].number == 1    # <= 85%
+    assert tiers["aggressive"].number == 2  # <= 95%
 
 
 def test_smaller_card_budget_from_the_same_measurements():
@@ -47,19 +48,26 @@ def test_smaller_card_budget_from_the_same_measurements():
 def test_without_a_budget_capacity_is_the_measured_device_total():
     rows = [row(0, 100, 4, memory={"device_total": 10 * GiB}), row(1, 200, 9.6, memory={"device_total": 10 * GiB})]
     choice = pareto.choose(rows, None, 0.1)
-    assert choice.capacity == 10 * GiB and choice.best["number"] == 0
+    assert choice.capacity == 10 * GiB and choice.best.number == 0
 
 
 def test_even_a_very_noisy_trial_never_ties_with_one_twice_as_fast():
-    rows = [row(0, 100, 2, cv=1.1), row(1, 200, 6, cv=0.8)]
-    assert pareto.choose(rows, None, 0.1).best["number"] == 1
+    rows = [row(0, 100, 2, cv=0.45), row(1, 200, 6, cv=0.4)]
+    assert pareto.choose(rows, None, 0.1).best.number == 1
+
+
+def test_a_trial_whose_windows_disagree_is_noisy_and_never_ranked():
+    rows = [row(0, 100, 2, cv=0.02), row(1, 300, 3, cv=0.9)]  # a CV of 90%: a loaded machine, not a config
+    choice = pareto.choose(rows, None, 0.1)
+    assert choice.best.number == 0 and choice.standing(1).noisy and not choice.standing(1).pareto
+    assert any("noisy" in line and "#1" in line for line in choice.why)
 
 
 def test_a_tokens_objective_compares_contexts_fairly():
     short = row(0, 200, 4, tokens_per_s={"median": 200 * 512})
     long = row(1, 120, 5, tokens_per_s={"median": 120 * 1024})
-    assert pareto.choose([short, long], None, 0.1).best["number"] == 0
-    assert pareto.choose([short, long], None, 0.1, objective="tokens").best["number"] == 1
+    assert pareto.choose([short, long], None, 0.1).best.number == 0
+    assert pareto.choose([short, long], None, 0.1, objective="tokens").best.number == 1
 
 
 def test_a_confirmed_leader_beaten_once_by_an_unconfirmed_run_is_still_best_not_the_baseline():
@@ -69,11 +77,13 @@ def test_a_confirmed_leader_beaten_once_by_an_unconfirmed_run_is_still_best_not_
     lead = row(4, 167.5, 0.30, cv=0.11, repeats=[{"status": "ok", "throughput": t} for t in (130.1, 138.6)])
     single = row(9, 149.4, 0.12, cv=0.065)
     choice = pareto.choose([base, lead, single], 24 * GiB, 0.1)
-    assert choice.best["number"] == 4 and pareto.speed(choice.best) == 138.6
+    assert choice.leader.number == 4 and choice.leader.speed == 138.6
+    # 1.32x, but the side-by-side ratios spread by 0.31: a tie with the baseline, whose config stays
+    assert choice.versus.tie and choice.best is choice.baseline and choice.kept
 
 
 def test_a_tie_goes_to_less_memory_only_where_memory_is_scarce():
     roomy = [row(0, 155.7, 0.23, cv=0.06), row(1, 172.7, 0.28, cv=0.06)]  # the quickstart: 24 GiB budget
-    assert pareto.choose(roomy, 24 * GiB, 0.1).best["number"] == 1
+    assert pareto.choose(roomy, 24 * GiB, 0.1).best.number == 1
     tight = [row(0, 155.7, 17, cv=0.06), row(1, 172.7, 20, cv=0.06)]  # 20 GiB of 24 leaves under 25%
-    assert pareto.choose(tight, 24 * GiB, 0.1).best["number"] == 0
+    assert pareto.choose(tight, 24 * GiB, 0.1).best.number == 0

@@ -1,6 +1,7 @@
 """The HTML report: escaping, self-containment, the plots' parts, and a real headless browser."""
 from __future__ import annotations
 
+import html
 import re
 import shutil
 import struct
@@ -10,9 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.report_html import render_html
+from harness import pareto, report_html
 
 GiB = 1024**3
+
+
+def render_html(rows: list[dict], study: dict) -> str:
+    """The page as `bench report --format html` draws it: the choice over the rows, then the page."""
+    choice = pareto.choose(rows, study.get("budget"), study.get("headroom", 0.1), study.get("objective", "samples"),
+                           run_steps=100_000)  # a long run: #3's compile (41.5 s, about 16k steps) pays back
+    return report_html.render_html(choice, study)
 
 
 def _trial(number, status, batch, precision, compile_="off", checkpointing="none", throughput=None,
@@ -49,7 +57,7 @@ def synthetic_rows() -> list[dict]:
                        "device_total": 80 * GiB, "budget": 24 * GiB}),
         _trial(4, "ok", 16, "bf16-true", throughput=760.0, peak=int(4.4 * GiB), pareto=True, tier="safe"),
         _trial(5, "ok", 64, "fp16-mixed", "max-autotune", "full", throughput=880.0, peak=int(9.5 * GiB)),
-        _trial(6, "ok", 32, "tf32", throughput=700.0, peak=int(12.0 * GiB)),
+        _trial(6, "ok", 128, "bf16-mixed", "off", "selective", throughput=1100.0, peak=int(18.4 * GiB)),
         _trial(7, "oom", 256, "bf16-mixed", "default", peak=int(26.3 * GiB),
                error={"type": "OutOfMemoryError", "message": "CUDA out of memory. Tried to allocate 2.1 GiB"}),
         _trial(8, "oom", 128, "fp32", error={"type": "OutOfMemoryError", "message": "CUDA out of memory"}),
@@ -176,7 +184,7 @@ def test_baseline_and_best_are_painted_last_in_both_plots(page):
 def test_columns_have_unique_titles_with_units_and_mfu_only_with_a_peak(page):
     titles = re.findall(r"<th [^>]*>([^<]*)</th>", page)
     assert len(titles) == len(set(titles)), titles
-    assert {"samples/s", "tokens/s", "peak memory (GiB)", "TFLOP/s", "MFU", "step time (ms)",
+    assert {"samples/s", "tokens/s (this run)", "peak memory (GiB)", "TFLOP/s", "MFU", "step time (ms)",
             "compile time (s)", "compile"} <= set(titles)
     rows = synthetic_rows()
     for r in rows:
@@ -187,7 +195,7 @@ def test_columns_have_unique_titles_with_units_and_mfu_only_with_a_peak(page):
 
 
 def test_tiles_name_the_objective_unit(page):
-    assert "1,335 samples/s" in page and "baseline 410 samples/s" in page
+    assert "1,335 samples/s" in page and "your config 410 samples/s" in page
     assert not re.search(r"\d/s", page)  # never "182/s": every rate names what it counts
     tokens = render_html(synthetic_rows(), synthetic_study() | {"objective": "tokens"})
     assert "best tokens/s" in tokens and "683,520 tokens/s" in tokens  # 1335 samples/s x 512 tokens
@@ -229,7 +237,7 @@ def test_small_cpu_sized_memory_gets_fractional_ticks():
                    pareto=True)]
     frontier = _svg(render_html(rows, {"name": "cpu", "budget": None, "headroom": 0.1}), "frontier")
     assert ">0.02<" in frontier and ">0.1<" in frontier
-    assert ">best #0<" in frontier and ">baseline #0<" in frontier
+    assert ">best = your config #0<" in frontier
 
 
 def test_renders_what_the_study_stores():
@@ -327,7 +335,9 @@ def test_clicking_a_header_sorts_numerically(tmp_path):
 
 
 def test_device_memory_is_not_called_a_budget():
-    page = render_html(synthetic_rows(), {"name": "s", "headroom": 0.1, "device_total": 16 * GiB})
+    rows = synthetic_rows()
+    rows[3]["memory"]["device_total"] = 16 * GiB  # without a budget, capacity is the device the trials saw
+    page = render_html(rows, {"name": "s", "headroom": 0.1})
     assert "device memory 16.00 GiB" in page
     assert "budget 16.00 GiB" not in page and "16.00 GiB budget" not in page
 
@@ -349,3 +359,43 @@ def test_the_baseline_is_on_top_where_another_trial_overlaps_it(tmp_path):
     dom = _chromium(tmp_path, "--window-size=1400,2400", "--dump-dom", report.as_uri())
     hits = re.search(r'data-hits="([^"]+)"', dom).group(1).replace("&quot;", '"')
     assert '"0":"0"' in hits, hits  # at the baseline's centre, the baseline is what one sees
+
+
+def confirmed_rows() -> list[dict]:
+    """The synthetic sweep with the confirmation runs a real sweep makes: best #3 and the baseline
+    three times each; #3's median (1335) is not its first run, and a single run (#1) is noisy."""
+    rows = synthetic_rows()
+    rows[3]["throughput"] = 1420.0  # a lucky first run: the median of 1420, 1301, 1335 is 1335
+    rows[3]["repeats"] = [{"status": "ok", "throughput": 1301.0}, {"status": "ok", "throughput": 1335.0}]
+    rows[0]["repeats"] = [{"status": "ok", "throughput": 402.0}, {"status": "ok", "throughput": 418.0}]
+    rows[1]["timing"]["step_s"]["cv"] = 0.8  # its windows disagree: noisy, not ranked
+    rows[5]["busy"] = {"load1": 3.4, "cores": 2, "steal": 0.0, "gpu_processes": 1}
+    return rows
+
+
+def test_the_story_at_the_top_states_the_choice(tmp_path):
+    page = render_html(confirmed_rows(), synthetic_study())
+    story = re.sub(r"<[^>]+>", " ", re.search(r'<ul class="story">(.*?)</ul>', page, re.S).group(1))
+    story = html.unescape(" ".join(story.split()))
+    assert "trial #3 against your config (#0): 3.26× ± 0.14 samples/s over 3 runs each, interleaved: beyond the noise" in story
+    assert "trial #3's 1335.0 samples/s is the median of 3 runs (its trial and 2 confirmation runs)" in story
+    assert "the machine was busy during 1 of 12 trials: #5" in story
+    assert "noisy" in story and "#1" in story
+    assert "next: run `bench sweep` again when the machine is quiet" in story
+    assert "1,335 samples/s" in page and "1,420" not in page  # the confirmed median, never the lucky first run
+
+
+def test_no_ranked_point_lies_above_the_staircase():
+    frontier = _svg(render_html(confirmed_rows(), synthetic_study()), "frontier")
+    path = re.search(r'<path class="pareto-front" d="([^"]+)"', frontier).group(1)
+    steps = [(float(x), float(y)) for x, y in re.findall(r"[MH]([\d.]+)(?:\s|V)([\d.]+)", path)]
+    points = re.findall(r'<g class="pt([^"]*)" data-trial="(\d+)">.*?<(?:circle|path) class="shape" '
+                        r'(?:cx="([\d.]+)" cy="([\d.]+)"|d="M([\d.]+) ([\d.]+))', frontier, re.S)
+    assert steps and len(points) == 8
+    for classes, number, cx, cy, px, py in points:
+        x, y = (float(cx), float(cy)) if cx else (float(px), float(py) + 8)  # a diamond's path starts 8 above
+        reach = [sy for sx, sy in steps if sx <= x + 0.01]  # the staircase's height at x (SVG y grows down)
+        if " pareto" in classes:
+            assert reach and min(reach) == pytest.approx(y, abs=0.11), number
+        elif reach and not any(flag in classes for flag in ("noisy", "unsafe", "diverged")):
+            assert y >= min(reach) - 0.11, number

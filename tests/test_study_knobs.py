@@ -27,8 +27,8 @@ def test_objective_tokens_is_reported_in_tokens_per_second():
     rows = [row(0, 4, samples=100.0, tokens=1000.0), row(1, 8, samples=90.0, tokens=3000.0)]
     info = {"name": "s", "objective": "tokens", "memory_budget": 8 * GiB, "headroom": 0.1}
     choice = report.annotate(rows, info)
-    assert choice.best["number"] == 1
-    text = str(report.summary(rows, choice, info))
+    assert choice.best.number == 1
+    text = str(report.summary(choice, info))
     assert "3000.0 tokens/s" in text and "3.00× tokens/s" in text and "samples/s" not in text
 
 

@@ -1,6 +1,8 @@
 """Inline comments that a write makes stale: `batch_size: 32  # effective batch 32` still says 32
-after the batch changed. bench keeps every comment byte as it was, so it says which ones now quote
-an old value, one line per key, and leaves the wording to the user."""
+after the batch changed, `precision: bf16-true  # bf16 never tried` still says it was never tried.
+bench keeps every comment byte as it was, so it says which ones now quote an old value or speak of
+the knob's values (any spelling of any value of its key map, e.g. bf16, 16-mixed) without naming
+the new one, one line per key, and leaves the wording to the user."""
 from __future__ import annotations
 
 import re
@@ -25,12 +27,28 @@ def stale_comments(doc: _Document, edits: list, new_text: str) -> list[str]:
         if not comment or (not isinstance(a.value, bool) and _quotes(comment, a.value)):
             continue  # a comment that names the new value too lists the choices (`# 32-true | bf16-mixed`)
         quoted = next(((key, value) for key, value in olds if _quotes(comment, value)), None)
+        spoken = next((word for word in _vocabulary(a.map) if _quotes(comment, word)), None)
+        line = _line_of(new_text, a.key.rpartition(".")[2], comment) or doc.text.count("\n", 0, start) + 1
         if quoted:
-            line = _line_of(new_text, a.key.rpartition(".")[2], comment) or doc.text.count("\n", 0, start) + 1
             whose = "its old value" if quoted[0] == a.key else f"the old {quoted[0]}"
             out.append(f"{doc.path.name}:{line}: {a.key}: the comment {comment!r} quotes {quoted[1]}, {whose}; "
                        "update the comment")
+        elif spoken:
+            out.append(f"{doc.path.name}:{line}: {a.key}: the comment {comment!r} speaks of {spoken}, not of the "
+                       f"new value {a.value}; check the comment still holds")
     return out
+
+
+def _vocabulary(keymap) -> list[str]:
+    """Words that name the knob's values: every spelling in its key map, and the parts of those with a
+    digit (bf16 of bf16-mixed, 16 of 16-mixed), longest first."""
+    words = set()
+    for pair in (keymap.values or {}).items():
+        for value in pair:
+            if isinstance(value, str):
+                words.add(value)
+                words.update(part for part in value.split("-") if any(ch.isdigit() for ch in part))
+    return sorted(words, key=len, reverse=True)
 
 
 def _comment_after(text: str, end: int) -> str | None:

@@ -67,7 +67,8 @@ def plan(target: ApplyTarget, values: dict, provenance: dict, *, to: Path | None
          create_keys: bool = False, current_values: dict | None = None) -> Plan:
     """The new text of the target (or of `to`) holding `values`; nothing is written.
 
-    `provenance`: study, trial, device, throughput (samples/s), peak_memory (bytes), date,
+    `provenance`: study, trial, device, throughput (in `unit`, samples/s unless given), peak_memory
+    (bytes), vs_baseline (the speedup, its spread and whether it is a tie, in words), date,
     bench_version; any other keys are recorded as key=value. `current_values` (the knobs the
     learning-rate rule compares against) defaults to what the file holds now.
     """
@@ -226,6 +227,47 @@ def _diff(old: str, new: str, source: Path, destination: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# The training run the target describes (compile must pay back within it)
+
+STEP_KEYS = ("max_steps",)
+EPOCH_KEYS = ("max_epochs", "num_train_epochs", "epochs")
+STEPS_PER_EPOCH_KEYS = ("steps_per_epoch", "limit_train_batches")
+
+
+def run_length(target: ApplyTarget) -> tuple[int | None, str]:
+    """Optimizer steps of the training run the target config describes, and where that number comes
+    from: a positive `max_steps`, else epochs x steps per epoch where the file states both. None (with
+    what the file does say) when it cannot tell: an epoch's length depends on the data set's size."""
+    try:
+        data = _load_document(target.file, target.format).data
+    except UserError:
+        return None, f"{target.file.name} could not be read"
+    leaves = _leaves(data)
+    name = target.file.name
+
+    def first(keys):
+        return next(((k, v) for k, v in leaves.items() if k.rsplit(".", 1)[-1] in keys
+                     and isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
+    steps, epochs, per_epoch = first(STEP_KEYS), first(EPOCH_KEYS), first(STEPS_PER_EPOCH_KEYS)
+    if steps:
+        return steps[1], f"the {steps[1]:,}-step run {name} describes ({steps[0]})"
+    if epochs and per_epoch:
+        total = epochs[1] * per_epoch[1]
+        return total, f"the {total:,}-step run {name} describes ({epochs[0]} x {per_epoch[0]})"
+    said = f"{name} says {epochs[0]} {epochs[1]} but not how many steps an epoch has" if epochs else \
+        f"{name} names no max_steps"
+    return None, said
+
+
+def _leaves(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        out.update(_leaves(value, name + ".") if isinstance(value, dict) else {name: value})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # Provenance
 
 
@@ -241,12 +283,14 @@ def _provenance_lines(provenance: dict) -> list[str]:
     if "device" in p:
         measured.append(f"on {p.pop('device')}")
     if "throughput" in p:
-        measured.append(f"{p.pop('throughput'):.1f} samples/s")
+        measured.append(f"{p.pop('throughput'):.1f} {p.pop('unit', 'samples/s')}")
     if "peak_memory" in p:
         measured.append(f"peak memory {gib(p.pop('peak_memory'))}")
     lines = [" ".join(w for w in written if w)]
     if measured:
         lines.append("measured " + ", ".join(measured))
+    if "vs_baseline" in p:
+        lines.append(f"vs your previous config: {p.pop('vs_baseline')}")
     if p:
         lines.append(", ".join(f"{k}={v}" for k, v in p.items()))
     return [f"{PROVENANCE_MARK} {line}" for line in lines]

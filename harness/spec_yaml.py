@@ -1,0 +1,44 @@
+"""The sweep spec's YAML loader: safe (no object construction) with YAML 1.2 booleans, shared by the
+spec (harness.spec) and the own-model forms that read the apply target (harness.spec_own)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from harness.errors import UserError
+
+
+class SpecLoader(yaml.SafeLoader):
+    """Safe YAML with 1.2 booleans: `compile: [off, default]` means the string "off", not False."""
+
+
+SpecLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+SpecLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                 list("tTfF"))
+
+def read_yaml(path: Path, what: str) -> dict:
+    """Safe-load a YAML mapping (no object construction), or one clear UserError."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: {what} not found; check the path")
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory, expected a {what} YAML file")
+    try:
+        data = yaml.load(path.read_text(), Loader=SpecLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        problem = str(getattr(exc, "problem", None) or exc).splitlines()[0]  # the rest repeats the position
+        raise UserError(f"{path}{where}: invalid YAML ({problem}); fix the syntax") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read {what} ({exc})") from None
+    if data is None:
+        raise UserError(f"{path}: the {what} is empty; see sweeps/emberformer.yaml for an example")
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: the {what} must be a mapping of keys, got a {type(data).__name__}")
+    return data

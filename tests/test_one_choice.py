@@ -1,0 +1,168 @@
+"""One study, one choice, told the same by every view: the terminal table and summary, the HTML page,
+JSON, CSV, `bench apply` and the live sweep output state the same best, speedup (with its spread) and
+tie. And `apply` changes only what the measurements justify: not a tie with the user's config, not a
+config whose loss rose, not a compile that does not pay back within the run the target describes."""
+import csv
+import io
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from harness import spec as specs
+from harness import study as studies
+from harness.apply import plan
+from harness.cli import main
+from tests.conftest import write_spec
+
+GiB = 1024**3
+CONFIG = "examples/config.yaml"
+
+
+def make_study(project, trials, repeats, name="one", **spec_overrides):
+    """A study whose records are given: (config, samples/s, peak GiB, extra record keys)."""
+    spec_path = write_spec(project, name, memory={"budget": "10GiB", "headroom": 0.1},
+                           search={"batch_size": [8, 16, 32, 64], "precision": ["fp32", "bf16-mixed", "bf16-true"],
+                                   "compile": ["off", "default"]}, **spec_overrides)
+    spec = specs.load(spec_path)
+    study = studies.create(spec, studies.open_storage(None, project / "results", name), "cpu")
+    sweep = studies.Sweep(spec, study, "cpu", project / "results", len(trials), None)
+    for i, (knobs, tput, peak, extra) in enumerate(trials):
+        trial = study.ask({})
+        config = spec.config(knobs)
+        trial.set_user_attr("config", config)
+        if i == 0:
+            trial.set_user_attr("baseline", True)
+        rec = {"status": "ok", "config": config, "throughput": tput, "peak_memory": int(peak * GiB),
+               "timing": {"step_s": {"cv": 0.01, "median": knobs["batch_size"] / tput}, "compile_s": 0.0,
+                          "first_step_s": 0.5},
+               "loss": {"first": 4.8, "last": 4.6}, "env": {"device": "Test GPU"}, "error": None,
+               "number": trial.number}
+        for key, value in extra.items():
+            rec[key] = {**rec[key], **value} if isinstance(value, dict) and key in rec else value
+        sweep.tell(trial, rec)
+    study.set_user_attr("repeats", {str(n): [{"status": "ok", "throughput": t, "tokens_per_s": None,
+                                               "peak_memory": None, "busy": None} for t in runs]
+                                    for n, runs in repeats.items()})
+    return project
+
+
+def bench(*args, **env):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False, env=env)
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def views(project):
+    """What each view says about best, the speedup and the tie."""
+    table = flat(bench("report", COLUMNS="200").output)
+    bench("report", "--format", "html")
+    page = flat(re.sub(r"<[^>]+>", " ", (project / "results" / "one" / "report.html").read_text()))
+    rows = json.loads(bench("report", "--format", "json").output)
+    grid = list(csv.DictReader(io.StringIO(bench("report", "--format", "csv").output)))
+    dry = flat(bench("apply", "best", "--dry-run").output)
+    return table, page, rows, grid, dry
+
+
+CLEAR = [({"batch_size": 8, "precision": "fp32"}, 100.0, 2.0, {}),
+         ({"batch_size": 32, "precision": "bf16-mixed"}, 141.0, 6.0, {}),
+         ({"batch_size": 16, "precision": "bf16-mixed"}, 120.0, 4.0, {})]
+
+
+def test_every_view_states_the_same_best_speedup_and_tie(project):
+    make_study(project, CLEAR, {1: [150.0, 130.0], 0: [98.0, 102.0]})
+    table, page, rows, grid, dry = views(project)
+    best = [r for r in rows if r["best"]]
+    assert [r["number"] for r in best] == [1] and best[0]["speed"]["value"] == 141.0 and best[0]["speed"]["runs"] == 3
+    versus = best[0]["vs_baseline"]
+    said = f"{versus['ratio']:.2f}× ± {versus['spread']:.2f}"
+    assert said == "1.41× ± 0.13" and versus["tie"] is False
+    assert "best: trial 1" in table and f"{said} samples/s over 3 runs each, interleaved" in table
+    assert "Best: trial #1" in page and said in page and "a tie" not in page and "141 samples/s" in page
+    assert [r["best"] for r in grid] == ["False", "True", "False"] and grid[1]["speed"] == "141.0"
+    assert "trial 1:" in dry and f"vs your config {said}" in dry
+    assert f"# bench apply: vs your previous config: {said} samples/s over 3 runs each, interleaved" in \
+        bench("apply", "best", "--dry-run").output
+    assert "a tie" not in table + dry
+    spec = specs.load(project / "one.yaml")
+    sweep = studies.Sweep(spec, studies.load(studies.open_storage(None, project / "results", "one"), "one"), "cpu",
+                          project / "results", 3, None)
+    assert sweep.best_so_far()["number"] == 1  # what the live output says "best so far" about
+
+
+def test_a_tie_with_the_users_config_is_not_applied_and_every_view_says_so(project):
+    make_study(project, [({"batch_size": 8, "precision": "fp32"}, 100.0, 2.0, {}),
+                         ({"batch_size": 32, "precision": "bf16-mixed"}, 103.0, 6.0, {})],
+               {1: [100.0, 106.0], 0: [101.0, 99.0]})
+    before = (project / CONFIG).read_text()
+    table, page, rows, grid, dry = views(project)
+    assert [r["number"] for r in rows if r["best"]] == [0]  # the user's config stays best
+    leader = next(r for r in rows if r["leader"])
+    assert leader["number"] == 1 and leader["vs_baseline"]["tie"] is True
+    assert "a tie: within the noise, so your config stays" in table and "a tie within the noise, so your config stays" in page
+    assert all(r["tier"] is None for r in rows[1:])  # the tiers keep the user's config too
+    assert "Your config stays best: trial #0" in page
+    result = bench("apply", "best")
+    assert result.exit_code == 0 and "keeping your config" in result.output and "nothing written" in result.output
+    assert (project / CONFIG).read_text() == before and not list((project / "examples").glob("*.bench-backup-*"))
+
+
+def test_a_config_whose_loss_rose_is_never_best_but_shown_as_fastest_but_unsafe(project):
+    make_study(project, CLEAR[:2] + [({"batch_size": 32, "precision": "bf16-true"}, 190.0, 3.0,
+                                      {"loss": {"first": 4.81, "last": 4.875}})], {})
+    table, page, rows, grid, dry = views(project)
+    unsafe = rows[2]
+    assert not unsafe["best"] and not unsafe["pareto"] and "its loss rose 4.81 → 4.875" in unsafe["unsafe"]
+    assert [r["number"] for r in rows if r["best"]] == [1]
+    assert "trial 2 is faster (190.0 samples/s) but not chosen: its loss rose" in table
+    assert "trial 2 is faster (190.0 samples/s) but not chosen" in page
+    assert "trial 1:" in dry and "bf16-true" not in dry.split("---")[0]
+
+
+def compile_trials():
+    eager = ({"batch_size": 32, "precision": "bf16-mixed", "compile": "off"}, 141.0, 6.0, {})
+    compiled = ({"batch_size": 32, "precision": "bf16-mixed", "compile": "default"}, 160.0, 6.0,
+                {"timing": {"compile_s": 60.5}})
+    return CLEAR[:1] + [eager, compiled]
+
+
+@pytest.mark.parametrize("max_steps, chosen", [(None, 2), (2_000, 1), (200_000, 2)])
+def test_compile_is_chosen_only_where_it_pays_back_within_the_run_the_target_describes(project, max_steps, chosen):
+    # 32 / 141 - 32 / 160 s saved a step = 27 ms; 60 s of compiling pays back after ~2,240 steps
+    if max_steps:
+        text = (project / CONFIG).read_text().replace("  max_epochs: 50\n", f"  max_epochs: 50\n  max_steps: {max_steps}\n")
+        (project / CONFIG).write_text(text)
+    make_study(project, compile_trials(), {})
+    table = flat(bench("report", COLUMNS="200").output)
+    rows = json.loads(bench("report", "--format", "json").output)
+    assert [r["number"] for r in rows if r["best"]] == [chosen]
+    assert "pays for itself after 2,2" in table
+    if max_steps is None:  # the example config says max_epochs 50, and nothing about an epoch's length
+        assert "an assumed run of 10,000 steps (config.yaml says trainer.max_epochs 50 but not how many " \
+               "steps an epoch has)" in table
+    else:
+        assert f"the {max_steps:,}-step run config.yaml describes (trainer.max_steps)" in table
+
+
+def test_apply_warns_about_every_comment_a_change_makes_stale_precision_too(tmp_path):
+    from tests.test_apply import target_for
+    file = tmp_path / "train.yaml"
+    file.write_text("trainer:\n  precision: 32-true   # bf16 never tried\n  accumulate_grad_batches: 1\n")
+    p = plan(target_for(file, preset="lightning"), {"precision": "bf16-true"}, {"study": "s"})
+    assert len(p.warnings) == 1 and "trainer.precision" in p.warnings[0] and "speaks of bf16" in p.warnings[0]
+    listing = tmp_path / "list.yaml"
+    listing.write_text("trainer:\n  precision: 32-true   # 32-true | bf16-mixed | 16-mixed\n")
+    assert plan(target_for(listing, preset="lightning"), {"precision": "bf16-mixed"}, {"study": "s"}).warnings == ()
+
+
+def test_old_records_read_through_the_typed_record():
+    from harness.record import VERSION, Record
+    old = {"status": "ok", "number": 4, "throughput": 10.0, "tokens_per_s": 512.0, "peak_memory": 5,
+           "cuda_graphs": False, "repeats": [{"status": "ok", "throughput": 12.0, "tokens_per_s": {"median": 600.0}}]}
+    rec = Record.of(old)
+    assert rec.version == 1 and rec.tokens_per_s == 512.0 and rec.runs("tokens") == [512.0, 600.0]
+    assert rec.extra == {"cuda_graphs": False} and rec.to_dict()["cuda_graphs"] is False
+    assert Record.of({**old, "version": VERSION}).version == VERSION
