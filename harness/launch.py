@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from harness import record, zygote
+from harness import errors, record, zygote
 
 SERVER_DIED = "TrialServerDied"
 WORKDIR_PREFIX = "bench-trial-"
@@ -294,7 +294,7 @@ def classify(rc: int, result: dict | None, killed_for: str | None, log: str) -> 
         return result
     if rc == -signal.SIGABRT and "std::bad_alloc" in log:
         return failure(record.OOM, "bad_alloc", "aborted with std::bad_alloc (allocation failed)", log)
-    if any(p in log for p in ("MemoryError", "can't allocate memory", "out of memory")):
+    if "MemoryError" in log or errors.is_oom_text(log):  # one table of every library's OOM words
         return failure(record.OOM, "OutOfMemory", "allocation failed before the trial could report", log)
     if rc < 0:
         name = signal.Signals(-rc).name

@@ -505,7 +505,7 @@ def failure_record(job: dict, status: str, exc: BaseException) -> dict:
                       "traceback": traceback.format_exc()[-4000:]}}
 
 
-def failed(job: dict, exc: Exception) -> tuple[dict, int]:
+def failed(job: dict, exc: BaseException) -> tuple[dict, int]:
     """The record and exit code of a trial that raised `exc`."""
     if is_oom(exc):
         if job["device"] == "cpu":
@@ -538,7 +538,7 @@ def main(argv: list[str]) -> int:
         trial = trial_class(job)(job, hb)
         result = trial.run()
         code = record.EXIT_OK
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in the user's code is their error, with its message
         result, code = failed(job, exc)
     # a failed trial keeps the phases it got through, so a sweep's time breakdown can count them
     result["timing"] = {**(trial.timing if trial else {}), **(result.get("timing") or {}), "started_at": started_at}

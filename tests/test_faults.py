@@ -300,10 +300,8 @@ def build(params):
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="needs harness/trial.py main() to catch SystemExit with Exception "
-                                       "(a one-line change in a file outside issue 24's rooms; see its report)")
 def test_sys_exit_in_the_users_factory_is_an_error_with_its_message(faulty_env, monkeypatch):
-    """Before (and until trial.py catches SystemExit): `crash: exited with code 1 without writing a result`."""
+    """Before: `crash: exited with code 1 without writing a result`."""
     folder = faulty_env / "exiter"
     folder.mkdir()
     (folder / "exiter.py").write_text(EXITER)
