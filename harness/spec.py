@@ -414,7 +414,28 @@ def check_parallel(dims: dict, fixed: dict, where: str) -> None:
                         "add fsdp to search.parallel or remove it")
 
 
+AUTO_BATCH_TOP = 2**16
+"""`batch_size: {low: N, high: auto}` searches up to here, or to the memory wall long before."""
+
+
+def batch_ladder(low: int, top: int = AUTO_BATCH_TOP) -> tuple:
+    """The batch sizes of `high: auto`: the powers of two from `low`, and above 32 eighths of each
+    octave (multiples of 8, as GPU kernels like), so that the search can close in on the wall."""
+    sizes, power = {low}, 1 << max(low - 1, 0).bit_length()
+    while power <= top:
+        sizes.add(power)
+        if power >= 64:
+            sizes.update(range(power + power // 8, min(2 * power, top + 1), power // 8))
+        elif power >= 16:
+            sizes.update(range(power + 8, min(2 * power, top + 1), 8))
+        power *= 2
+    return tuple(sorted(b for b in sizes if low <= b <= top))
+
+
 def parse_dimension(name: str, value, at: str) -> Dimension:
+    if name == "batch_size" and isinstance(value, dict) and value.get("high") == "auto":
+        check_keys(value, ("low", "high"), at)
+        return Dimension(name, choices=batch_ladder(positive_int(value.get("low", 1), f"{at}.low")))
     if isinstance(value, dict):
         check_keys(value, ("low", "high"), at)
         low, high = int_value(value.get("low"), f"{at}.low"), int_value(value.get("high"), f"{at}.high")
@@ -452,6 +473,7 @@ def restrict_to_effective_batch(dims, fixed, effective: int, where: str):
     if "accumulation" in dims or "accumulation" in fixed:
         raise UserError(f"{where}: search.accumulation is derived from effective_batch; give one or the other")
     sizes = dims["batch_size"].choices if "batch_size" in dims else (fixed["batch_size"],)
+    sizes = tuple(b for b in sizes if b <= effective)  # `high: auto` reaches far above it
     if not sizes:
         raise UserError(f"{where}: with effective_batch, give batch_size as a list of sizes, not a range")
     nprocs = knob_values("nproc", dims, fixed)  # effective_batch is global: every process count must divide it
