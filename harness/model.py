@@ -163,10 +163,7 @@ def fit(rows: list[dict], space: list[dict], device: str, objective: str, limit:
     top = float(np.exp(y.max())) if len(y) else 1.0
     t0 = -math.log(top)                      # per-sample time at the best throughput seen
     o0 = t0 + math.log(8.0)                  # overhead worth 8 samples: neither launch- nor compute-bound
-    # Without a peak measured: a third of the limit static, another third at batch 16.
-    big = float(np.exp(p.max())) if len(p) else (limit or 2.0 ** 30) * 2 / 3
-    batch = float(np.median([r["config"]["batch_size"] for r in ran])) if ran else 16.0
-    w0, a0 = math.log(big / 2), math.log(big / 2 / batch)
+    w0, a0 = static_and_activation_prior(ran, limit)
     speed_mu = np.concatenate([[o0], [prior_mean(lv, "O", device) for lv in levels],
                                [t0], [prior_mean(lv, "t", device) for lv in levels], [o0], [math.log(CACHE_K)]])
     peak_mu = np.concatenate([[w0], [prior_mean(lv, "W", device) for lv in levels],
@@ -176,6 +173,22 @@ def fit(rows: list[dict], space: list[dict], device: str, objective: str, limit:
     speed = solve(lambda th: residuals_speed(th, spd, levels, y), speed_mu, np.append(tau, INTERCEPT_TAU))
     peak = solve(lambda th: residuals_peak(th, ran, ooms, levels, p, limit), peak_mu, tau)
     return Fit(levels, speed, peak)
+
+
+def static_and_activation_prior(ran: list[dict], limit: float | None) -> tuple[float, float]:
+    """Where the memory intercepts' priors sit: from the trials' measured activation tensors where
+    they were measured (memory.breakdown), else half of the largest peak each; with no peak at all,
+    a third of the limit static and another third at batch 16."""
+    if not ran:
+        big = (limit or 2.0 ** 30) / 3
+        return math.log(big), math.log(big / 16)
+    top = max(ran, key=lambda r: float(r["peak_memory"]))
+    measured = [r for r in ran if ((r.get("memory") or {}).get("breakdown") or {}).get("activations")]
+    if measured:
+        top = max(measured, key=lambda r: float(r["peak_memory"]))
+        peak, activations = float(top["peak_memory"]), float(top["memory"]["breakdown"]["activations"])
+        return math.log(max(peak - activations, peak / 10)), math.log(activations / top["config"]["batch_size"])
+    return math.log(float(top["peak_memory"]) / 2), math.log(float(top["peak_memory"]) / 2 / top["config"]["batch_size"])
 
 
 def residuals_speed(theta, rows, levels, y):

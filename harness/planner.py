@@ -64,7 +64,9 @@ class Planner:
         open_ = [c for c in self.space if include(c) and self.admissible(c, rows)]
         if not open_:
             return None
-        scored = self.score(open_, rows)
+        fitted = self.fit(rows)
+        scored = self.score(open_, rows, fitted)
+        scored["acquisition"] = scored["acquisition"] * self.saver_needed(open_, rows, fitted)
         if stop is not None and scored["beat"].max() < stop:
             return None
         return open_[int(np.argmax(scored["acquisition"]))]
@@ -74,10 +76,10 @@ class Planner:
         return (search.key(config) not in measured and search.skip_reason(config, rows, self.usable) is None
                 and not search.above_wall(config, rows, self.usable))
 
-    def score(self, configs: list[dict], rows: list[dict]) -> dict:
+    def score(self, configs: list[dict], rows: list[dict], fitted: model.Fit) -> dict:
         """Per config (arrays): predicted log speed and its sd, chance to fit, expected improvement
         weighted by that chance, and the chance to fit and beat the best by more than its noise."""
-        pred = self.fit(rows).predict(configs)
+        pred = fitted.predict(configs)
         fit = self.fit_chance(configs, rows, pred)
         best = self.best(rows)
         mu, sd = pred["speed"], pred["speed_sd"]
@@ -88,6 +90,16 @@ class Planner:
         ei = sd * (normal_pdf(z) + z * normal_cdf(z))
         margin = math.log(1 + pareto.noise(best))
         return {**pred, "fit": fit, "acquisition": fit * ei, "beat": fit * normal_cdf((gap - margin) / sd)}
+
+    def saver_needed(self, configs: list[dict], rows: list[dict], fitted: model.Fit) -> np.ndarray:
+        """0 for a config with a memory saver (checkpointing) whose twin without it probably fits at the
+        same batch: the twin is as large and faster, so the saver cannot win there."""
+        twins = [{**c, **{k: off for k, off in search.MEMORY_SAVERS.items() if k in c}} for c in configs]
+        saving = np.array([twin != c for twin, c in zip(twins, configs)])
+        if not saving.any():
+            return np.ones(len(configs))
+        twin_fits = self.fit_chance(twins, rows, fitted.predict(twins))
+        return np.where(saving & (twin_fits >= 0.5), 0.0, 1.0)
 
     def fit_chance(self, configs: list[dict], rows: list[dict], pred: dict) -> np.ndarray:
         if not self.usable:
@@ -118,7 +130,7 @@ class Planner:
         out = {"predicted": [], "why": self.why(rows, best)}
         if not open_ or not rows:
             return out
-        scored = self.score(open_, rows)
+        scored = self.score(open_, rows, self.fit(rows))
         likely = [i for i in np.argsort(-scored["speed"]) if scored["fit"][i] >= 0.5][:SHOWN]
         out["predicted"] = [{"config": open_[i], "speed": float(np.exp(scored["speed"][i])),
                              "speed_sd": float(scored["speed_sd"][i]), "peak_memory": float(np.exp(scored["peak"][i])),

@@ -20,12 +20,15 @@ from harness.units import gib, size
 
 JSON_KEYS = ("number", "status", "config", "throughput", "peak_memory", "pareto", "best", "baseline", "tier",
              "samples_per_s", "tokens_per_s", "memory", "timing", "flops", "loss", "env", "error", "workload", "adapter", "log",
-             "reused", "start", "repeats", "skip", "busy", "remeasured_after")
+             "reused", "start", "repeats", "skip", "busy", "remeasured_after", "model")
 MAIN_KNOBS = ("batch_size", "accumulation", "precision", "checkpointing", "compile")
 
 
 def annotate(rows: list[dict], info: dict) -> pareto.Choice:
-    return pareto.choose(rows, info.get("memory_budget"), info.get("headroom", 0.1), info.get("objective", "samples"))
+    choice = pareto.choose(rows, info.get("memory_budget"), info.get("headroom", 0.1), info.get("objective", "samples"))
+    if choice.best is not None and info.get("model"):  # the planner's why and predictions (harness.planner)
+        choice.best["model"] = info["model"]
+    return choice
 
 
 def to_json(rows: list[dict]) -> str:
@@ -204,6 +207,7 @@ def summary(rows: list[dict], choice: pareto.Choice, info: dict) -> Text:
         lines.append("best's memory: " + ", ".join(f"{k} {size(v)}" for k, v in parts.items())
                      + f" ({where}; the rest of the {size(best['peak_memory'])} peak is allocator, "
                      "runtime and data)")
+    lines.extend(model_lines(info.get("model"), objective))
     lines.extend(compile_lines(rows))
     lines.extend(report_time.lines(rows))
     lines.extend(watch_lines(rows))
@@ -212,6 +216,19 @@ def summary(rows: list[dict], choice: pareto.Choice, info: dict) -> Text:
         lines.append(f"  {name:<10} " + (f"trial {tier['number']}: {rate(tier)}, "
                                          f"peak {gib(tier['peak_memory'])}" if tier else "nothing fits"))
     return Text("\n".join(lines))
+
+
+def model_lines(model: dict | None, objective: str) -> list[str]:
+    """Why best is best, and the configs never measured that the model predicts fastest: predicted, not measured."""
+    if not model:
+        return []
+    lines = [f"why best: {model['why']}"] if model.get("why") else []
+    if model.get("predicted"):
+        lines.append("PREDICTED, not measured (the search's model; run them with `bench trial`):")
+        for p in model["predicted"]:
+            lines.append(f"  {describe(p['config'])}  ~{p['speed']:.1f} {objective}/s (±{p['speed_sd']:.0%}), "
+                         f"peak ~{gib(p['peak_memory'])}, fits {p['fit_chance']:.0%}, beats best {p['beat_chance']:.0%}")
+    return lines
 
 
 def speedup_text(best: dict, base: dict, info: dict) -> str:

@@ -165,6 +165,13 @@ class Sweep:
                 break
             duplicates_in_a_row = 0 if self.run_one() else duplicates_in_a_row + 1
         self.confirm()
+        self.keep_model()
+
+    def keep_model(self) -> None:
+        """The planner's predictions for the configs never measured and one line on why best is best,
+        kept with the study for `bench report` (predictions, never measurements)."""
+        if self.spec.sampler == "tpe" and rows_of(self.study):
+            self.study.set_user_attr("model", self.planner().summary(rows_of(self.study), self.best_so_far()))
 
     def plan_next(self) -> bool:
         """With nothing queued, queue what the search measures next; False once it should stop (--trials auto).
