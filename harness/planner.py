@@ -28,6 +28,9 @@ its noise is under this."""
 EAGER_STOP_CHANCE = 0.2
 """The eager search hands over to compile sooner: compiling removes a step's fixed cost, which no
 eager config can, so the last few percent of eager refinement are worth less than its first trial."""
+TRUST = 16
+"""The largest batch proposed is this many times the largest that has run (finders double; the model
+may stride further, not blindly)."""
 PEAK_SD_CAP = 0.25
 """The largest log-spread of a predicted peak the chance to fit uses (a factor of 1.28)."""
 SHOWN = 5
@@ -61,7 +64,7 @@ class Planner:
         """The config to measure next among those `include` admits; None when none is left (or when
         no config has a `stop` chance to fit and beat the best by more than the noise)."""
         rows = searched(rows)
-        open_ = [c for c in self.space if include(c) and self.admissible(c, rows)]
+        open_ = self.open_configs(rows, include)
         if not open_:
             return None
         fitted = self.fit(rows)
@@ -71,10 +74,22 @@ class Planner:
             return None
         return open_[int(np.argmax(scored["acquisition"]))]
 
-    def admissible(self, config: dict, rows: list[dict]) -> bool:
+    def open_configs(self, rows: list[dict], include=lambda config: True) -> list[dict]:
+        """Configs not measured, not proven over the memory, not above a batch of their family that ran
+        past the trial timeout (larger is slower still), and within TRUST x the largest batch that ran:
+        extrapolating a line a hundredfold is a guess, and a step that takes minutes is a lost trial."""
         measured = {search.key(r["config"]) for r in rows}
-        return (search.key(config) not in measured and search.skip_reason(config, rows, self.usable) is None
-                and not search.above_wall(config, rows, self.usable))
+        ran = [r["config"]["batch_size"] for r in rows if r.get("status") in ("ok", "diverged")]
+        reach = TRUST * max(ran or [r["config"]["batch_size"] for r in rows] or [math.inf])
+        kin = families(rows)
+        out = []
+        for c in self.space:
+            mine = kin.get(search.memory_family(c), [])
+            if (include(c) and c["batch_size"] <= reach and search.key(c) not in measured
+                    and search.skip_reason(c, mine, self.usable) is None and not search.above_wall(c, mine, self.usable)
+                    and not any(r.get("status") == "timeout" and r["config"]["batch_size"] <= c["batch_size"] for r in mine)):
+                out.append(c)
+        return out
 
     def score(self, configs: list[dict], rows: list[dict], fitted: model.Fit) -> dict:
         """Per config (arrays): predicted log speed and its sd, chance to fit, expected improvement
@@ -107,9 +122,9 @@ class Planner:
         # An OOM bounds the peak from one side only, which the fit's curvature does not see: capped,
         # the spread trusts the model's line over an unmeasured family's prior-wide guess.
         chance = normal_cdf((math.log(self.usable) - pred["peak"]) / np.minimum(pred["peak_sd"], PEAK_SD_CAP))
+        kin = families(rows)
         for i, config in enumerate(configs):
-            kin = [r for r in rows if search.memory_family(r["config"]) == search.memory_family(config)]
-            fit, wall = search.frontier(kin, self.usable, config)
+            fit, wall = search.frontier(kin.get(search.memory_family(config), []), self.usable, config)
             if fit is not None and config["batch_size"] <= fit:
                 chance[i] = 1.0
             elif fit is None and wall is not None and config["batch_size"] > wall // 2:
@@ -126,7 +141,7 @@ class Planner:
         """What a study keeps for its report: the configs the model predicts fastest among those never
         measured (predicted, never measurements) and one line on why `best` is best."""
         rows = searched(rows)
-        open_ = [c for c in self.space if self.admissible(c, rows)]
+        open_ = self.open_configs(rows)
         out = {"predicted": [], "why": self.why(rows, best)}
         if not open_ or not rows:
             return out
@@ -180,6 +195,14 @@ class Planner:
         if effect["A"] < 0.9 and batch > alt["config"]["batch_size"]:
             words.append(f"lets batch {batch} fit (activations x{effect['A']:.2f})")
         return " and ".join(words) or "is faster as measured"
+
+
+def families(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """Rows by memory family (harness.search.memory_family)."""
+    out: dict[tuple, list[dict]] = {}
+    for r in rows:
+        out.setdefault(search.memory_family(r["config"]), []).append(r)
+    return out
 
 
 def searched(rows: list[dict]) -> list[dict]:

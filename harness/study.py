@@ -202,7 +202,8 @@ class Sweep:
 
     def queue_planned(self) -> bool:
         eager = self.eager_phase()
-        config = self.planner().next(rows_of(self.study), include=lambda c: not eager or c.get("compile", "off") == "off",
+        apart = self.compile_apart()
+        config = self.planner().next(rows_of(self.study), include=lambda c: not apart or c.get("compile", "off") == "off",
                                      stop=planner.EAGER_STOP_CHANCE if eager else planner.STOP_CHANCE if self.auto else None)
         if config is not None:
             self.enqueue(config)
@@ -228,14 +229,16 @@ class Sweep:
 
     # -- phases: eager configs first, compile only for the best eager ones ---------------------------
     def eager_phase(self) -> bool:
-        """Eager configs first where a compile costs minutes and rarely pays (a CPU). On a GPU the planner
-        weighs compile like any knob: removing launch overhead is often its largest single gain."""
+        return self.compile_apart() and not self.study.user_attrs.get("compile_phase")
+
+    def compile_apart(self) -> bool:
+        """Compile modes are measured apart, on the best eager configs (queue_compile), where a compile
+        costs minutes and rarely pays (a CPU). On a GPU the planner weighs compile like any knob:
+        removing launch overhead is often its largest single gain."""
         compile_dim = self.spec.search.get("compile")
         if self.spec.sampler == "grid" or not compile_dim or set(compile_dim.choices) <= {"off"}:
             return False
-        if self.spec.sampler == "tpe" and self.device.startswith("cuda"):
-            return False
-        return not self.study.user_attrs.get("compile_phase")
+        return not (self.spec.sampler == "tpe" and self.device.startswith("cuda"))
 
     def eager_done(self) -> bool:
         eager = [c for c in all_configs(self.spec) if c.get("compile") == "off"]
