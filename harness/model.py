@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness import pareto
+
 SPEED_SIGMA = 0.04
 """Log-space spread of a measured throughput around the model: 3% noise plus what the model misses."""
 PEAK_SIGMA = 0.05
@@ -149,8 +151,6 @@ def peak_terms(theta, X, b, a):
 
 def fit(rows: list[dict], space: list[dict], device: str, objective: str, limit: float | None) -> Fit:
     """Fit both parts to `rows` (ok/diverged rows: speed and peak; oom rows: peak above `limit`)."""
-    from harness import pareto  # the row's speed by the objective; pareto is pure too
-
     levels = knob_levels(space + [r["config"] for r in rows])
     ran = [r for r in rows if r.get("status") in ("ok", "diverged") and r.get("peak_memory")]
     spd = [r for r in ran if pareto.speed(r, objective)]

@@ -9,14 +9,14 @@ facts overrule the model: a config at or above a batch of its memory family that
 or over the usable memory is never proposed (harness.search holds those rules and the skip
 records), and one at or below a batch measured to fit surely fits.
 
-With `stop=True` it returns None once no unmeasured config has even a STOP_CHANCE chance of beating
-the best by more than the best's measured noise: `--trials auto` ends there. `study.Sweep` drives
+Given `stop`, it returns None once no unmeasured config has even that chance (STOP_CHANCE for
+`--trials auto`) to fit and beat the best by more than the best's measured noise. `study.Sweep` drives
 it with Optuna as the ledger; benchmarks/search_replay.py and search_eval.py drive the same code.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -55,7 +55,6 @@ class Planner:
     """Where a run runs out of memory (the budget): an OOM says the peak was above it."""
     device: str
     objective: str = "samples"
-    notes: list[str] = field(default_factory=list)
 
     def fit(self, rows: list[dict]) -> model.Fit:
         return model.fit(searched(rows), self.space, self.device, self.objective, self.limit)
