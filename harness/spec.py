@@ -58,6 +58,8 @@ class Dimension:
     choices: tuple = ()
     low: int | None = None
     high: int | None = None
+    dropped: tuple = ()
+    """Batch sizes left out because they do not divide effective_batch (for_device notes them)."""
 
     def size(self) -> int:
         return len(self.choices) if self.choices else self.high - self.low + 1
@@ -487,7 +489,7 @@ def restrict_to_effective_batch(dims, fixed, effective: int, where: str):
         dims.pop("batch_size", None)
         fixed = {**fixed, "batch_size": keep[0]}
     else:
-        dims["batch_size"] = Dimension("batch_size", choices=keep)
+        dims["batch_size"] = Dimension("batch_size", choices=keep, dropped=tuple(b for b in sizes if b not in keep))
     return dims, fixed
 
 
@@ -539,6 +541,11 @@ def for_device(spec: Spec, device: str) -> tuple[Spec, list[str]]:
             check_knob(knob, dropped[0], device, f"{spec.path}: search.{knob}")
         search[knob] = dataclasses.replace(dim, choices=tuple(v for v in dim.choices if v not in dropped))
         notes.extend(f"search.{knob}: {v} left out on {device}: {refusal(knob, v, device)}" for v in dropped)
+    if "batch_size" in spec.search and spec.search["batch_size"].dropped:
+        left = spec.search["batch_size"].dropped
+        notes.append(f"search.batch_size: {', '.join(map(str, left[:6]))}{', ...' if len(left) > 6 else ''} "
+                     f"({len(left)} size{'s' if len(left) > 1 else ''}) left out: "
+                     f"{'they do' if len(left) > 1 else 'it does'} not divide effective_batch {spec.effective_batch}")
     return dataclasses.replace(spec, search=search), notes
 
 

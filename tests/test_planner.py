@@ -186,3 +186,11 @@ def test_why_names_the_knob_that_buys_the_most_and_the_report_marks_predictions(
     assert all(p["config"] not in [r["config"] for r in rows] for p in kept["predicted"])  # never a measured config
     assert not kept["predicted"] or "PREDICTED" in lines[1]
     assert pareto.speed(best) > 0
+
+
+def test_a_batch_size_that_does_not_divide_the_effective_batch_is_left_out_with_a_note(tmp_path):
+    raw = {"study": "a", "workload": {"name": "emberformer"},
+           "search": {"batch_size": [4, 8, 12, 16], "accumulation": {"effective_batch": 32}}}
+    spec, notes = specs.for_device(specs.build(raw, tmp_path / "s.yaml", None, ()), "cpu")
+    assert spec.search["batch_size"].choices == (4, 8, 16)
+    assert notes == ["search.batch_size: 12 (1 size) left out: it does not divide effective_batch 32"]
