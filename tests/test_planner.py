@@ -150,9 +150,9 @@ def test_a_real_sweep_with_high_auto_finds_the_wall_and_closes_in_on_it(project)
     from click.testing import CliRunner
 
     from harness.cli import main
-    spec = write_spec(project, name="wall", search={"batch_size": {"low": 4, "high": "auto"}}, trials=9,
+    spec = write_spec(project, name="wall", search={"batch_size": {"low": 4, "high": "auto"}}, trials=6,
                       memory={"budget": "160MiB", "headroom": 0.1})
-    result = CliRunner().invoke(main, ["sweep", str(spec), "--device", "cpu", "--trials", "9"], catch_exceptions=False)
+    result = CliRunner().invoke(main, ["sweep", str(spec), "--device", "cpu", "--trials", "6"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     report = CliRunner().invoke(main, ["report", "wall", "--format", "json"], catch_exceptions=False)
     rows = json.loads(report.output)
@@ -194,3 +194,16 @@ def test_a_batch_size_that_does_not_divide_the_effective_batch_is_left_out_with_
     spec, notes = specs.for_device(specs.build(raw, tmp_path / "s.yaml", None, ()), "cpu")
     assert spec.search["batch_size"].choices == (4, 8, 16)
     assert notes == ["search.batch_size: 12 (1 size) left out: it does not divide effective_batch 32"]
+
+
+def test_the_out_of_sample_eval_scores_final_answers_of_every_search(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_eval.py"), "--seeds", "0-1", "--trials", "8",
+                          "--only", "bench,tpe,random,largest-fit", "--json"],
+                         capture_output=True, text=True, timeout=1200, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(result) == {"bench", "tpe", "random", "largest-fit"}
+    for name, figures in result.items():
+        assert 0 <= figures["p10"] <= figures["median"] <= 1.0 + 1e-9 or name == "largest-fit"
+        assert figures["runs_median"] >= 1
+    assert result["bench"]["runs_median"] == result["tpe"]["runs_median"]  # equal runs, by construction
