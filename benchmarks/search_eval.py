@@ -18,7 +18,7 @@ The generator (assumptions and ranges; all uniform unless said):
   none/full, compile off/default, accumulation 1/2; the user's config: batch 16, fp32, no
   checkpointing, no compile, accumulation 1.
 - one micro-step costs O + t(b) * b, an optimizer step U; accumulation a: throughput = a b / (a (O + t(b) b) + U).
-  Per-sample time t = 1 (fp32); O = t * b_half, b_half log-uniform 4..512 (below it, launch-bound);
+  Per-sample time t = 1 ms (fp32); O = t * b_half, b_half log-uniform 4..512 (below it, launch-bound);
   small batches also under-fill the GPU: t(b) = t (1 + k / sqrt(b)), k 0..1 (the model does not know this);
   U = (O + 16 t) * 0.1..1.
 - bf16-mixed: t / 2..4, activations x 0.5..0.7, static x 1.0..1.15, overhead x 1.0..1.3 (autocast);
@@ -61,6 +61,8 @@ PRECISIONS = ("fp32", "tf32", "bf16-mixed", "fp16-mixed")
 SEARCH = {"batch_size": {"low": LOW, "high": "auto"}, "precision": list(PRECISIONS),
           "checkpointing": ["none", "full"], "compile": ["off", "default"], "accumulation": [1, 2]}
 NOISE = 0.03
+MS = 1e-3
+"""The generator's time unit: fp32's per-sample time is 1 ms."""
 
 
 class Landscape:
@@ -96,7 +98,7 @@ class Landscape:
         ckpt, comp = config["checkpointing"] == "full", config["compile"] != "off"
         t = self.t[p] * (self.ckpt_t if ckpt else 1) * (self.comp_t if comp else 1) * (1 + self.occupancy / math.sqrt(b))
         o = self.overhead * self.o_prec[p] * (self.comp_o if comp else 1)
-        speed = a * b / (a * (o + t * b) + self.optimizer)
+        speed = a * b / (a * (o + t * b) + self.optimizer) / MS
         act = self.act * self.a_prec[p] * (self.ckpt_a if ckpt else 1) * (self.comp_a if comp else 1) * self.fragmentation(config)
         static = self.static * self.w_prec[p]
         peak = static + act * b + (self.static / 4 if a > 1 else 0)

@@ -55,6 +55,9 @@ class Planner:
     """Where a run runs out of memory (the budget): an OOM says the peak was above it."""
     device: str
     objective: str = "samples"
+    max_step_s: float | None = None
+    """No config is proposed whose predicted optimizer step takes longer (a trial that cannot finish
+    its warm-up inside the stall limit is a lost trial, and on a CPU batch 2048 gets there)."""
 
     def fit(self, rows: list[dict]) -> model.Fit:
         return model.fit(searched(rows), self.space, self.device, self.objective, self.limit)
@@ -68,7 +71,7 @@ class Planner:
             return None
         fitted = self.fit(rows)
         scored = self.score(open_, rows, fitted)
-        scored["acquisition"] = scored["acquisition"] * self.saver_needed(open_, rows, fitted)
+        scored["acquisition"] = scored["acquisition"] * self.saver_needed(open_, rows, fitted) * self.in_time(open_, scored)
         if stop is not None and scored["beat"].max() < stop:
             return None
         return open_[int(np.argmax(scored["acquisition"]))]
@@ -104,6 +107,12 @@ class Planner:
         ei = sd * (normal_pdf(z) + z * normal_cdf(z))
         margin = math.log(1 + pareto.noise(best))
         return {**pred, "fit": fit, "acquisition": fit * ei, "beat": fit * normal_cdf((gap - margin) / sd)}
+
+    def in_time(self, configs: list[dict], scored: dict) -> np.ndarray:
+        if not self.max_step_s or self.objective != "samples":
+            return np.ones(len(configs))
+        samples = np.array([c["batch_size"] * c.get("accumulation", 1) for c in configs], dtype=float)
+        return (samples / np.exp(scored["speed"]) <= self.max_step_s).astype(float)
 
     def saver_needed(self, configs: list[dict], rows: list[dict], fitted: model.Fit) -> np.ndarray:
         """0 for a config with a memory saver (checkpointing) whose twin without it probably fits at the

@@ -220,7 +220,9 @@ class Sweep:
     def planner(self) -> planner.Planner:
         if self._planner is None:
             self._planner = planner.Planner(list(all_configs(self.spec)), usable_memory(self.spec),
-                                            self.spec.memory_budget, self.device, self.spec.objective)
+                                            self.spec.memory_budget, self.device, self.spec.objective,
+                                            # on a CPU a large batch's step can outlast the stall limit
+                                            max_step_s=None if self.device.startswith("cuda") else self.spec.stall_s / 2)
         return self._planner
 
     def remaining(self) -> bool:
