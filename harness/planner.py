@@ -154,7 +154,12 @@ class Planner:
         if not open_ or not rows:
             return out
         scored = self.score(open_, rows, self.fit(rows))
-        likely = [i for i in np.argsort(-scored["speed"]) if scored["fit"][i] >= 0.5][:SHOWN]
+        likely, shown = [], set()
+        for i in np.argsort(-scored["speed"]):  # the fastest likely fit of each family, not five batches of one
+            family = search.speed_family(open_[i], False)
+            if scored["fit"][i] >= 0.5 and family not in shown and len(likely) < SHOWN:
+                likely.append(i)
+                shown.add(family)
         out["predicted"] = [{"config": open_[i], "speed": float(np.exp(scored["speed"][i])),
                              "speed_sd": float(scored["speed_sd"][i]), "peak_memory": float(np.exp(scored["peak"][i])),
                              "fit_chance": float(scored["fit"][i]), "beat_chance": float(scored["beat"][i])}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass
 
@@ -226,7 +227,8 @@ def model_lines(model: dict | None, objective: str) -> list[str]:
     if model.get("predicted"):
         lines.append("PREDICTED, not measured (the search's model; run them with `bench trial`):")
         for p in model["predicted"]:
-            lines.append(f"  {describe(p['config'])}  ~{p['speed']:.1f} {objective}/s (±{p['speed_sd']:.0%}), "
+            lines.append(f"  {describe(p['config'])}  ~{p['speed']:.1f} {objective}/s (likely within "
+                         f"×{math.exp(p['speed_sd']):.2f} either way), "
                          f"peak ~{gib(p['peak_memory'])}, fits {p['fit_chance']:.0%}, beats best {p['beat_chance']:.0%}")
     return lines
 
