@@ -29,7 +29,7 @@ def known(config: dict) -> tuple[float, float]:
     """Throughput and peak of a config, from the model's form with the KNOWN factors."""
     bf16, ckpt = config["precision"] == "bf16-mixed", config["checkpointing"] == "full"
     t = KNOWN["per_sample"] * (KNOWN["bf16_t"] if bf16 else 1) * (KNOWN["ckpt_t"] if ckpt else 1)
-    speed = config["batch_size"] / (KNOWN["overhead"] + t * config["batch_size"])
+    speed = 1000 * config["batch_size"] / (KNOWN["overhead"] + t * config["batch_size"])  # times in ms
     peak = KNOWN["static"] + KNOWN["activation"] * (KNOWN["ckpt_a"] if ckpt else 1) * config["batch_size"]
     return speed, peak
 
@@ -70,7 +70,7 @@ def test_the_acquisition_measures_a_family_never_measured_when_the_model_says_it
     nxt = plan.next(rows)
     assert nxt["precision"] == "bf16-mixed" and nxt["checkpointing"] == "none"  # checkpointing cannot win: all fit
     # ...and where bf16 was measured 3x slower per sample at both ends of the batch range, it is not
-    measured_slow = [{**r, "throughput": r["config"]["batch_size"] / (8 + 3.0 * r["config"]["batch_size"])}
+    measured_slow = [{**r, "throughput": 1000 * r["config"]["batch_size"] / (8 + 3.0 * r["config"]["batch_size"])}
                      if r["config"]["precision"] == "bf16-mixed" else r
                      for r in [row(i, c) for i, c in enumerate(space(batches=(4, 128), ckpts=("none",)))]]
     assert planner.Planner(space(), usable=2**40, limit=2**40, device="cpu").next(measured_slow)["precision"] == "fp32"
