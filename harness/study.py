@@ -221,8 +221,10 @@ class Sweep:
         if self._planner is None:
             self._planner = planner.Planner(list(all_configs(self.spec)), usable_memory(self.spec),
                                             self.spec.memory_budget, self.device, self.spec.objective,
-                                            # on a CPU a large batch's step can outlast the stall limit
-                                            max_step_s=None if self.device.startswith("cuda") else self.spec.stall_s / 2)
+                                            # on a CPU a large batch's steps can outlast the stall limit or
+                                            # the trial's (a first step, warm-up and a few timed windows)
+                                            max_step_s=None if self.device.startswith("cuda")
+                                            else min(self.spec.stall_s / 2, self.spec.trial_timeout_s / 8))
         return self._planner
 
     def remaining(self) -> bool:
