@@ -5,7 +5,8 @@
 LANDSCAPE.json is `bench report --format json` of a study where every config of a space was
 measured once (`sampler: grid`). bench's own sweep (harness.study.Sweep: the same sampler, skips,
 phases and confirmation) runs with a runner that looks each trial up in the landscape instead of
-launching it; plain Optuna TPE and random sampling run on the same table. For each: the median and
+launching it, on the device kind the landscape was recorded on (its planner's priors and compile
+rule follow it); plain Optuna TPE and random sampling run on the same table. For each: the median and
 p90, over seeds, of distinct configs measured until one within 2% of the best feasible config is.
 Skipped configs are not measured; a skip of a config that did fit in the landscape is an error.
 """
@@ -39,7 +40,9 @@ def load(path: Path, budget: int | None, headroom: float | None, objective: str 
     table = {search.key(r["config"]): r for r in rows}
     fits = [r for r in rows if r["status"] == "ok" and (not usable or r["peak_memory"] <= usable)]
     best = max(pareto.single(r, objective) for r in fits)
+    kind = info.get("device") or next(((r.get("memory") or {}).get("kind") for r in rows if (r.get("memory") or {}).get("kind")), "cpu")
     return {"rows": rows, "table": table, "budget": budget, "headroom": headroom, "objective": objective,
+            "device": "cuda" if str(kind).startswith("cuda") else "cpu",
             "usable": usable, "target": best * (1 - WITHIN), "fits": {search.key(r["config"]) for r in fits}}
 
 
@@ -66,24 +69,25 @@ class Counter:
 
     def __call__(self, config: dict, number: int, repeat: bool = False) -> dict:
         k = search.key(config)
+        rec = self.land["table"].get(k) or {"status": "error", "throughput": None, "peak_memory": None,  # a gap in the grid
+                                             "error": {"type": "NotRecorded", "message": "not in the landscape"}}
         if k not in self.seen:
             self.seen.append(k)
-            rec = self.land["table"][k]
             speed = pareto.single(rec, self.land["objective"])
             if self.hit_at is None and k in self.land["fits"] and speed >= self.land["target"]:
                 self.hit_at = len(self.seen)
-        return json.loads(json.dumps(self.land["table"][k]))
+        return json.loads(json.dumps(rec))
 
 
 def run_bench(land: dict, path: Path, seed: int) -> tuple[int, list]:
     grid = len(land["rows"])
     spec = spec_for(land, path, seed, trials=grid)
-    study = studies.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    study = studies.create(spec, optuna.storages.InMemoryStorage(), land["device"])
     base = next((r["config"] for r in land["rows"] if r.get("baseline")), land["rows"][0]["config"])
     studies.enqueue_baseline(study, spec, base)
     counter = Counter(land)
     with tempfile.TemporaryDirectory() as results:  # the claim lock's folder; nothing else is written
-        sweep = studies.Sweep(spec, study, "cpu", Path(results), grid, None, auto=False, runner=counter)
+        sweep = studies.Sweep(spec, study, land["device"], Path(results), grid, None, auto=False, runner=counter)
         while counter.hit_at is None and sweep.counted() < grid and len(sweep.measured_configs()) < grid:
             if not sweep.plan_next():
                 break

@@ -128,6 +128,9 @@ class Choice:
     run_source: str = ""
     """Where run_steps came from (the target's max_steps, epochs x steps, or the assumption)."""
     why: tuple[str, ...] = ()
+    model: dict | None = None
+    """The search's model as the sweep kept it (harness.planner): why best is best, and predictions for
+    configs never measured. Predictions, never measurements."""
 
     @property
     def unit(self) -> str:

@@ -8,6 +8,7 @@ harness.report_html and reads the same Choice.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -30,9 +31,11 @@ MAIN_KNOBS = ("batch_size", "accumulation", "precision", "checkpointing", "compi
 
 
 def annotate(rows: list[dict], info: dict, run_steps: int | None = None, run_source: str | None = None) -> Choice:
-    """The study's choice: harness.pareto.choose with the study's budget, headroom and objective."""
-    return pareto.choose(rows, info.get("memory_budget"), info.get("headroom", 0.1), info.get("objective", "samples"),
-                         run_steps=run_steps, run_source=run_source)
+    """The study's choice: harness.pareto.choose with the study's budget, headroom and objective, and the
+    search's model (harness.planner: why best is best, predictions) that the sweep kept with the study."""
+    choice = pareto.choose(rows, info.get("memory_budget"), info.get("headroom", 0.1), info.get("objective", "samples"),
+                           run_steps=run_steps, run_source=run_source)
+    return dataclasses.replace(choice, model=info.get("model"))
 
 
 def marks(s: Standing, choice: Choice) -> dict:
@@ -42,7 +45,8 @@ def marks(s: Standing, choice: Choice) -> dict:
     return {"pareto": s.pareto, "best": s.best, "leader": choice.leader is s, "baseline": s.record.baseline,
             "tier": s.tier, "noisy": s.noisy, "unsafe": s.unsafe,
             "speed": {"value": s.speed, "unit": choice.unit, "runs": s.runs, "noise": s.noise} if s.speed else None,
-            "vs_baseline": against.__dict__ if against else None}
+            "vs_baseline": against.__dict__ if against else None,
+            **({"model": choice.model} if s.best and choice.model else {})}
 
 
 def to_json(choice: Choice) -> str:
@@ -232,6 +236,7 @@ def summary_lines(choice: Choice, info: dict) -> list[str]:
         where = f"tensors measured in trial {reused['trial']}, same build and shape" if reused else "measured tensors"
         lines.append("best's memory: " + ", ".join(f"{k} {size(v)}" for k, v in best.record.memory["breakdown"].items())
                      + f" ({where}; the rest of the {size(best.peak)} peak is allocator, runtime and data)")
+    lines.extend(model_lines(choice.model, choice.objective))
     lines.extend(compile_lines(choice))
     lines.extend(report_time.lines([s.record for s in choice.rows]))
     lines.extend(watch_lines(choice))
@@ -239,6 +244,20 @@ def summary_lines(choice: Choice, info: dict) -> list[str]:
     for name, tier in choice.tiers.items():
         lines.append(f"  {name:<10} " + (f"trial {tier.number}: {tier.speed:.1f} {choice.unit}, "
                                          f"peak {gib(tier.peak)}" if tier else "nothing fits"))
+    return lines
+
+
+def model_lines(model: dict | None, objective: str) -> list[str]:
+    """Why best is best, and the configs never measured that the model predicts fastest: predicted, not measured."""
+    if not model:
+        return []
+    lines = [f"why best: {model['why']}"] if model.get("why") else []
+    if model.get("predicted"):
+        lines.append("PREDICTED, not measured (the search's model; run them with `bench trial`):")
+        for p in model["predicted"]:
+            lines.append(f"  {describe(p['config'])}  ~{p['speed']:.1f} {objective}/s (likely within "
+                         f"×{math.exp(p['speed_sd']):.2f} either way), "
+                         f"peak ~{gib(p['peak_memory'])}, fits {p['fit_chance']:.0%}, beats best {p['beat_chance']:.0%}")
     return lines
 
 

@@ -59,6 +59,8 @@ class Dimension:
     choices: tuple = ()
     low: int | None = None
     high: int | None = None
+    dropped: tuple = ()
+    """Batch sizes left out because they do not divide effective_batch (for_device notes them)."""
 
     def size(self) -> int:
         return len(self.choices) if self.choices else self.high - self.low + 1
@@ -387,7 +389,28 @@ def check_parallel(dims: dict, fixed: dict, where: str) -> None:
                         "add fsdp to search.parallel or remove it")
 
 
+AUTO_BATCH_TOP = 2**16
+"""`batch_size: {low: N, high: auto}` searches up to here, or to the memory wall long before."""
+
+
+def batch_ladder(low: int, top: int = AUTO_BATCH_TOP) -> tuple:
+    """The batch sizes of `high: auto`: the powers of two from `low`, and above 32 eighths of each
+    octave (multiples of 8, as GPU kernels like), so that the search can close in on the wall."""
+    sizes, power = {low}, 1 << max(low - 1, 0).bit_length()
+    while power <= top:
+        sizes.add(power)
+        if power >= 64:
+            sizes.update(range(power + power // 8, min(2 * power, top + 1), power // 8))
+        elif power >= 16:
+            sizes.update(range(power + 8, min(2 * power, top + 1), 8))
+        power *= 2
+    return tuple(sorted(b for b in sizes if low <= b <= top))
+
+
 def parse_dimension(name: str, value, at: str) -> Dimension:
+    if name == "batch_size" and isinstance(value, dict) and value.get("high") == "auto":
+        check_keys(value, ("low", "high"), at)
+        return Dimension(name, choices=batch_ladder(positive_int(value.get("low", 1), f"{at}.low")))
     if isinstance(value, dict):
         check_keys(value, ("low", "high"), at)
         low, high = int_value(value.get("low"), f"{at}.low"), int_value(value.get("high"), f"{at}.high")
@@ -425,6 +448,7 @@ def restrict_to_effective_batch(dims, fixed, effective: int, where: str):
     if "accumulation" in dims or "accumulation" in fixed:
         raise UserError(f"{where}: search.accumulation is derived from effective_batch; give one or the other")
     sizes = dims["batch_size"].choices if "batch_size" in dims else (fixed["batch_size"],)
+    sizes = tuple(b for b in sizes if b <= effective)  # `high: auto` reaches far above it
     if not sizes:
         raise UserError(f"{where}: with effective_batch, give batch_size as a list of sizes, not a range")
     nprocs = knob_values("nproc", dims, fixed)  # effective_batch is global: every process count must divide it
@@ -438,7 +462,7 @@ def restrict_to_effective_batch(dims, fixed, effective: int, where: str):
         dims.pop("batch_size", None)
         fixed = {**fixed, "batch_size": keep[0]}
     else:
-        dims["batch_size"] = Dimension("batch_size", choices=keep)
+        dims["batch_size"] = Dimension("batch_size", choices=keep, dropped=tuple(b for b in sizes if b not in keep))
     return dims, fixed
 
 
@@ -502,6 +526,11 @@ def for_device(spec: Spec, device: str) -> tuple[Spec, list[str]]:
             check_knob(knob, dropped[0], device, f"{spec.path}: search.{knob}")
         search[knob] = dataclasses.replace(dim, choices=tuple(v for v in dim.choices if v not in dropped))
         notes.extend(f"search.{knob}: {v} left out on {device}: {refusal(knob, v, device)}" for v in dropped)
+    if "batch_size" in spec.search and spec.search["batch_size"].dropped:
+        left = spec.search["batch_size"].dropped
+        notes.append(f"search.batch_size: {', '.join(map(str, left[:6]))}{', ...' if len(left) > 6 else ''} "
+                     f"({len(left)} size{'s' if len(left) > 1 else ''}) left out: "
+                     f"{'they do' if len(left) > 1 else 'it does'} not divide effective_batch {spec.effective_batch}")
     return dataclasses.replace(spec, search=search), [*spec.notes, *notes]
 
 

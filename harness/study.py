@@ -20,7 +20,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from harness import __version__, busy, failures, launch, pareto, record, search
+from harness import __version__, busy, failures, launch, pareto, planner, record, search
 from harness import storage
 from harness.storage import (JOURNAL, existing_storage, is_stale, open_storage,  # noqa: F401 (open_storage: API)
                              redact, study_dir, worker_id)
@@ -31,7 +31,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 MAX_DUPLICATES_IN_A_ROW = 30
 PATIENCE = 5
-"""--trials auto: the eager search ends after this many measured trials without a better best."""
+"""--trials auto with an Optuna sampler (not the planner): stop after this many measured trials
+without a better best."""
 COMPILE_TOP = 2
 """Compile modes are tried on the best eager config, and on up to this many while compile keeps winning."""
 SLOW_CUT = 0.5
@@ -145,6 +146,7 @@ class Sweep:
 
     def __post_init__(self):
         self.runner = self.runner or self.launch
+        self._planner = None
         self.stale = 0  # measured trials since the best last improved
         self.quiet = busy.Quiet(self.device, say=lambda line: self.progress.note(line))
 
@@ -168,33 +170,69 @@ class Sweep:
                 break
             duplicates_in_a_row = 0 if self.run_one() else duplicates_in_a_row + 1
         self.confirm()
+        self.keep_model()
         if self.quiet.closing():
             self.progress.note(self.quiet.closing())
+
+    def keep_model(self) -> None:
+        """The planner's predictions for the configs never measured and one line on why best is best,
+        kept with the study for `bench report` (predictions, never measurements)."""
+        if self.spec.sampler == "tpe" and rows_of(self.study):
+            self.study.set_user_attr("model", self.planner().summary(rows_of(self.study), self.best_so_far()))
 
     def plan_next(self) -> bool:
         """With nothing queued, queue what the search measures next; False once it should stop (--trials auto).
 
-        The order: the structured eager search (every family's memory frontier), then the sampler's
-        own proposals until the best stops improving, then compile modes for the best eager config
-        (and the next-best while compile keeps winning).
+        The planner (harness.planner, sampler: tpe) decides: eager configs first, by the model's
+        expected improvement, until none is predicted to beat the best by more than the noise (or
+        only the compile phase's trials are left under the cap); then compile modes for the best
+        eager config (and the next-best while compile keeps winning); then any config, compiled ones
+        included, until the cap, or with --trials auto until the model's rule says stop. Other
+        samplers propose every config themselves.
         """
         if self.queued():
             return True
         if self.eager_phase() and self.compile_reserve_reached():  # the cap must leave compile its trials
             self.end_eager_phase()
             return True
-        if self.queue_probe():
+        if self.study.user_attrs.get("compile_phase") and self.queue_compile():
             return True
+        if self.spec.sampler == "tpe":
+            return self.queue_planned()
         if self.eager_phase() and self.eager_done():
             self.end_eager_phase()
             return True
-        if self.study.user_attrs.get("compile_phase") and self.queue_compile():
-            return True
-        if self.auto and self.searched_enough():
-            self.progress.note("the best stopped improving and every family's frontier is measured: "
-                               "stopping (--trials auto)")
+        if self.auto and self.stale >= PATIENCE:
+            self.progress.note(f"the best has not improved in {PATIENCE} trials: stopping (--trials auto)")
             return False
         return True
+
+    def queue_planned(self) -> bool:
+        eager = self.eager_phase()
+        apart = self.compile_apart()
+        config = self.planner().next(rows_of(self.study), include=lambda c: not apart or c.get("compile", "off") == "off",
+                                     stop=planner.EAGER_STOP_CHANCE if eager else planner.STOP_CHANCE if self.auto else None)
+        if config is not None:
+            self.enqueue(config)
+            return True
+        if eager:
+            self.end_eager_phase()
+            return True
+        if self.auto:
+            self.progress.note("no config left is predicted to beat the best by more than its noise: "
+                               "stopping (--trials auto)")
+            return False
+        return True  # every config is measured or ruled out: the sampler proposes (run() stops when all are)
+
+    def planner(self) -> planner.Planner:
+        if self._planner is None:
+            self._planner = planner.Planner(list(all_configs(self.spec)), usable_memory(self.spec),
+                                            self.spec.memory_budget, self.device, self.spec.objective,
+                                            # on a CPU a large batch's steps can outlast the stall limit or
+                                            # the trial's (a first step, warm-up and a few timed windows)
+                                            max_step_s=None if self.device.startswith("cuda")
+                                            else min(self.spec.stall_s / 2, self.spec.trial_timeout_s / 8))
+        return self._planner
 
     def remaining(self) -> bool:
         storage.fail_stale_trials(self.study)  # first: another host's dead worker's trial must not count as running
@@ -202,10 +240,16 @@ class Sweep:
 
     # -- phases: eager configs first, compile only for the best eager ones ---------------------------
     def eager_phase(self) -> bool:
+        return self.compile_apart() and not self.study.user_attrs.get("compile_phase")
+
+    def compile_apart(self) -> bool:
+        """Compile modes are measured apart, on the best eager configs (queue_compile), where a compile
+        costs minutes and rarely pays (a CPU). On a GPU the planner weighs compile like any knob:
+        removing launch overhead is often its largest single gain."""
         compile_dim = self.spec.search.get("compile")
         if self.spec.sampler == "grid" or not compile_dim or set(compile_dim.choices) <= {"off"}:
             return False
-        return not self.study.user_attrs.get("compile_phase")
+        return not (self.spec.sampler == "tpe" and self.device.startswith("cuda"))
 
     def eager_done(self) -> bool:
         eager = [c for c in all_configs(self.spec) if c.get("compile") == "off"]
@@ -245,29 +289,6 @@ class Sweep:
         for mode in self.spec.search["compile"].choices:
             if mode != "off":
                 self.enqueue({**untried[0]["config"], "compile": mode})
-        return True
-
-    def searched_enough(self) -> bool:
-        """After the compile phase's queue is run; without a compile phase, after PATIENCE trials without
-        a better best (every family's frontier is measured by then: queue_probe comes first)."""
-        return bool(self.study.user_attrs.get("compile_phase")) or self.stale >= PATIENCE
-
-    def queue_probe(self) -> bool:
-        """Queue the structured search's next eager config: the frontier of the first family in the prior's
-        order (search.next_probe), the best config's neighbours (search.next_neighbour), the frontiers of
-        the other families without a memory saver and the neighbours of the best again, then the
-        frontiers of the families with one (they pay for memory in speed); False once it has none."""
-        if self.spec.sampler != "tpe" or self.study.user_attrs.get("compile_phase"):
-            return False
-        eager = [c for c in all_configs(self.spec) if c.get("compile", "off") == "off"]
-        args = (eager, rows_of(self.study), usable_memory(self.spec), bool(self.spec.effective_batch),
-                self.device, self.spec.objective)
-        probe = (search.next_probe(*args, savers=False, families=1) or search.next_neighbour(*args)
-                 or search.next_probe(*args, savers=False) or search.next_neighbour(*args)
-                 or search.next_probe(*args))
-        if probe is None:
-            return False
-        self.enqueue(probe)
         return True
 
     def enqueue(self, config: dict) -> None:

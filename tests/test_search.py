@@ -5,7 +5,6 @@ uses), so the policy is tested exactly and fast; the real launcher path is cover
 """
 from __future__ import annotations
 
-import itertools
 import json
 import subprocess
 import sys
@@ -114,82 +113,12 @@ def test_a_fitted_peak_far_over_the_budget_is_skipped_and_never_a_config_that_fi
     assert search.skip_reason({"batch_size": 64, "precision": "bf16-mixed"}, rows, usable) is None  # other family
 
 
-def drive(space, table, usable, derived=False, device="cpu"):
-    """Run the structured search to its end on a looked-up landscape: the configs it measures, in order."""
-    rows = []
-    while (probe := search.next_probe(space, rows, usable, derived, device)) is not None:
-        assert search.key(probe) not in {search.key(r["config"]) for r in rows}  # never the same config twice
-        rows.append({"number": len(rows), "config": probe, **table(probe)})
-    return [(c["config"]["batch_size"], c["config"]["precision"], c["config"]["checkpointing"]) for c in rows]
-
-
-def test_each_family_is_probed_top_down_to_its_memory_frontier_and_savers_only_above_it(tmp_path):
-    spec = make_spec(tmp_path)
-    order = drive(list(specs.all_configs(spec)), landscape, usable=90 * MiB)
-    assert order == [
-        (32, "bf16-mixed", "none"),  # the prior's first family, at its largest batch: OOM (106 MiB)
-        (8, "bf16-mixed", "none"),   # bisect below the wall (nothing fits yet to draw a line through)
-        (16, "bf16-mixed", "none"),  # 58 MiB: fits; 32 did not, so this family's frontier is 16
-        (32, "fp32", "none"), (8, "fp32", "none"), (16, "fp32", "none"),
-        (32, "bf16-mixed", "full"),  # checkpointing only above its twin's frontier (16): 58 MiB, fits
-        (32, "fp32", "full"),
-    ]
-    fits = [c for c in specs.all_configs(spec) if landscape(c)["status"] == "ok" and landscape(c)["peak_memory"] <= 90 * MiB]
-    fastest = max(fits, key=lambda c: landscape(c)["throughput"])
-    assert (fastest["batch_size"], fastest["precision"], fastest["checkpointing"]) in order  # 8 of 16 measured
-
-
-def test_a_line_through_two_peaks_jumps_to_the_largest_batch_predicted_to_fit(tmp_path):
-    spec = make_spec(tmp_path, batch_size=[4, 8, 12, 16, 20, 24, 28, 32], precision=["fp32"], checkpointing=["none"])
-    rows = [{"number": n, "config": spec.config({"batch_size": b, "precision": "fp32", "checkpointing": "none"}),
-             **landscape(spec.config({"batch_size": b, "precision": "fp32", "checkpointing": "none"}))}
-            for n, b in enumerate((4, 8))]
-    probe = search.next_probe(list(specs.all_configs(spec)), rows, 90 * MiB, False, "cpu")
-    assert probe["batch_size"] == 24  # 10 + 3 * 24 = 82 MiB <= 90; 28 would be 94
-
-
-def test_an_accumulation_sibling_is_measured_once_at_the_known_frontier(tmp_path):
-    spec = make_spec(tmp_path, batch_size=[4, 8, 16, 32], accumulation=[1, 2], precision=["fp32"], checkpointing=["none"])
-    order = drive(list(specs.all_configs(spec)), lambda c: landscape(c), usable=90 * MiB)
-    configs = [o for o in order]
-    assert configs[:3] == [(32, "fp32", "none"), (8, "fp32", "none"), (16, "fp32", "none")]  # accumulation 1 first
-    assert configs[3:] == [(16, "fp32", "none")]  # accumulation 2: its memory is accumulation 1's, so one probe
-
-
-def test_an_accumulation_sibling_of_a_slow_family_is_not_measured(tmp_path):
-    spec = make_spec(tmp_path, batch_size=[4, 8, 16, 32], accumulation=[1, 2], precision=["fp32", "fp16-mixed"],
-                     checkpointing=["none"])
-
-    def cpu_fp16(config):  # fp16 autocast on a CPU: a tenth of the speed
-        rec = landscape({**config, "precision": "fp32"})
-        if config["precision"] == "fp16-mixed" and rec["throughput"]:
-            rec["throughput"] /= 10
-        return rec
-    order = drive(list(specs.all_configs(spec)), cpu_fp16, usable=90 * MiB)
-    assert [o for o in order if o[1] == "fp16-mixed"] == [(32, "fp16-mixed", "none"), (8, "fp16-mixed", "none"),
-                                                         (16, "fp16-mixed", "none")]  # accumulation 1 only
-    assert len([o for o in order if o[1] == "fp32"]) == 4  # fp32's accumulation 2 sibling is measured
-
-
 def test_an_oom_with_accumulation_says_nothing_about_the_same_batch_without():
     # accumulation keeps the gradients alive through the next micro-batch: its peak is the higher one
     oom = {"number": 0, "status": "oom", "config": {"batch_size": 32, "accumulation": 2, "precision": "fp32"}}
     assert search.skip_reason({"batch_size": 32, "accumulation": 1, "precision": "fp32"}, [oom], 90 * MiB) is None
     oom1 = {**oom, "config": {**oom["config"], "accumulation": 1}}
     assert search.skip_reason({"batch_size": 32, "accumulation": 2, "precision": "fp32"}, [oom1], 90 * MiB)["from"] == [0]
-
-
-def test_an_accumulation_sibling_over_the_budget_at_the_frontier_is_measured_one_batch_below(tmp_path):
-    spec = make_spec(tmp_path, batch_size=[4, 8, 16, 32], accumulation=[1, 2], precision=["fp32"], checkpointing=["none"])
-
-    def grads_held(config):  # accumulation 2 peaks 20 MiB higher: 16 fits without it, not with it
-        rec = landscape(config)
-        if config["accumulation"] == 2 and rec["peak_memory"]:
-            rec["peak_memory"] += 20 * MiB
-        return rec
-    order = drive(list(specs.all_configs(spec)), grads_held, usable=60 * MiB)
-    assert order == [(32, "fp32", "none"), (8, "fp32", "none"), (16, "fp32", "none"),  # accumulation 1: 16 fits
-                     (16, "fp32", "none"), (8, "fp32", "none")]  # accumulation 2: 78 MiB at 16, so 8
 
 
 def plateau(config: dict) -> dict:
@@ -201,50 +130,18 @@ def plateau(config: dict) -> dict:
     return rec
 
 
-def test_after_the_frontiers_the_best_configs_neighbours_are_measured(tmp_path):
-    spec = make_spec(tmp_path, batch_size=[4, 8, 16, 24, 32], precision=["fp32", "bf16-mixed"], checkpointing=["none"])
-    space = list(specs.all_configs(spec))
-    rows = []
-    for b in (32, 24):  # the bf16-mixed frontier: 32 OOMs (106 MiB), 24 fits (82 MiB) at 15.6
-        config = spec.config({"batch_size": b, "precision": "bf16-mixed", "checkpointing": "none"})
-        rows.append({"number": len(rows), "config": config, **plateau(config)})
-    neighbour = search.next_neighbour(space, rows, 90 * MiB, False, "cpu")
-    assert (neighbour["batch_size"], neighbour["precision"]) == (16, "bf16-mixed")  # one batch below, not above the wall
-    rows.append({"number": len(rows), "config": neighbour, **plateau(neighbour)})  # 20.8: faster, the new leader
-    neighbour = search.next_neighbour(space, rows, 90 * MiB, False, "cpu")
-    assert (neighbour["batch_size"], neighbour["precision"]) == (8, "bf16-mixed")
-    rows.append({"number": len(rows), "config": neighbour, **plateau(neighbour)})
-    neighbour = search.next_neighbour(space, rows, 90 * MiB, False, "cpu")
-    assert (neighbour["batch_size"], neighbour["precision"]) == (16, "fp32")  # then one other knob
-    rows.append({"number": len(rows), "config": neighbour, **plateau(neighbour)})
-    assert search.next_neighbour(space, rows, 90 * MiB, False, "cpu") is None  # the leader's neighbours are all known
-
-
-def test_a_neighbour_in_a_family_measured_slow_is_not_measured(tmp_path):
-    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["bf16-mixed", "fp16-mixed"], checkpointing=["none"])
-    space = list(specs.all_configs(spec))
-    rows = [{"number": 0, "config": spec.config({"batch_size": 16, "precision": "bf16-mixed", "checkpointing": "none"}),
-             "status": "ok", "throughput": 100.0, "peak_memory": 50 * MiB},
-            {"number": 1, "config": spec.config({"batch_size": 8, "precision": "fp16-mixed", "checkpointing": "none"}),
-             "status": "ok", "throughput": 10.0, "peak_memory": 30 * MiB}]  # fp16 autocast on a CPU
-    neighbour = search.next_neighbour(space, rows, 90 * MiB, False, "cpu")
-    assert (neighbour["batch_size"], neighbour["precision"]) == (8, "bf16-mixed")
-    rows.append({"number": 2, "config": neighbour, "status": "ok", "throughput": 60.0, "peak_memory": 30 * MiB})
-    assert search.next_neighbour(space, rows, 90 * MiB, False, "cpu") is None  # not fp16-mixed at 16
-
-
-def test_a_sweep_measures_the_leaders_neighbours_before_the_sampler_proposes(tmp_path):
+def test_a_sweep_finds_the_fastest_config_below_its_frontier_on_a_plateau(tmp_path):
+    """Throughput falls past batch 16: the model's cache term (k) lets it say so, and the fastest
+    config, one step below the frontier, is measured well before the space is exhausted."""
     spec = make_spec(tmp_path, trials=9, batch_size=[4, 8, 16, 24], precision=["fp32", "bf16-mixed"],
                      checkpointing=["none"])
     runner = Runner(plateau)
     sweep = sweep_for(spec, tmp_path, runner)
-    for _ in range(5):
+    for _ in range(6):
         assert sweep.plan_next()
         sweep.run_one()
-    measured = [(c["batch_size"], c["precision"]) for c in runner.runs]
-    # the first family's frontier is its largest batch (24 fits), yet the fastest config is one batch
-    # below: the leader's neighbourhood is climbed before the next family's frontier is surveyed
-    assert measured == [(24, "bf16-mixed"), (16, "bf16-mixed"), (8, "bf16-mixed"), (16, "fp32"), (24, "fp32")]
+    assert {"batch_size": 16, "precision": "bf16-mixed"}.items() <= next(
+        c for c in runner.runs if c["batch_size"] == 16 and c["precision"] == "bf16-mixed").items()
 
 
 def test_confirmation_reruns_change_a_noisy_winner(tmp_path):

@@ -1,0 +1,228 @@
+"""What to measure next, and when to stop: the model's predictions turned into decisions. No Optuna, no processes.
+
+Given the measured rows (trial records) and the space of configs, `Planner.next` fits the model
+(harness.model), predicts every unmeasured config's throughput and peak with an uncertainty, and
+returns the config with the largest expected improvement over the best measured config that fits,
+weighted by the chance that it fits (constrained EI, in log throughput). A config of a family
+never measured has a wide prediction, so it is measured when the model says it may win. Known
+facts overrule the model: a config at or above a batch of its memory family that ran out of memory
+or over the usable memory is never proposed (harness.search holds those rules and the skip
+records), and one at or below a batch measured to fit surely fits.
+
+Given `stop`, it returns None once no unmeasured config has even that chance (STOP_CHANCE for
+`--trials auto`) to fit and beat the best by more than the best's measured noise. `study.Sweep` drives
+it with Optuna as the ledger; benchmarks/search_replay.py and search_eval.py drive the same code.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from harness import model, pareto, search
+
+STOP_CHANCE = 0.05
+"""--trials auto stops once every unmeasured config's chance to fit and beat the best by more than
+its noise is under this."""
+EAGER_STOP_CHANCE = 0.2
+"""The eager search hands over to compile sooner: compiling removes a step's fixed cost, which no
+eager config can, so the last few percent of eager refinement are worth less than its first trial."""
+TRUST = 16
+"""The largest batch proposed is this many times the largest that has run (finders double; the model
+may stride further, not blindly)."""
+PEAK_SD_CAP = 0.25
+"""The largest log-spread of a predicted peak the chance to fit uses (a factor of 1.28)."""
+SHOWN = 5
+"""Predicted configs a study keeps for its report."""
+
+
+def normal_cdf(z):
+    return 0.5 * (1 + np.vectorize(math.erf)(np.asarray(z) / math.sqrt(2)))
+
+
+def normal_pdf(z):
+    return np.exp(-0.5 * np.asarray(z) ** 2) / math.sqrt(2 * math.pi)
+
+
+@dataclass
+class Planner:
+    space: list[dict]
+    """Every config the search may measure."""
+    usable: float | None
+    """Peak memory a config may use and still count (budget less headroom); None: no budget."""
+    limit: float | None
+    """Where a run runs out of memory (the budget): an OOM says the peak was above it."""
+    device: str
+    objective: str = "samples"
+    max_step_s: float | None = None
+    """No config is proposed whose predicted optimizer step takes longer (a trial that cannot finish
+    its warm-up inside the stall limit is a lost trial, and on a CPU batch 2048 gets there)."""
+
+    def fit(self, rows: list[dict]) -> model.Fit:
+        return model.fit(searched(rows), self.space, self.device, self.objective, self.limit)
+
+    def next(self, rows: list[dict], include=lambda config: True, stop: float | None = None) -> dict | None:
+        """The config to measure next among those `include` admits; None when none is left (or when
+        no config has a `stop` chance to fit and beat the best by more than the noise)."""
+        rows = searched(rows)
+        open_ = self.open_configs(rows, include)
+        if not open_:
+            return None
+        fitted = self.fit(rows)
+        scored = self.score(open_, rows, fitted)
+        scored["acquisition"] = scored["acquisition"] * self.saver_needed(open_, rows, fitted) * self.in_time(open_, scored)
+        if stop is not None and scored["beat"].max() < stop:
+            return None
+        return open_[int(np.argmax(scored["acquisition"]))]
+
+    def open_configs(self, rows: list[dict], include=lambda config: True) -> list[dict]:
+        """Configs not measured, not proven over the memory, not above a batch of their family that ran
+        past the trial timeout (larger is slower still), and within TRUST x the largest batch that ran:
+        extrapolating a line a hundredfold is a guess, and a step that takes minutes is a lost trial."""
+        measured = {search.key(r["config"]) for r in rows}
+        ran = [r["config"]["batch_size"] for r in rows if r.get("status") in ("ok", "diverged")]
+        reach = TRUST * max(ran or [r["config"]["batch_size"] for r in rows] or [math.inf])
+        kin = families(rows)
+        out = []
+        for c in self.space:
+            mine = kin.get(search.memory_family(c), [])
+            if (include(c) and c["batch_size"] <= reach and search.key(c) not in measured
+                    and search.skip_reason(c, mine, self.usable) is None and not search.above_wall(c, mine, self.usable)
+                    and not any(r.get("status") == "timeout" and r["config"]["batch_size"] <= c["batch_size"] for r in mine)):
+                out.append(c)
+        return out
+
+    def score(self, configs: list[dict], rows: list[dict], fitted: model.Fit) -> dict:
+        """Per config (arrays): predicted log speed and its sd, chance to fit, expected improvement
+        weighted by that chance, and the chance to fit and beat the best by more than its noise."""
+        pred = fitted.predict(configs)
+        fit = self.fit_chance(configs, rows, pred)
+        best = self.best(rows)
+        mu, sd = pred["speed"], pred["speed_sd"]
+        if best is None:  # nothing fits yet: the largest expected speed, a config that does not fit counting 0
+            return {**pred, "fit": fit, "acquisition": fit * np.exp(mu), "beat": fit}
+        gap = mu - math.log(pareto.speed(best, self.objective))
+        z = gap / sd
+        ei = sd * (normal_pdf(z) + z * normal_cdf(z))
+        margin = math.log(1 + pareto.noise(best))
+        return {**pred, "fit": fit, "acquisition": fit * ei, "beat": fit * normal_cdf((gap - margin) / sd)}
+
+    def in_time(self, configs: list[dict], scored: dict) -> np.ndarray:
+        if not self.max_step_s or self.objective != "samples":
+            return np.ones(len(configs))
+        samples = np.array([c["batch_size"] * c.get("accumulation", 1) for c in configs], dtype=float)
+        return (samples / np.exp(scored["speed"]) <= self.max_step_s).astype(float)
+
+    def saver_needed(self, configs: list[dict], rows: list[dict], fitted: model.Fit) -> np.ndarray:
+        """0 for a config with a memory saver (checkpointing) whose twin without it probably fits at the
+        same batch: the twin is as large and faster, so the saver cannot win there."""
+        twins = [{**c, **{k: off for k, off in search.MEMORY_SAVERS.items() if k in c}} for c in configs]
+        saving = np.array([twin != c for twin, c in zip(twins, configs)])
+        if not saving.any():
+            return np.ones(len(configs))
+        twin_fits = self.fit_chance(twins, rows, fitted.predict(twins))
+        return np.where(saving & (twin_fits >= 0.5), 0.0, 1.0)
+
+    def fit_chance(self, configs: list[dict], rows: list[dict], pred: dict) -> np.ndarray:
+        if not self.usable:
+            return np.ones(len(configs))
+        # An OOM bounds the peak from one side only, which the fit's curvature does not see: capped,
+        # the spread trusts the model's line over an unmeasured family's prior-wide guess.
+        chance = normal_cdf((math.log(self.usable) - pred["peak"]) / np.minimum(pred["peak_sd"], PEAK_SD_CAP))
+        kin = families(rows)
+        for i, config in enumerate(configs):
+            fit, wall = search.frontier(kin.get(search.memory_family(config), []), self.usable, config)
+            if fit is not None and config["batch_size"] <= fit:
+                chance[i] = 1.0
+            elif fit is None and wall is not None and config["batch_size"] > wall // 2:
+                chance[i] = 0.0  # nothing of this family fits yet: halve from its wall, as the finders do
+        return chance
+
+    def best(self, rows: list[dict]) -> dict | None:
+        """The best measured config that fits, as `bench report` chooses it."""
+        fits = [r for r in pareto.measured(rows, self.objective) if not self.usable or r["peak_memory"] <= self.usable]
+        return pareto.pick(fits, self.objective, self.limit)
+
+    # -- explaining ------------------------------------------------------------------------------
+    def summary(self, rows: list[dict], best: dict | None) -> dict:
+        """What a study keeps for its report: the configs the model predicts fastest among those never
+        measured (predicted, never measurements) and one line on why `best` is best."""
+        rows = searched(rows)
+        open_ = self.open_configs(rows)
+        out = {"predicted": [], "why": self.why(rows, best)}
+        if not open_ or not rows:
+            return out
+        scored = self.score(open_, rows, self.fit(rows))
+        likely, shown = [], set()
+        for i in np.argsort(-scored["speed"]):  # the fastest likely fit of each family, not five batches of one
+            family = search.speed_family(open_[i], False)
+            if scored["fit"][i] >= 0.5 and family not in shown and len(likely) < SHOWN:
+                likely.append(i)
+                shown.add(family)
+        out["predicted"] = [{"config": open_[i], "speed": float(np.exp(scored["speed"][i])),
+                             "speed_sd": float(scored["speed_sd"][i]), "peak_memory": float(np.exp(scored["peak"][i])),
+                             "fit_chance": float(scored["fit"][i]), "beat_chance": float(scored["beat"][i])}
+                            for i in likely]
+        return out
+
+    def why(self, rows: list[dict], best: dict | None) -> str | None:
+        """One line: the knob value of `best` that buys the most over the best measured config without it."""
+        if best is None:
+            return None
+        rows = searched(rows)
+        fits = [r for r in pareto.measured(rows, self.objective) if not self.usable or r["peak_memory"] <= self.usable]
+        fitted = self.fit(rows)
+        effects = fitted.effects()
+        speed = pareto.speed(best, self.objective)
+        reasons = []
+        for level in fitted.levels:
+            knob, value = level
+            if best["config"].get(knob) != value:
+                continue
+            without = [r for r in fits if r["config"].get(knob) != value]
+            if without:
+                alt = max(without, key=lambda r: pareto.speed(r, self.objective))
+                reasons.append((speed / pareto.speed(alt, self.objective), level, alt))
+        batch = best["config"]["batch_size"]
+        smaller = [r for r in fits if search.speed_family(r["config"], False) == search.speed_family(best["config"], False)
+                   and r["config"]["batch_size"] < batch]
+        if not reasons and not smaller:
+            return f"#{best['number']} is the fastest config measured that fits"
+        if reasons:
+            gain, (knob, value), alt = max(reasons, key=lambda x: x[0])
+            return f"{knob}={value} {self.effect_words(effects[(knob, value)], batch, alt)}: " \
+                   f"{gain - 1:+.0%} over the best without it (#{alt['number']}, {describe(alt['config'])})"
+        alt = max(smaller, key=lambda r: r["config"]["batch_size"])
+        gain = speed / pareto.speed(alt, self.objective)
+        return f"batch {batch} is the largest of its family that fits: {gain - 1:+.0%} over batch {alt['config']['batch_size']}"
+
+    @staticmethod
+    def effect_words(effect: dict, batch: int, alt: dict) -> str:
+        words = []
+        per_sample = effect["t"] - 1
+        if abs(per_sample) >= 0.02:
+            words.append(f"{'costs' if per_sample > 0 else 'saves'} {abs(per_sample):.0%} per sample")
+        if effect["O"] < 0.9:
+            words.append(f"cuts the fixed cost per step by {1 - effect['O']:.0%}")
+        if effect["A"] < 0.9 and batch > alt["config"]["batch_size"]:
+            words.append(f"lets batch {batch} fit (activations x{effect['A']:.2f})")
+        return " and ".join(words) or "is faster as measured"
+
+
+def families(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """Rows by memory family (harness.search.memory_family)."""
+    out: dict[tuple, list[dict]] = {}
+    for r in rows:
+        out.setdefault(search.memory_family(r["config"]), []).append(r)
+    return out
+
+
+def searched(rows: list[dict]) -> list[dict]:
+    """Rows that say something about a config: everything but trials still running or interrupted."""
+    return [r for r in rows if r.get("config") and "batch_size" in r["config"]
+            and r.get("status") not in ("running", "interrupted")]
+
+
+def describe(config: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in config.items())

@@ -1,0 +1,211 @@
+"""The planner and its model (issue #22): the fit recovers known effects, the acquisition reaches for a
+family never measured when the model says it can win, `--trials auto` stops on the model's rule,
+`batch_size: {high: auto}` finds the memory wall and closes in on it, and no Optuna is needed.
+
+Landscapes here follow the model's own form with known factors, so what the fit must recover is
+known exactly; the `high: auto` test runs real trials under a real memory limit.
+"""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from harness import model, planner, spec as specs, study as studies
+from tests.conftest import write_spec
+
+MiB = 2**20
+ROOT = Path(__file__).resolve().parents[1]
+KNOWN = {"bf16_t": 0.4, "ckpt_t": 1.3, "ckpt_a": 0.25, "overhead": 8.0, "per_sample": 1.0, "static": 200 * MiB,
+         "activation": 4 * MiB}
+
+
+def known(config: dict) -> tuple[float, float]:
+    """Throughput and peak of a config, from the model's form with the KNOWN factors."""
+    bf16, ckpt = config["precision"] == "bf16-mixed", config["checkpointing"] == "full"
+    t = KNOWN["per_sample"] * (KNOWN["bf16_t"] if bf16 else 1) * (KNOWN["ckpt_t"] if ckpt else 1)
+    speed = 1000 * config["batch_size"] / (KNOWN["overhead"] + t * config["batch_size"])  # times in ms
+    peak = KNOWN["static"] + KNOWN["activation"] * (KNOWN["ckpt_a"] if ckpt else 1) * config["batch_size"]
+    return speed, peak
+
+
+def space(batches=(4, 8, 16, 32, 64, 128), precisions=("fp32", "bf16-mixed"), ckpts=("none", "full")) -> list[dict]:
+    return [{"batch_size": b, "precision": p, "checkpointing": c, "compile": "off", "accumulation": 1}
+            for b in batches for p in precisions for c in ckpts]
+
+
+def row(number: int, config: dict) -> dict:
+    speed, peak = known(config)
+    return {"number": number, "status": "ok", "config": config, "throughput": speed, "peak_memory": peak,
+            "timing": {"step_s": {"cv": 0.005}}}
+
+
+def test_the_fit_recovers_the_known_effects_of_a_small_landscape():
+    measured = [c for c in space() if c["batch_size"] in (4, 32, 128)]
+    fitted = model.fit([row(i, c) for i, c in enumerate(measured)], space(), "cpu", "samples", None)
+    effects = fitted.effects()
+    assert effects[("precision", "bf16-mixed")]["t"] == pytest.approx(KNOWN["bf16_t"], rel=0.1)
+    assert effects[("checkpointing", "full")]["t"] == pytest.approx(KNOWN["ckpt_t"], rel=0.1)
+    assert effects[("checkpointing", "full")]["A"] == pytest.approx(KNOWN["ckpt_a"], rel=0.1)
+    # and it predicts the configs it never saw within a few percent, with a small spread
+    unseen = [c for c in space() if c["batch_size"] in (8, 64)]
+    pred = fitted.predict(unseen)
+    for i, config in enumerate(unseen):
+        speed, peak = known(config)
+        assert math.exp(pred["speed"][i]) == pytest.approx(speed, rel=0.05)
+        assert math.exp(pred["peak"][i]) == pytest.approx(peak, rel=0.05)
+        assert pred["speed_sd"][i] < 0.1
+
+
+def test_the_acquisition_measures_a_family_never_measured_when_the_model_says_it_can_win():
+    # Only fp32 is measured, up to its wall; bf16 (2.5x faster per sample on a GPU, by the prior) never.
+    fp32 = [c for c in space(precisions=("fp32",), ckpts=("none",))]
+    rows = [row(i, c) for i, c in enumerate(fp32)]
+    plan = planner.Planner(space(), usable=2**40, limit=2**40, device="cuda")
+    nxt = plan.next(rows)
+    assert nxt["precision"] == "bf16-mixed" and nxt["checkpointing"] == "none"  # checkpointing cannot win: all fit
+    # ...and where bf16 was measured 3x slower per sample at both ends of the batch range, it is not
+    measured_slow = [{**r, "throughput": 1000 * r["config"]["batch_size"] / (8 + 3.0 * r["config"]["batch_size"])}
+                     if r["config"]["precision"] == "bf16-mixed" else r
+                     for r in [row(i, c) for i, c in enumerate(space(batches=(4, 128), ckpts=("none",)))]]
+    assert planner.Planner(space(), usable=2**40, limit=2**40, device="cpu").next(measured_slow)["precision"] == "fp32"
+
+
+def test_a_config_whose_memory_saver_is_not_needed_is_never_chosen():
+    rows = [row(0, space()[0])]
+    plan = planner.Planner(space(), usable=2**40, limit=2**40, device="cuda")
+    picks = []
+    for _ in range(6):
+        picks.append(plan.next(rows + [row(i + 1, c) for i, c in enumerate(picks)]))
+    assert all(p["checkpointing"] == "none" for p in picks)  # everything fits without it
+
+
+def test_trials_auto_stops_on_the_models_rule(tmp_path):
+    raw = {"study": "auto", "workload": {"name": "emberformer"}, "trials": 40,
+           "search": {"batch_size": [4, 8, 16, 32, 64, 128], "precision": ["fp32", "bf16-mixed"],
+                      "checkpointing": ["none", "full"]},
+           "memory": {"budget": f"{int(400 / 0.9)}MiB", "headroom": 0.1}}
+    spec = specs.build(raw, tmp_path / "s.yaml", None, ())
+    notes, runs = [], []
+
+    class Notes(studies.Progress):
+        def note(self, message):
+            notes.append(message)
+
+    def runner(config, number, repeat=False):
+        runs.append(config)
+        speed, peak = known(config)
+        if peak > spec.memory_budget:
+            return {"status": "oom", "throughput": None, "peak_memory": None}
+        return {"status": "ok", "throughput": speed, "peak_memory": peak, "timing": {"step_s": {"cv": 0.005}}}
+
+    study = studies.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    sweep = studies.Sweep(spec, study, "cpu", tmp_path, 40, None, Notes(), auto=True, runner=runner)
+    sweep.run()
+    measured = [r for r in studies.rows_of(study) if r["status"] in ("ok", "oom")]
+    assert len(measured) < len(spec_space := list(specs.all_configs(spec))) // 2  # well before the cap
+    assert any("predicted to beat the best" in n for n in notes)
+    # the rule itself: no config left has a STOP_CHANCE chance to beat the best by more than its noise
+    rows = studies.rows_of(study)
+    plan = sweep.planner()
+    assert plan.next(rows, stop=planner.STOP_CHANCE) is None
+    best = plan.best(rows)
+    speed, _ = known(best["config"])
+    top = max(known(c)[0] for c in spec_space if known(c)[1] <= 400 * MiB)
+    assert speed >= 0.97 * top
+    # the study keeps the model's why and predictions for the report, marked predicted
+    kept = study.user_attrs["model"]
+    assert kept["why"] and all("speed" in p and "fit_chance" in p for p in kept["predicted"])
+
+
+def test_high_auto_is_a_ladder_of_powers_of_two_and_multiples_of_8(tmp_path):
+    raw = {"study": "a", "workload": {"name": "emberformer"}, "search": {"batch_size": {"low": 4, "high": "auto"}}}
+    ladder = specs.build(raw, tmp_path / "s.yaml", None, ()).search["batch_size"].choices
+    assert ladder[:6] == (4, 8, 16, 24, 32, 40) and 65536 in ladder
+    assert all(b % 8 == 0 for b in ladder if b >= 8) and 192 in ladder and 200 not in ladder
+    with_effective = specs.build({**raw, "search": {"batch_size": {"low": 4, "high": "auto"},
+                                                    "accumulation": {"effective_batch": 256}}}, tmp_path / "s.yaml", None, ())
+    assert with_effective.search["batch_size"].choices == (4, 8, 16, 32, 64, 128, 256)  # divisors only
+
+
+def test_the_planner_runs_without_optuna_or_torch():
+    code = ("import sys; sys.modules['optuna'] = None; sys.modules['torch'] = None\n"
+            "from harness import planner, model\n"
+            "space = [{'batch_size': b, 'precision': p} for b in (4, 8, 16) for p in ('fp32', 'bf16-mixed')]\n"
+            "rows = [{'number': 0, 'status': 'ok', 'config': space[0], 'throughput': 10.0, 'peak_memory': 2.0**20}]\n"
+            "print(planner.Planner(space, 2.0**30, 2.0**30, 'cpu').next(rows))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "batch_size" in out.stdout
+
+
+def test_a_real_sweep_with_high_auto_finds_the_wall_and_closes_in_on_it(project):
+    """Real trials of the tiny emberformer under a 160 MiB budget: the list of old (4..64) could not
+    reach its wall; `high: auto` runs into it and measures a batch between the powers of two around it."""
+    from click.testing import CliRunner
+
+    from harness.cli import main
+    spec = write_spec(project, name="wall", search={"batch_size": {"low": 4, "high": "auto"}}, trials=6,
+                      memory={"budget": "160MiB", "headroom": 0.1})
+    result = CliRunner().invoke(main, ["sweep", str(spec), "--device", "cpu", "--trials", "6"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report = CliRunner().invoke(main, ["report", "wall", "--format", "json"], catch_exceptions=False)
+    rows = json.loads(report.output)
+    usable = 160 * MiB * 0.9
+    fits = [r["config"]["batch_size"] for r in rows if r["status"] == "ok" and r["peak_memory"] <= usable]
+    walls = [r["config"]["batch_size"] for r in rows if r["status"] in ("oom", "skipped")
+             or (r["status"] == "ok" and r["peak_memory"] > usable)]
+    assert walls, "the search never reached the memory wall"
+    largest, wall = max(fits), min(w for w in walls if w > max(fits))
+    assert largest > 64  # beyond the old list's top
+    refined = [b for b in fits + walls if b & (b - 1)]  # not a power of two
+    assert refined and wall <= 1.5 * largest, f"fits {sorted(fits)}, walls {sorted(walls)}: not refined at the wall"
+
+
+def test_why_names_the_knob_that_buys_the_most_and_the_report_marks_predictions():
+    from harness import pareto, report
+    usable = KNOWN["static"] + KNOWN["activation"] * 40  # without checkpointing batch 32 fits, 64 does not
+    measured = [c for c in space(precisions=("bf16-mixed",)) if known(c)[1] <= usable and c["batch_size"] >= 16]
+    rows = [row(i, c) for i, c in enumerate(measured)]
+    plan = planner.Planner(space(precisions=("bf16-mixed",)), usable=usable, limit=usable / 0.9, device="cuda")
+    best = plan.best(rows)
+    assert best["config"]["checkpointing"] == "full" and best["config"]["batch_size"] == 128
+    why = plan.why(rows, best)
+    assert why.startswith("checkpointing=full") and "lets batch 128 fit" in why and "over the best without it" in why
+    kept = plan.summary(rows, best)
+    info = {"memory_budget": usable / 0.9, "headroom": 0.1, "model": kept}
+    choice = report.annotate(rows, info)
+    assert choice.model["why"] == why
+    best_row = next(r for r in json.loads(report.to_json(choice)) if r["best"])
+    assert best_row["model"]["why"] == why  # on the best row of `--format json`
+    lines = report.model_lines(kept, "samples")
+    assert lines[0] == f"why best: {why}"
+    assert all(p["config"] not in [r["config"] for r in rows] for p in kept["predicted"])  # never a measured config
+    assert not kept["predicted"] or "PREDICTED" in lines[1]
+    assert pareto.speed(best) > 0
+
+
+def test_a_batch_size_that_does_not_divide_the_effective_batch_is_left_out_with_a_note(tmp_path):
+    raw = {"study": "a", "workload": {"name": "emberformer"},
+           "search": {"batch_size": [4, 8, 12, 16], "accumulation": {"effective_batch": 32}}}
+    spec, notes = specs.for_device(specs.build(raw, tmp_path / "s.yaml", None, ()), "cpu")
+    assert spec.search["batch_size"].choices == (4, 8, 16)
+    assert notes == ["search.batch_size: 12 (1 size) left out: it does not divide effective_batch 32"]
+
+
+def test_the_out_of_sample_eval_scores_final_answers_of_every_search(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_eval.py"), "--seeds", "0-1", "--trials", "8",
+                          "--only", "bench,tpe,random,largest-fit", "--json"],
+                         capture_output=True, text=True, timeout=1200, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(result) == {"bench", "tpe", "random", "largest-fit"}
+    for name, figures in result.items():
+        assert 0 <= figures["p10"] <= figures["median"] <= 1.0 + 1e-9 or name == "largest-fit"
+        assert figures["runs_median"] >= 1
+    assert result["bench"]["runs_median"] == result["tpe"]["runs_median"]  # equal runs, by construction
