@@ -29,6 +29,7 @@ The generator (assumptions and ranges; all uniform unless said):
   checkpointing hits the wall at a batch log-uniform 2..4096 (anywhere); each memory family's
   activations x 1.0..1.08 (allocator fragmentation, unknown to the model); accumulation holds the
   gradients, W / 4 more. A run over the card is an OOM; over the usable part (90%) it runs but does not fit.
+- a cold compile costs 30..90 s, weighed by the choice against an assumed 10,000-step run.
 - noise: throughput x exp(N(0, 3%)) fresh on every run, the record's step-time cv 1.5% (so that
   pareto's noise, twice the cv, is the 3% spread of runs); peaks repeat exactly (a CUDA allocator's
   max_memory_allocated does, run to run).
@@ -89,6 +90,7 @@ class Landscape:
         wall = math.exp(u(math.log(2), math.log(4096)))
         self.act = (CARD * (1 - HEADROOM) - self.static) / wall
         self.frag = {(p, c, k): u(1.0, 1.08) for p in PRECISIONS for c in ("none", "full") for k in ("off", "default")}
+        self.compile_s = u(30, 90)  # a cold compile; the choice weighs it against the run (pareto.paybacks)
 
     def fragmentation(self, config: dict) -> float:
         return self.frag[(config["precision"], config["checkpointing"], config["compile"])]
@@ -108,8 +110,11 @@ class Landscape:
         speed, peak = self.true(config)
         if peak > CARD:
             return {"status": "oom", "throughput": None, "peak_memory": None, "error": None}
-        return {"status": "ok", "throughput": speed * math.exp(self.rng.gauss(0, NOISE)),
-                "peak_memory": peak, "timing": {"step_s": {"cv": NOISE / 2}}}
+        measured = speed * math.exp(self.rng.gauss(0, NOISE))
+        step = config.get("accumulation", 1) * config["batch_size"] / measured
+        return {"status": "ok", "throughput": measured, "peak_memory": peak,
+                "timing": {"step_s": {"cv": NOISE / 2, "median": step}, "first_step_s": step,
+                           "compile_s": self.compile_s if config["compile"] != "off" else 0.0}}
 
     def fits(self, config: dict) -> bool:
         return self.true(config)[1] <= CARD * (1 - HEADROOM)
@@ -161,7 +166,7 @@ def spec_for(seed: int, trials: int, sampler: str = "tpe") -> specs.Spec:
 
 def answer(rows: list[dict]) -> dict | None:
     best = pareto.choose(rows, CARD, HEADROOM).best  # what `bench report` / `bench apply best` take
-    return best["config"] if best else None
+    return dict(best.config) if best else None
 
 
 def run_bench(seed: int, trials: int) -> tuple[dict | None, int]:

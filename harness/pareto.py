@@ -91,7 +91,8 @@ class Versus:
 
 @dataclass(frozen=True)
 class Payback:
-    """A compiled config against its eager twin (same knobs, compile off)."""
+    """A compiled config against its eager twin (same knobs, compile off), or the fastest eager config
+    that fits where no twin was measured."""
 
     trial: int
     eager: int
@@ -287,21 +288,26 @@ def versus(row, base, objective: str = "samples") -> Versus | None:
     return Versus(ratio=ratio, spread=spread, runs=runs, tie=abs(ratio - 1) <= bound)
 
 
-def paybacks(rows, objective: str = "samples", run_steps: int = ASSUMED_RUN_STEPS) -> list[Payback]:
-    """For each measured compiled config with a measured eager twin: its compile cost and break-even.
-    Steps saved come from the two configs' speeds (step time scales as 1/speed for the same knobs)."""
+def paybacks(rows, objective: str = "samples", run_steps: int = ASSUMED_RUN_STEPS, fits=lambda r: True) -> list[Payback]:
+    """For each measured compiled config: its compile cost and break-even against its eager twin (same
+    knobs, compile off) or, where no twin was measured, the fastest eager config that fits: what the
+    user would run without compile. Time saved per step is the compiled step's samples at the two speeds."""
     recs = [Record.of(r) for r in rows if Record.of(r).measured]
     eager = {_without_compile(r.config): r for r in recs if r.config.get("compile", "off") == "off"}
+    fastest = max((r for r in eager.values() if fits(r)), key=lambda r: speed(r, objective) or 0.0, default=None)
     out = []
     for r in recs:
-        twin = eager.get(_without_compile(r.config)) if r.config.get("compile", "off") != "off" else None
-        step = (twin.timing.get("step_s") or {}).get("median") if twin else None
-        if twin is None or not step or r.timing.get("compile_s") is None:
+        if r.config.get("compile", "off") == "off":
             continue
-        saved = step * (1 - speed(twin, objective) / speed(r, objective))
-        cost = r.timing["compile_s"] - (twin.timing.get("first_step_s") or 0.0)
-        even = max(cost, 0.0) / saved if saved > 0 and faster(r, twin, objective) else None
-        out.append(Payback(trial=r.number, eager=twin.number, compile_s=r.timing["compile_s"],
+        alt = eager.get(_without_compile(r.config)) or fastest
+        step = (r.timing.get("step_s") or {}).get("median")
+        if alt is None or not step or r.timing.get("compile_s") is None or not speed(alt, objective):
+            continue
+        per_step = step * speed(r, objective)  # samples (or tokens) one compiled step trains
+        saved = per_step * (1 / speed(alt, objective) - 1 / speed(r, objective))
+        cost = r.timing["compile_s"] - (alt.timing.get("first_step_s") or 0.0)
+        even = max(cost, 0.0) / saved if saved > 0 and faster(r, alt, objective) else None
+        out.append(Payback(trial=r.number, eager=alt.number, compile_s=r.timing["compile_s"],
                            saved_s_per_step=saved, break_even_steps=even,
                            pays=even is not None and even <= run_steps))
     return out
@@ -327,13 +333,16 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
     steady = [r for r in ok if not noisy(r)]
     unsafe = {r.number: worse_loss(r, base) for r in steady if r is not base}
     safe = [r for r in steady if not unsafe.get(r.number)]
-    pays = paybacks(safe, objective, steps)
-    unpaid = {p.trial for p in pays if not p.pays}
-    twins = {p.trial for p in pays}
-    usable = [r for r in safe if r.config.get("compile", "off") == "off" or (r.number in twins and r.number not in unpaid)]
 
     def fits(r, h):
         return not cap or r.peak_memory <= cap * (1 - h)
+    pays = paybacks(safe, objective, steps, fits=lambda r: fits(r, headroom))
+    unpaid = {p.trial for p in pays if not p.pays}
+    twins = {p.trial for p in pays}
+    # where no eager config fits, compile is what makes training fit: nothing to pay back against
+    eager_fits = any(r.config.get("compile", "off") == "off" and fits(r, headroom) for r in safe)
+    usable = [r for r in safe if r.config.get("compile", "off") == "off" or r.number not in unpaid
+              and (r.number in twins or not eager_fits)]
     # From every fitting row, not the front alone: a confirmed median can fall below an unconfirmed
     # single run that then "dominates" it, and best must still be decided on the confirmed runs.
     leader = pick([r for r in usable if fits(r, headroom)], objective, cap)
@@ -383,10 +392,10 @@ def _with_why(choice: Choice, unpaid: set) -> Choice:
             after = (f"pays back only after {p.break_even_steps:,.0f} steps" if p.break_even_steps is not None
                      else "is not faster than eager beyond the noise")
             why.append(f"trial {p.trial} (compile) {after}; the run is {choice.run_source}: not chosen")
-    untwinned = [s.number for s in choice.rows if s.record.measured and not s.noisy and not s.unsafe
+    untwinned = [s.number for s in choice.rows if s.record.measured and not s.noisy and not s.unsafe and not s.best
                  and s.config.get("compile", "off") != "off" and all(p.trial != s.number for p in choice.paybacks)]
     if untwinned:
-        why.append("compiled, but no eager twin (same knobs, compile off) was measured, so whether the compile "
+        why.append("compiled, but no eager config that fits was measured, so whether the compile "
                    "pays back is unknown: not chosen: " + ", ".join(f"#{n}" for n in untwinned))
     noisy_rows = [s.number for s in choice.rows if s.noisy]
     if noisy_rows:

@@ -526,11 +526,6 @@ def for_device(spec: Spec, device: str) -> tuple[Spec, list[str]]:
             check_knob(knob, dropped[0], device, f"{spec.path}: search.{knob}")
         search[knob] = dataclasses.replace(dim, choices=tuple(v for v in dim.choices if v not in dropped))
         notes.extend(f"search.{knob}: {v} left out on {device}: {refusal(knob, v, device)}" for v in dropped)
-    if "batch_size" in spec.search and spec.search["batch_size"].dropped:
-        left = spec.search["batch_size"].dropped
-        notes.append(f"search.batch_size: {', '.join(map(str, left[:6]))}{', ...' if len(left) > 6 else ''} "
-                     f"({len(left)} size{'s' if len(left) > 1 else ''}) left out: "
-                     f"{'they do' if len(left) > 1 else 'it does'} not divide effective_batch {spec.effective_batch}")
     return dataclasses.replace(spec, search=search), [*spec.notes, *notes]
 
 

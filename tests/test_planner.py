@@ -195,7 +195,7 @@ def test_a_batch_size_that_does_not_divide_the_effective_batch_is_left_out_with_
            "search": {"batch_size": [4, 8, 12, 16], "accumulation": {"effective_batch": 32}}}
     spec, notes = specs.for_device(specs.build(raw, tmp_path / "s.yaml", None, ()), "cpu")
     assert spec.search["batch_size"].choices == (4, 8, 16)
-    assert notes == ["search.batch_size: 12 (1 size) left out: it does not divide effective_batch 32"]
+    assert notes == ["search.batch_size: 12 left out: it does not divide effective_batch 32 (times each nproc)"]
 
 
 def test_the_out_of_sample_eval_scores_final_answers_of_every_search(tmp_path):
