@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -140,6 +141,6 @@ def test_two_hosts_split_the_confirmation_runs(tmp_path):
     ended = [done(w) for w in workers]
     for rc, out, err in ended:
         assert rc == 0, err
-    assert sum(out.count("confirmation run") for _, out, _ in ended) == 2 * 2
+    assert sum(len(re.findall(r"#\d+ confirmation run \d+ of", out)) for _, out, _ in ended) == 2 * 2
     rows = {r["config"]["batch_size"]: r for r in report(tmp_path, study)}
     assert [len(rows[b]["repeats"]) for b in (2, 256)] == [2, 2]
