@@ -59,8 +59,6 @@ class Dimension:
     choices: tuple = ()
     low: int | None = None
     high: int | None = None
-    dropped: tuple = ()
-    """Batch sizes left out because they do not divide effective_batch (for_device notes them)."""
 
     def size(self) -> int:
         return len(self.choices) if self.choices else self.high - self.low + 1
@@ -462,7 +460,7 @@ def restrict_to_effective_batch(dims, fixed, effective: int, where: str):
         dims.pop("batch_size", None)
         fixed = {**fixed, "batch_size": keep[0]}
     else:
-        dims["batch_size"] = Dimension("batch_size", choices=keep, dropped=tuple(b for b in sizes if b not in keep))
+        dims["batch_size"] = Dimension("batch_size", choices=keep)
     return dims, fixed
 
 
