@@ -555,7 +555,7 @@ def other_size(info: dict, rows: list) -> str | None:
         return None
     searched = set(rows[0].get("config") or {})
     params = {k: v for k, v in (workload.get("params") or {}).items() if k not in searched and is_number(v)}
-    differ = [(key, value, params[key.rsplit(".", 1)[-1]]) for key, value in flatten(target).items()
+    differ = [(key, value, params[key.rsplit(".", 1)[-1]]) for key, value in apply.flatten(target).items()
               if key.rsplit(".", 1)[-1] in params and is_number(value) and value != params[key.rsplit(".", 1)[-1]]]
     if not differ:
         return None
@@ -568,14 +568,6 @@ def other_size(info: dict, rows: list) -> str | None:
 
 def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def flatten(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        out.update(flatten(value, name + ".") if isinstance(value, dict) else {name: value})
-    return out
 
 
 def chosen_row(which: str, rows: list, choice: pareto.Choice, info: dict, budget: str | None) -> pareto.Standing:

@@ -242,7 +242,7 @@ def run_length(target: ApplyTarget) -> tuple[int | None, str]:
         data = _load_document(target.file, target.format).data
     except UserError:
         return None, f"{target.file.name} could not be read"
-    leaves = _leaves(data)
+    leaves = flatten(data)
     name = target.file.name
 
     def first(keys):
@@ -259,11 +259,12 @@ def run_length(target: ApplyTarget) -> tuple[int | None, str]:
     return None, said
 
 
-def _leaves(tree: dict, prefix: str = "") -> dict:
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """A nested mapping as {"a.b.c": leaf}: the dotted keys apply's key maps use."""
     out = {}
     for key, value in tree.items():
         name = f"{prefix}{key}"
-        out.update(_leaves(value, name + ".") if isinstance(value, dict) else {name: value})
+        out.update(flatten(value, name + ".") if isinstance(value, dict) else {name: value})
     return out
 
 
