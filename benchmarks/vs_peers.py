@@ -189,7 +189,7 @@ def accelerate_search(job: dict, device, wl) -> dict | None:
     import accelerate
     from accelerate.utils import find_executable_batch_size
     import torch
-    from harness import knobs
+    from harness import transforms
     if wl is None:
         return None
     model, tried = wl.model.to(device), []
@@ -203,7 +203,7 @@ def accelerate_search(job: dict, device, wl) -> dict | None:
         loader = torch.utils.data.DataLoader(wl.dataset, batch_size=batch_size, shuffle=True, collate_fn=wl.collate,
                                              drop_last=True)
         for step, batch in zip(range(3), loader):
-            wl.loss(model, knobs.to_device(batch, device, False)).backward()
+            wl.loss(model, transforms.to_device(batch, device, False)).backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
         return batch_size

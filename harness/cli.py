@@ -13,15 +13,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import click
-import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from harness import __version__, apply, launch, nvml, pareto, report, spec as specs, storage as stores, study as studies
+from harness import __version__, apply, knobs, launch, nvml, pareto, report, spec as specs, storage as stores, study as studies
 from harness.errors import UserError
 from harness.units import gib, parse_duration, parse_size
-from harness.workloads import UNIVERSAL_KNOBS, WORKLOADS
+from harness.workloads import WORKLOADS
 
 out = Console(soft_wrap=True)  # progress lines stay whole in logs and pipes
 err = Console(stderr=True)
@@ -424,7 +423,8 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
     name = pick_study(study_name, scenario, results, storage)
     study = studies.load(studies.existing_storage(storage, results, name), name)
     rows, info = studies.rows_of(study), studies.study_info(study)
-    choice = study_choice(rows, info)
+    spec = study_spec(info)
+    choice = study_choice(rows, info, spec)
     if fmt == "table":
         if out_path:
             raise UserError("--out takes csv, json or html output; add --format")
@@ -433,8 +433,7 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
         console.print(report.table(choice, info, None if wide else console.width), crop=False)
         return
     if fmt == "html":
-        from harness import report_html
-        text = report_html.render_html(choice, {**info, "size_warning": other_size(info, rows)})
+        text = report.render_html(choice, {**info, "size_warning": size_warning(spec, rows)})
         out_path = out_path or studies.study_dir(results, name) / "report.html"
     else:
         text = report.to_json(choice) if fmt == "json" else report.to_csv(choice)
@@ -445,15 +444,28 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
         click.echo(text)
 
 
-def study_choice(rows: list[dict], info: dict) -> pareto.Choice:
-    """The study's choice, with compile judged against the training run the apply target describes."""
+def study_spec(info: dict):
+    """The spec the study was swept from, as it reads now; None when it is gone or no longer loads
+    (the report still shows what was measured)."""
     try:
-        spec = specs.load(studies.spec_file(info), info.get("scenario"))
+        return specs.load(studies.spec_file(info), info.get("scenario"))
     except (UserError, OSError, KeyError):
-        spec = None
+        return None
+
+
+def study_choice(rows: list[dict], info: dict, spec) -> pareto.Choice:
+    """The study's choice, with compile judged against the training run the apply target describes."""
     steps, said = apply.run_length(spec.apply) if spec is not None and spec.apply else (None, "no apply target")
     source = None if steps else f"an assumed run of {pareto.ASSUMED_RUN_STEPS:,} steps ({said})"
     return report.annotate(rows, info, run_steps=steps, run_source=source or said)
+
+
+def size_warning(spec, rows: list[dict]) -> str | None:
+    """When the apply target describes another model size than the trials measured."""
+    if spec is None or spec.apply is None or not rows:
+        return None
+    workload = next((r["workload"] for r in rows if r.get("workload")), None)
+    return apply.other_model_size(spec.apply, workload, set(rows[0].get("config") or {}))
 
 
 def pick_study(name: str | None, scenario: str | None, results: Path, storage: str | None) -> str:
@@ -496,16 +508,15 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     name = pick_study(study_name, scenario, results, storage)
     study = studies.load(studies.existing_storage(storage, results, name), name)
     rows, info = studies.rows_of(study), studies.study_info(study)
-    choice = study_choice(rows, info)
-    chosen = chosen_row(which, rows, choice, info, budget)
     spec = specs.load(studies.spec_file(info), info.get("scenario"))
+    choice = study_choice(rows, info, spec)
+    chosen = choice.row_for(which, parse_size(budget, "--budget") if budget else None, name)
     if spec.apply is None:
         raise UserError(f"{info['spec_path']}: has no `apply:` section naming the config file to write; add one")
     if which == "best" and not budget and choice.kept:  # best is the baseline: its values, if the file changed since
         out.print(f"keeping your config: {choice.why[0]}", highlight=False, markup=False)
     row = chosen.record
-    against = pareto.versus(row, choice.baseline.record, choice.objective) \
-        if choice.baseline and choice.baseline.speed and not row.baseline else None
+    against = choice.against_baseline(chosen)
     provenance = {"study": name, "trial": row.number, "device": row.env.get("device"),
                   "throughput": chosen.speed, "unit": choice.unit, "peak_memory": row.peak_memory,
                   "vs_baseline": against.text(choice.unit) if against else None,
@@ -515,7 +526,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     out.print(f"trial {row.number}: {report.describe(row.config)}  {chosen.speed:.1f} {choice.unit} "
               f"(median of {chosen.runs} run{'s' if chosen.runs > 1 else ''}), peak {gib(row.peak_memory)}"
               + (f"; vs your config {against.text(choice.unit)}" if against else ""), highlight=False, markup=False)
-    warning = other_size(info, rows)
+    warning = size_warning(spec, rows)
     if warning:
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
     if not plan.changes and to is None:  # only a new provenance header would change: leave the file alone
@@ -541,60 +552,6 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
         out.print(f"wrote hardware profile {profile.path}", markup=False)
 
 
-def other_size(info: dict, rows: list) -> str | None:
-    """When the apply target describes another model size than the trials measured (a CPU preset's
-    stand-in vs the config of the GPU model): the target's numeric keys named like a measured
-    workload parameter (model.d_model ~ d_model) that hold another value. Searched knobs excluded."""
-    workload = next((r["workload"] for r in rows if r.get("workload")), None)
-    try:
-        spec = specs.load(info["spec_path"], info.get("scenario"))
-        target = yaml.safe_load(spec.apply.file.read_text()) if spec.apply and spec.apply.format == "yaml" else None
-    except (UserError, OSError, KeyError, yaml.YAMLError):
-        return None
-    if not workload or not isinstance(target, dict):
-        return None
-    searched = set(rows[0].get("config") or {})
-    params = {k: v for k, v in (workload.get("params") or {}).items() if k not in searched and is_number(v)}
-    differ = [(key, value, params[key.rsplit(".", 1)[-1]]) for key, value in apply.flatten(target).items()
-              if key.rsplit(".", 1)[-1] in params and is_number(value) and value != params[key.rsplit(".", 1)[-1]]]
-    if not differ:
-        return None
-    preset = f"preset {workload['preset']}" if workload.get("preset") else "the workload"
-    theirs = ", ".join(f"{key} {value}" for key, value, _ in differ)
-    ours = ", ".join(f"{key.rsplit('.', 1)[-1]} {measured}" for key, _, measured in differ)
-    return (f"{spec.apply.file.name} describes {theirs}, but {preset} measured {ours}: these numbers are for "
-            "another model size; sweep that size (e.g. on its device, or a preset that matches) before trusting them")
-
-
-def is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def chosen_row(which: str, rows: list, choice: pareto.Choice, info: dict, budget: str | None) -> pareto.Standing:
-    if budget:
-        row = pareto.feasible_under(rows, parse_size(budget, "--budget"), choice.headroom, choice.objective)
-        if row is None:
-            raise UserError(f"--budget {budget}: no measured config fits with {choice.headroom:.0%} headroom; "
-                            "sweep with a smaller search space or a larger budget")
-        return choice.standing(row["number"])
-    if which == "best" or which in pareto.TIERS:
-        row = choice.best if which == "best" else choice.tiers[which]
-        if row is None:
-            noisy = [s for s in choice.rows if s.noisy]
-            why = (f" (trial{'s' if len(noisy) > 1 else ''} {', '.join(f'#{s.number}' for s in noisy)} noisy: the "
-                   "machine was busy; sweep again when it is quiet)" if noisy else "")
-            raise UserError(f"{which}: no measured config qualifies in study {info['name']}{why}; see `bench report`")
-        return row
-    if not which.isdigit():
-        raise UserError(f"{which!r}: say best, safe, balanced, aggressive or a trial number")
-    row = choice.standing(int(which))
-    if row is None:
-        raise UserError(f"trial {which}: not in study {info['name']}; `bench report` lists the trials")
-    if row.record.status != "ok" or not row.speed:
-        raise UserError(f"trial {which} ended {row.record.status}, not a feasible measurement; pick an ok trial")
-    return row
-
-
 # ---- workloads, doctor ---------------------------------------------------------------------------
 
 @main.command()
@@ -604,7 +561,7 @@ def workloads():
         out.print(f"[bold]{name}[/bold]: {info.description}")
         out.print(f"  presets: {', '.join(info.presets)}  (auto = {info.gpu_preset} on a GPU, {info.cpu_preset} on CPU)")
         extra = sorted(info.knobs)
-        out.print(f"  knobs: {', '.join(sorted(UNIVERSAL_KNOBS))}" + (f"; workload knobs: {', '.join(extra)}" if extra else ""))
+        out.print(f"  knobs: {', '.join(sorted(knobs.UNIVERSAL))}" + (f"; workload knobs: {', '.join(extra)}" if extra else ""))
 
 
 @main.command()

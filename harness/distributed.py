@@ -4,7 +4,7 @@ This child launches `nproc` ranks through torch's own elastic launcher (`elastic
 `torchrun --standalone` runs), with the `spawn` start method, so every rank lives in this child's
 process group and dies with it (the parent kills the group). Each rank is a harness.trial Trial
 with its process group (gloo on CPU, NCCL on CUDA), its own device, its own shard of the data, and
-its model wrapped between checkpointing and compile (harness.knobs): DDP, or FSDP2 in torchtitan's
+its model wrapped between checkpointing and compile (harness.transforms): DDP, or FSDP2 in torchtitan's
 order, the model built on the meta device, `fully_shard` on every repeated block and then on the root
 (mixed precision through MixedPrecisionPolicy), materialised, and filled with rank 0's weights, so no
 rank's device ever holds the whole model.
@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from harness import knobs, launch, measure, record, trial, workloads
+from harness import launch, measure, nvml, record, trial, transforms, workloads
 
 # A collective that fails because another rank died: that rank's failure is the trial's, not this one's.
 PEER_PHRASES = ("connection closed by peer", "connection reset by peer", "broken pipe", "remote process exited",
@@ -95,10 +95,10 @@ class RankTrial(trial.Trial):
         t0 = time.perf_counter()
         plain = self.precision in ("fp32", "tf32")
         fp32 = self.sharded_model("fp32")
-        knobs.set_numerics("fp32", False)
-        batch = knobs.to_device(self.sample_batch(self.wl.dataset, self.wl.collate), self.device, False)
+        transforms.set_numerics("fp32", False)
+        batch = transforms.to_device(self.sample_batch(self.wl.dataset, self.wl.collate), self.device, False)
         self.reference = self.fp32_loss(fp32, batch)  # not filed for reuse: no rank has the whole weights to key it
-        knobs.set_numerics(self.precision, self.config.get("cudnn_benchmark", False))
+        transforms.set_numerics(self.precision, self.config.get("cudnn_benchmark", False))
         if not plain:
             del fp32
             gc.collect()  # FSDP's hooks hold the module in reference cycles
@@ -254,7 +254,7 @@ def rank_main(job_path: str, workdir: str) -> None:
     job = dict(job, device=f"cuda:{local}" if cuda else "cpu", heartbeat=str(rank_beat(workdir, rank)),
                # before set_device below creates this rank's CUDA context: the context is then counted
                # where NVML has no per-process figure (measure.context_reading)
-               nvml_used_at_start=measure.nvml_used_bytes(local) if cuda else None)
+               nvml_used_at_start=nvml.used_bytes(local) if cuda else None)
     hb = trial.Heartbeat(job["heartbeat"])
     hb.beat("start")
     out = Path(workdir) / f"rank{rank}.json"

@@ -2,7 +2,7 @@
 
 The CLI process never imports torch (a wedged CUDA context must never hurt it), so torch's view of
 the machine comes from a child, `python -m harness.doctor --probe`, that prints one JSON object.
-NVML, psutil and the disk are asked in-process: they are light and create no CUDA context.
+NVML (through harness.nvml), psutil and the disk are asked in-process: they are light and create no CUDA context.
 
     facts = collect(Path("results"))     # plain JSON-serialisable dict
     warnings(facts)                      # list of sentences, empty when all is well
@@ -25,6 +25,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from harness.nvml import CLOCK_EVENTS, survey
 from harness.units import gib
 
 GiB = 1024**3
@@ -35,20 +36,6 @@ BUSY_PERCENT = 10.0
 MAX_STEAL_PERCENT = 2.0
 # Importing torch takes ~1.5 s and initialising CUDA a few more; a probe past this is wedged.
 PROBE_TIMEOUT_S = 120
-# NVML's clock-event ("throttle") reasons: name -> (bit in nvml.h, what it means). The bits are fixed
-# by the driver ABI, so they are spelled out here rather than looked up under names that changed
-# between nvidia-ml-py releases.
-CLOCK_EVENTS = {
-    "GpuIdle": (0x1, "idle"),
-    "ApplicationsClocksSetting": (0x2, "application clocks set below the maximum"),
-    "SwPowerCap": (0x4, "software power cap"),
-    "HwSlowdown": (0x8, "hardware slowdown"),
-    "SyncBoost": (0x10, "sync boost with other GPUs"),
-    "SwThermalSlowdown": (0x20, "software thermal slowdown"),
-    "HwThermalSlowdown": (0x40, "hardware thermal slowdown"),
-    "HwPowerBrakeSlowdown": (0x80, "hardware power brake"),
-    "DisplayClockSetting": (0x100, "display clock setting"),
-}
 # An idle GPU lowers its clocks by design; that says nothing about how a trial will run.
 HARMLESS_CLOCK_EVENTS = {"GpuIdle"}
 
@@ -63,7 +50,7 @@ def collect(results_dir: Path) -> dict:
         "torch": _probe_torch(),
     }
     # NVML after the probe: its CUDA context is gone by now and is not listed as "another process".
-    facts["nvml"] = _nvml()
+    facts["nvml"] = gpus()
     return facts
 
 
@@ -236,6 +223,14 @@ def _torch_device(torch, index: int) -> dict:
             **supports(capability)}
 
 
+def gpus() -> dict:
+    """The driver's view (harness.nvml.survey), each device with the number formats it supports."""
+    found = survey()
+    for device in found.get("devices", []):
+        device.update(supports(device["capability"]))
+    return found
+
+
 def supports(capability: str) -> dict:
     """Number formats with tensor-core support on a CUDA device of this compute capability."""
     major, minor = (int(part) for part in capability.split("."))
@@ -244,95 +239,6 @@ def supports(capability: str) -> dict:
         "tf32": major >= 8,
         "fp8": (major, minor) >= (8, 9),  # Ada and Hopper
     }
-
-
-# ---- NVML, in-process ---------------------------------------------------------------------------
-
-def _nvml() -> dict:
-    """The driver's view: every GPU, who else is on it, and whether its clocks are held back."""
-    try:
-        import pynvml
-    except ImportError:
-        return {"available": False, "reason": "nvidia-ml-py is not installed"}
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return {"available": False, "reason": f"no NVIDIA driver ({exc})"}
-    try:
-        return {
-            "available": True,
-            "driver": pynvml.nvmlSystemGetDriverVersion(),
-            "cuda_driver": _cuda_version(pynvml.nvmlSystemGetCudaDriverVersion()),
-            "devices": [_nvml_device(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())],
-        }
-    except pynvml.NVMLError as exc:
-        return {"available": False, "reason": f"the NVIDIA driver did not answer ({exc})"}
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def _cuda_version(number: int) -> str:
-    """NVML gives the CUDA version the driver supports as 1000*major + 10*minor."""
-    return f"{number // 1000}.{number % 1000 // 10}"
-
-
-def _nvml_device(pynvml, index: int) -> dict:
-    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-    memory = _memory_info(pynvml, handle)
-    capability = "{}.{}".format(*pynvml.nvmlDeviceGetCudaComputeCapability(handle))
-    return {
-        "index": index,
-        "name": pynvml.nvmlDeviceGetName(handle),
-        "memory_total": memory.total,
-        "memory_used": memory.used,
-        "memory_free": memory.free,
-        "capability": capability,
-        **supports(capability),
-        "processes": _optional(pynvml, lambda: _processes(pynvml, handle), []),
-        "clock_events": _optional(pynvml, lambda: _clock_events(pynvml, handle), []),
-    }
-
-
-def _memory_info(pynvml, handle):
-    """Version 2 keeps the driver's own reservation out of `used`; older drivers only have version 1."""
-    try:
-        return pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
-    except (AttributeError, pynvml.NVMLError):
-        return pynvml.nvmlDeviceGetMemoryInfo(handle)
-
-
-def _optional(pynvml, read, default):
-    """Some readings are unsupported on some GPUs (MIG slices, vGPUs): then they are left empty."""
-    try:
-        return read()
-    except pynvml.NVMLError:
-        return default
-
-
-def _processes(pynvml, handle) -> list[dict]:
-    seen = {}
-    readers = (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses)
-    for read in readers:
-        for proc in read(handle):
-            seen.setdefault(proc.pid, {"pid": proc.pid, "name": _process_name(proc.pid),
-                                       "used_memory": proc.usedGpuMemory})
-    return sorted(seen.values(), key=lambda p: p["pid"])
-
-
-def _process_name(pid: int) -> str:
-    # In a container NVML reports host PIDs, which are often not visible here.
-    try:
-        return psutil.Process(pid).name()
-    except psutil.Error:
-        return "(not visible from here)"
-
-
-def _clock_events(pynvml, handle) -> list[str]:
-    # nvidia-ml-py renamed "throttle reasons" to "clock events"; older releases have only the first.
-    read = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-        pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
-    mask = read(handle)
-    return [name for name, (bit, _) in CLOCK_EVENTS.items() if mask & bit]
 
 
 # ---- warnings -----------------------------------------------------------------------------------

@@ -149,38 +149,16 @@ def lift_cpu_memory_limit() -> None:
 
 # ---- CUDA memory --------------------------------------------------------------------------------
 
-def nvml_used_bytes(index: int) -> int | None:
-    """Device memory in use as the driver sees it (every process, CUDA contexts included)."""
-    try:
-        import pynvml
-        return int(pynvml.nvmlDeviceGetMemoryInfo(nvml.handle(index)).used)
-    except Exception:  # no driver or no NVML: the allocator's figures still stand
-        return None
-
-
-def nvml_process_bytes(index: int) -> int | None:
-    """Device memory this process holds as the driver sees it, or None when NVML cannot say
-    (no NVML, or a container whose PIDs NVML reports as host PIDs)."""
-    try:
-        import pynvml
-        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(nvml.handle(index)):
-            if proc.pid == os.getpid() and proc.usedGpuMemory is not None:
-                return int(proc.usedGpuMemory)
-    except Exception:
-        pass
-    return None
-
-
 def context_reading(device: torch.device, used_before: int | None) -> dict:
     """What the process holds on the device outside the caching allocator (CUDA context, cuBLAS,
     cuDNN and Triton modules, which load lazily): NVML's per-process figure minus the allocator's
     reserved bytes; without a per-process figure, the growth of device-wide use since start-up."""
     index = device.index or 0
     reserved = torch.cuda.memory_reserved(device)
-    own = nvml_process_bytes(index)
+    own = nvml.process_bytes(index)
     if own is not None:
         return {"bytes": max(own - reserved, 0), "source": "nvml per-process used - allocator reserved"}
-    used = nvml_used_bytes(index)
+    used = nvml.used_bytes(index)
     if used is not None and used_before is not None:
         return {"bytes": max(used - used_before - reserved, 0),
                 "source": "nvml device used growth since start - allocator reserved"}
@@ -194,7 +172,7 @@ def start_cuda(device: torch.device, used_before: int | None = None) -> dict:
     the end of the trial (harness.trial). `used_before`: NVML's device-wide use read before anything
     in this process touched CUDA, where something did before this call (a rank's set_device)."""
     index = device.index or 0
-    before = used_before if used_before is not None else nvml_used_bytes(index)
+    before = used_before if used_before is not None else nvml.used_bytes(index)
     torch.cuda.set_device(index)
     x = torch.ones(8, 8, device=device)
     x @ x  # cuBLAS handle and workspace
@@ -267,8 +245,8 @@ def cuda_memory(device: torch.device, start: dict) -> dict:
         "context_at_start": start.get("context_bytes"),
         "context_at_end": end["bytes"],
         "context_source": source,
-        "nvml_used": nvml_used_bytes(device.index or 0),
-        "nvml_process_used": nvml_process_bytes(device.index or 0),
+        "nvml_used": nvml.used_bytes(device.index or 0),
+        "nvml_process_used": nvml.process_bytes(device.index or 0),
         "device_total": torch.cuda.get_device_properties(device).total_memory,
     }
 

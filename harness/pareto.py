@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harness.errors import UserError
 from harness.record import OK, Record
 from harness.units import gib
 
@@ -144,6 +145,38 @@ class Choice:
 
     def standing(self, number: int) -> Standing | None:
         return next((s for s in self.rows if s.number == number), None)
+
+    def against_baseline(self, row: Standing) -> Versus | None:
+        """`row` against the user's config, as the report states it; None for the baseline itself."""
+        if self.baseline is None or not self.baseline.speed or row.record.baseline:
+            return None
+        return versus(row.record, self.baseline.record, self.objective)
+
+    def row_for(self, which: str, budget: int | None = None, study: str = "the study") -> Standing:
+        """The row `bench apply WHICH [--budget SIZE]` writes: best, a tier, a trial number, or the best
+        config that fits a smaller budget. A WHICH that names nothing measured is the user's error."""
+        if budget:
+            row = feasible_under([s.record for s in self.rows], budget, self.headroom, self.objective)
+            if row is None:
+                raise UserError(f"--budget {gib(budget)}: no measured config fits with {self.headroom:.0%} headroom; "
+                                "sweep with a smaller search space or a larger budget")
+            return self.standing(row.number)
+        if which == "best" or which in TIERS:
+            row = self.best if which == "best" else self.tiers[which]
+            if row is None:
+                noisy_rows = [s for s in self.rows if s.noisy]
+                why = (f" (trial{'s' if len(noisy_rows) > 1 else ''} {', '.join(f'#{s.number}' for s in noisy_rows)} "
+                       "noisy: the machine was busy; sweep again when it is quiet)" if noisy_rows else "")
+                raise UserError(f"{which}: no measured config qualifies in study {study}{why}; see `bench report`")
+            return row
+        if not which.isdigit():
+            raise UserError(f"{which!r}: say best, safe, balanced, aggressive or a trial number")
+        row = self.standing(int(which))
+        if row is None:
+            raise UserError(f"trial {which}: not in study {study}; `bench report` lists the trials")
+        if row.record.status != OK or not row.speed:
+            raise UserError(f"trial {which} ended {row.record.status}, not a feasible measurement; pick an ok trial")
+        return row
 
 
 # ---- the figures of one row ----------------------------------------------------------------------

@@ -18,28 +18,16 @@ from pathlib import Path
 
 import yaml
 
-from harness import apply
+from harness import apply, knobs
 from harness.errors import UserError
 from harness.spec_own import FORMS, check_loop_form, check_trainer_knobs, own_form
 from harness.spec_yaml import SpecLoader, read_yaml  # noqa: F401 (spec.read_yaml: API)
 from harness.units import parse_duration, parse_size
-from harness.workloads import KNOB_CHOICES, UNIVERSAL_KNOBS, WORKLOADS, resolve_preset
+from harness.workloads import WORKLOADS, resolve_preset
 
-CUDA_ONLY_KNOBS = ("pin_memory", "cudnn_benchmark", "expandable_segments")
-# Knob values that only a CUDA GPU can honour, and why; elsewhere they would run and change nothing.
-CUDA_ONLY_VALUES = {
-    ("precision", "tf32"): "TF32 is a tensor-core mode of NVIDIA GPUs; on CPU it would run plain fp32",
-    ("compile", "reduce-overhead"): "reduce-overhead only adds CUDA graphs; on CPU it would be compile: default",
-}
 SAMPLERS = ("tpe", "nsga2", "random", "grid")  # no GPSampler: it runs torch in the parent
-
-# Value a knob takes when the search does not mention it (and the user's config does not say).
-KNOB_DEFAULTS = {"accumulation": 1, "precision": "fp32", "checkpointing": "none", "compile": "off",
-                 "num_workers": 0, "pin_memory": False, "optimizer": "default", "cudnn_benchmark": False,
-                 "expandable_segments": False, "nproc": 1, "parallel": "none", "reshard_after_forward": True}
-_BOOLS = ("pin_memory", "cudnn_benchmark", "expandable_segments", "channels_last", "freeze_encoder",
-          "reshard_after_forward")
-_POSITIVE_INTS = ("batch_size", "accumulation", "nproc")
+_BOOLS = (*(k.name for k in knobs.KNOBS if k.kind is bool), "channels_last", "freeze_encoder")  # + workload knobs
+_POSITIVE_INTS = tuple(k.name for k in knobs.KNOBS if k.positive)
 
 TOP_KEYS = ("study", "workload", "search", "objective", "trials", "timeout", "trial", "memory", "sampler", "seed",
             "apply", "scenarios")
@@ -132,14 +120,14 @@ class Spec:
         """A full trial config from the sampled params: fixed knobs, derived accumulation, defaults."""
         config = {**self.fixed, **params}
         if config.get("parallel", "none") == "fsdp":
-            config.setdefault("reshard_after_forward", KNOB_DEFAULTS["reshard_after_forward"])
+            config.setdefault("reshard_after_forward", knobs.DEFAULTS["reshard_after_forward"])
         else:  # resharding means nothing without FSDP: one config, not two
             config.pop("reshard_after_forward", None)
         if self.effective_batch:  # the global batch: micro-batch x accumulation x processes
             per_step = int(config["batch_size"]) * int(config.get("nproc", 1))
             config["accumulation"] = max(self.effective_batch // per_step, 1)
         for knob in ("accumulation", "precision", "checkpointing", "compile"):
-            config.setdefault(knob, KNOB_DEFAULTS[knob])
+            config.setdefault(knob, knobs.DEFAULTS[knob])
         return config
 
     def job(self, device: str, config: dict) -> dict:
@@ -151,7 +139,7 @@ class Spec:
         """The user's current config (knob values read from the apply target) as a trial config;
         knobs the target does not set take their defaults, or the first value of the search."""
         known = {k: v for k, v in current.items() if k in self.knob_names()}
-        params = {name: known.get(name, KNOB_DEFAULTS.get(name, dim.choices[0] if dim.choices else dim.low))
+        params = {name: known.get(name, knobs.DEFAULTS.get(name, dim.choices[0] if dim.choices else dim.low))
                   for name, dim in self.search.items()}
         config = self.config({**params, **{k: v for k, v in known.items() if k in self.fixed}})
         if "accumulation" in known:  # the user's own, even where the spec derives it from effective_batch
@@ -166,10 +154,10 @@ class Spec:
             preset = resolve_preset(info, self.workload.get("preset", "auto"), device)
             params.update(info.presets[preset])
         params.update(self.workload.get("params") or {})
-        params.update({k: v for k, v in config.items() if k not in UNIVERSAL_KNOBS})
+        params.update({k: v for k, v in config.items() if k not in knobs.UNIVERSAL})
         section = {k: v for k, v in self.workload.items() if k not in ("params", "preset", "origins")}
         if "strict" in section:  # searched params are the user's too: none may go unused
-            section["strict"] = list(dict.fromkeys([*section["strict"], *(k for k in config if k not in UNIVERSAL_KNOBS)]))
+            section["strict"] = list(dict.fromkeys([*section["strict"], *(k for k in config if k not in knobs.UNIVERSAL)]))
         if "name" in self.workload:
             section["preset"] = preset
         return {**section, "params": params}
@@ -334,7 +322,7 @@ def with_origin_keys(raw_apply, workload: dict, search: dict) -> dict:
 def supported_knobs(workload: dict) -> frozenset:
     if "name" in workload:
         return WORKLOADS[workload["name"]].supported_knobs()
-    return UNIVERSAL_KNOBS | frozenset(workload["params"])
+    return knobs.UNIVERSAL | frozenset(workload["params"])
 
 
 def parse_search(raw, workload: dict, where: str):
@@ -373,7 +361,7 @@ def knob_values(name: str, dims: dict, fixed: dict) -> tuple:
     if name in dims:
         dim = dims[name]
         return dim.choices or tuple(range(dim.low, dim.high + 1))
-    return (KNOB_DEFAULTS[name],)
+    return (knobs.DEFAULTS[name],)
 
 
 def check_parallel(dims: dict, fixed: dict, where: str) -> None:
@@ -428,9 +416,9 @@ def parse_dimension(name: str, value, at: str) -> Dimension:
 
 
 def check_value(name: str, value, at: str) -> None:
-    if name in KNOB_CHOICES and value not in KNOB_CHOICES[name]:
-        raise UserError(f"{at}: {value!r} is not a {name}{did_you_mean(str(value), KNOB_CHOICES[name])}; "
-                        f"use one of {', '.join(KNOB_CHOICES[name])}")
+    if name in knobs.CHOICES and value not in knobs.CHOICES[name]:
+        raise UserError(f"{at}: {value!r} is not a {name}{did_you_mean(str(value), knobs.CHOICES[name])}; "
+                        f"use one of {', '.join(knobs.CHOICES[name])}")
     if name in _BOOLS and not isinstance(value, bool):
         raise UserError(f"{at}: {name} takes true or false, got {value!r}")
     if name in _POSITIVE_INTS:
@@ -515,7 +503,7 @@ def for_device(spec: Spec, device: str) -> tuple[Spec, list[str]]:
         check_knob(knob, value, device, f"{spec.path}: {knob}")
     search, notes = dict(spec.search), []
     for knob, dim in spec.search.items():
-        if knob in CUDA_ONLY_KNOBS and True in (dim.choices or (True,)):
+        if knob in knobs.CUDA_ONLY and True in (dim.choices or (True,)):
             check_knob(knob, True, device, f"{spec.path}: search.{knob}")
         dropped = [v for v in dim.choices if refusal(knob, v, device)]
         if not dropped:
@@ -568,9 +556,9 @@ def refusal(knob: str, value, device: str) -> str | None:
     """Why `device` cannot honour knob=value, or None when it can."""
     if device.startswith("cuda"):
         return None
-    if knob in CUDA_ONLY_KNOBS and value is True:
+    if knob in knobs.CUDA_ONLY and value is True:
         return f"{knob} only means something on a CUDA GPU"
-    return CUDA_ONLY_VALUES.get((knob, value))
+    return knobs.CUDA_ONLY_VALUES.get((knob, value))
 
 
 def check_knob(knob: str, value, device: str, where: str) -> None:

@@ -273,7 +273,7 @@ def whole_records(path: Path) -> tuple[int, int, int | None]:
         problem = record_problem(entry)
         if broken_at is not None or problem:
             where = f"{path}:{broken_at or number}"
-            why = f"a corrupt record in the middle of the study's journal" if not problem else \
+            why = "a corrupt record in the middle of the study's journal" if not problem else \
                 f"not a record of a study's journal ({problem})"
             raise UserError(f"{where}: {why}; restore the file from a backup, or cut it before line "
                             f"{broken_at or number} to keep what was recorded up to there")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 
-from harness import knobs, measure
+from harness import measure, transforms
 from harness.trial import Trial, UserFacingError
 
 
@@ -76,7 +76,7 @@ class TrainerTrial(Trial):
 
     The workload's `trainer(config, trial)` runs the user's Trainer and calls, from its callback:
     `started(model, optimizer, reference)` once, at the first step's start; `gate.step_start()` and
-    `gate.step_end()` around every optimizer step; `pending.append(loss)` for each micro-batch.
+    `gate.step_end()` around every optimizer step; `meter.pending.append(loss)` for each micro-batch.
     """
 
     def check_knobs(self) -> None:
@@ -89,8 +89,8 @@ class TrainerTrial(Trial):
         super().check_knobs()
 
     def build_training(self) -> None:
-        knobs.set_numerics(self.precision, self.config.get("cudnn_benchmark", False))
-        self.cuda_graphs = knobs.uses_cuda_graphs(self.config.get("compile", "off"), self.device)
+        transforms.set_numerics(self.precision, self.config.get("cudnn_benchmark", False))
+        self.cuda_graphs = transforms.uses_cuda_graphs(self.config.get("compile", "off"), self.device)
         self.gate = Gate()
         self.reference = float("nan")
         self.meter_error: BaseException | None = None
@@ -111,7 +111,7 @@ class TrainerTrial(Trial):
         t_start = time.perf_counter()
         self.prepare()
         self.build_training()
-        meter = threading.Thread(target=self.meter, name="bench-meter", daemon=True)
+        meter = threading.Thread(target=self.run_meter, name="bench-meter", daemon=True)
         meter.start()
         self.hb.beat("trainer_setup")  # the Trainer's set-up (datamodule, placement, optimizers) comes next
         try:
@@ -124,21 +124,22 @@ class TrainerTrial(Trial):
         if self.meter_error is not None:
             raise self.meter_error
         if not self.per_step:
-            raise UserFacingError(f"the Trainer ended after {len(self.losses)} micro-batches, before bench had "
+            raise UserFacingError(f"the Trainer ended after {len(self.meter.losses)} micro-batches, before bench had "
                                   "measured its steps")
-        peak = self.read_memory()
+        peak = self.footprint.read()
         self.memory["breakdown"] = None  # the Trainer's step cannot be taken apart by phase
-        return self.record(self.per_step, peak, self.losses, self.reference, time.perf_counter() - t_start)
+        return self.record(self.per_step, peak, self.meter.losses, self.reference, time.perf_counter() - t_start)
 
-    def meter(self) -> None:
+    def run_meter(self) -> None:
         """The meter's thread: bench's own warm-up and measured windows, each step the Trainer's."""
         try:
             self.gate.ready()
             self.warm_up()
-            self.per_step = self.measure_windows()
+            self.per_step = self.meter.windows(self.samples_per_step())
         except TrainerGone:
             pass  # the main thread raises the Trainer's error
         except BaseException as exc:  # a bug in the meter: the main thread raises it, with its traceback
             self.meter_error = exc
         finally:
             self.gate.stop()
+

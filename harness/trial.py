@@ -4,6 +4,14 @@ Builds the workload fresh, applies the knobs, warms up (compile included), then 
 steps in windows until the spread is small or a cap is reached, and writes one record (see
 harness.record). Runs in its own process group; it dies with its parent, and reports progress
 through a heartbeat file so the parent can tell a slow trial from a stuck one.
+
+A trial's jobs, each in its own place, in the order `Trial.run` reads:
+    build       the workload, its FLOPs, the fp32 reference, the knobs (harness.transforms): `Trial`
+    memory      the wall and the peak, per kind of device (harness.footprint)
+    meter       first step and warm-up apart, then the timed windows (harness.meter)
+    record      the measured figures and the loss check, as one record (`Trial.record`)
+A trial over several processes is `harness.distributed.RankTrial` (its hooks: shard, sync, across
+ranks); one inside the user's Trainer is `harness.trainer.TrainerTrial` (the Trainer takes the steps).
 """
 from __future__ import annotations
 
@@ -18,10 +26,11 @@ import time
 import traceback
 from pathlib import Path
 
-import psutil
 import torch
 
-from harness import __version__, errors, knobs, measure, record, reuse, workloads
+from harness import __version__, errors, footprint, measure, record, reuse, transforms, workloads
+from harness.meter import Meter
+
 
 class Heartbeat:
     """Progress the parent can read: the phase and the step count, rewritten on every step."""
@@ -70,7 +79,7 @@ def is_oom(exc: BaseException) -> bool:
 
 
 class Trial:
-    """One config, measured. Attributes hold what later phases need; `run` returns the record."""
+    """One config, measured: `run` builds it, warms it up, meters it and returns its record."""
 
     def __init__(self, job: dict, heartbeat: Heartbeat):
         self.job, self.hb = job, heartbeat
@@ -78,28 +87,19 @@ class Trial:
         self.device = torch.device(job["device"])
         self.accum = int(self.config.get("accumulation", 1))
         self.precision = self.config.get("precision", "fp32")
-        self.memory: dict = {"kind": self.device.type, "budget": job.get("memory_budget")}
+        self.footprint = footprint.probe(self.device, job.get("memory_budget"), job.get("nvml_used_at_start"))
+        self.memory = self.footprint.memory  # the record's memory section; the probe and the phases fill it
         self.timing: dict = {}
-        self.losses: list[float] = []
-        self.pending: list = []  # this window's loss tensors, not yet read back
         self.figures = reuse.Figures(job.get("reuse_dir"), job.get("trial"))
         self.world = 1  # processes training together (harness.distributed)
+        self.meter = Meter(self.step, self.device, heartbeat, job["measure"], self.footprint, self.timing,
+                           self.across_ranks)
 
     # -- setup --------------------------------------------------------------------------------
     def prepare(self) -> None:
         """Device, memory wall and workload: everything before the first step."""
         t_setup = time.perf_counter()
-        torch.ones(512, 512) @ torch.ones(512, 512)  # start the OpenMP pool now: its thread stacks are baseline
-        if self.device.type == "cpu":
-            measure.map_large_allocations()
-        self.memory["baseline_rss"] = measure.rss_bytes()
-        budget = self.job.get("memory_budget")
-        if self.device.type == "cuda":
-            self.memory.update(measure.start_cuda(self.device, self.job.get("nvml_used_at_start")))
-            if budget:
-                measure.limit_cuda_memory(self.device, budget, self.memory["context_bytes"])
-        elif budget:
-            measure.limit_cpu_memory(budget)
+        self.footprint.start()
         torch.manual_seed(self.job.get("seed", 0))
         for ref in workloads.user_refs(self.job["workload"]):
             import_factory(ref)
@@ -142,7 +142,7 @@ class Trial:
             with torch.device("meta"):
                 meta = workloads.build(self.job["workload"])
             batch = self.sample_batch(meta.dataset, meta.collate)
-            batch = knobs.to_device(batch, torch.device("meta"), False)
+            batch = transforms.to_device(batch, torch.device("meta"), False)
             return [measure.count_flops(lambda: meta.loss(meta.model, batch).backward()), None]
         except Exception as exc:  # a model that cannot run on meta still trains; it just has no MFU
             return [None, f"{type(exc).__name__}: {exc}"[:300]]
@@ -154,15 +154,15 @@ class Trial:
 
     def build_training(self) -> None:
         """The reference loss, then the model as it trains and what drives its steps."""
-        knobs.set_numerics("fp32", False)  # the reference runs as torch leaves numerics (fp32)
+        transforms.set_numerics("fp32", False)  # the reference runs as torch leaves numerics (fp32)
         t0 = time.perf_counter()
         self.reference = self.reference_pass()
         self.timing["reference_s"] = time.perf_counter() - t0
         measure.reset_peak(self.device)  # the first steps' window starts here: the reference pass is not in it
-        knobs.set_numerics(self.precision, self.config.get("cudnn_benchmark", False))
+        transforms.set_numerics(self.precision, self.config.get("cudnn_benchmark", False))
         model = self.training_model()
         self.params = self.wl.trainable(model) if self.wl.trainable else [p for p in model.parameters() if p.requires_grad]
-        self.loss_of = knobs.compiled_loss(self.wl.loss, self.eager, self.config.get("compile", "off"))
+        self.loss_of = transforms.compiled_loss(self.wl.loss, self.eager, self.config.get("compile", "off"))
         self.training_parts(model)
         self.timing["setup_s"] = time.perf_counter() - self.t_setup
 
@@ -174,33 +174,33 @@ class Trial:
     def training_model(self) -> torch.nn.Module:
         """Placed (bf16-true: cast), checkpointed, sharded; sets `eager` (what the loss calls) and the
         weights' bytes. Returns the module whose parameters train."""
-        model = knobs.place(self.wl.model, self.device, self.precision)
+        model = transforms.place(self.wl.model, self.device, self.precision)
         self.memory["weights"] = measure.tensor_bytes(list(model.parameters()) + list(model.buffers()))
-        self.eager = self.shard(self.checkpointed(model))  # after checkpointing, before compile (see harness.knobs)
+        self.eager = self.shard(self.checkpointed(model))  # after checkpointing, before compile (see harness.transforms)
         return model
 
     def checkpointed(self, model):
         mode = self.config.get("checkpointing", "none")
         return (self.wl.checkpoint(model, mode) if self.wl.checkpoint and mode != "none"
-                else knobs.apply_checkpointing(model, self.wl.blocks, mode))
+                else transforms.apply_checkpointing(model, self.wl.blocks, mode))
 
     def training_parts(self, model) -> None:
         """Optimizer, loss scaler, autocast, data: what each step composes."""
-        self.cuda_graphs = knobs.uses_cuda_graphs(self.config.get("compile", "off"), self.device)
+        self.cuda_graphs = transforms.uses_cuda_graphs(self.config.get("compile", "off"), self.device)
         if self.cuda_graphs:
-            knobs.own_gradients(self.params)
+            transforms.own_gradients(self.params)
         self.opt = (self.wl.optimizer(model) if self.wl.optimizer
-                    else knobs.optimizer(self.params, self.wl.lr, self.config.get("optimizer", "default"), self.device))
-        self.scaler = knobs.grad_scaler(self.precision, self.device)
+                    else transforms.optimizer(self.params, self.wl.lr, self.config.get("optimizer", "default"), self.device))
+        self.scaler = transforms.grad_scaler(self.precision, self.device)
         self.autocast = self.precision_context()
-        self.loader = knobs.loader(self.wl.dataset, self.config, self.wl.collate, self.device)
+        self.loader = transforms.loader(self.wl.dataset, self.config, self.wl.collate, self.device)
         self.batches = self.cycle()
         self.non_blocking = bool(self.config.get("pin_memory")) and self.device.type == "cuda"
-        self.input_dtype = knobs.input_dtype(self.precision)
+        self.input_dtype = transforms.input_dtype(self.precision)
 
     def precision_context(self):
         """The forward's autocast (harness.distributed's FSDP ranks: none, FSDP2 casts the weights)."""
-        return knobs.autocast(self.precision, self.device)
+        return transforms.autocast(self.precision, self.device)
 
     def cycle(self):
         while True:
@@ -222,17 +222,17 @@ class Trial:
     def step(self) -> None:
         """One optimizer step over `accumulation` micro-batches."""
         for i in range(self.accum):
-            batch = knobs.to_device(next(self.batches), self.device, self.non_blocking, self.input_dtype)
+            batch = transforms.to_device(next(self.batches), self.device, self.non_blocking, self.input_dtype)
             if self.cuda_graphs:  # each micro-batch is a new graph replay; its backward already ran
                 torch.compiler.cudagraph_mark_step_begin()
             self.sync_gradients(i == self.accum - 1)
             with self.autocast:
                 loss = self.loss_of(batch)
             self.scaler.scale(loss / self.accum).backward()
-            self.pending.append(loss.detach().clone())  # a CUDA-graph output would be overwritten next step
+            self.meter.pending.append(loss.detach().clone())  # a CUDA-graph output would be overwritten next step
         self.scaler.step(self.opt)
         self.scaler.update()
-        self.opt.zero_grad(set_to_none=not self.cuda_graphs)  # graphs: keep owned .grad (knobs.own_gradients)
+        self.opt.zero_grad(set_to_none=not self.cuda_graphs)  # graphs: keep owned .grad (transforms.own_gradients)
 
     def reference_loss(self, model) -> float:
         """fp32 eager loss of the untouched model on the first batch: what every precision must match.
@@ -240,7 +240,7 @@ class Trial:
         Reused from an earlier trial only for the same weights and batch (their sums are in the key),
         so a factory that builds differently each time still gets its own reference.
         """
-        batch = knobs.to_device(self.sample_batch(self.wl.dataset, self.wl.collate), self.device, False)
+        batch = transforms.to_device(self.sample_batch(self.wl.dataset, self.wl.collate), self.device, False)
         key = {**self.figure_key(), "weights_and_batch": fingerprint([*model.parameters(), *model.buffers(), batch])}
         return self.figures.get("reference", key, lambda: self.fp32_loss(model, batch))
 
@@ -263,7 +263,7 @@ class Trial:
                   "a repeat of this config reuses the cache", file=sys.stderr, flush=True)
 
     def warm_up(self) -> None:
-        """First step (compile, autotuning, allocator growth) and warm-up steps, timed apart.
+        """The first step and the warm-up steps, timed apart from the measured windows (harness.meter).
 
         The memory they take is their own window: placement, the first step and the warm-up steps
         hold one-off work (cuDNN benchmark workspaces, max-autotune's benchmarking buffers, CUDA-graph
@@ -272,105 +272,17 @@ class Trial:
         before the first step, and going over it is this config's OOM), so a config that reaches the
         measured steps is feasible at the wall. Then what that work left cached is given back and the
         window restarts, before the last warm-up step, which regrows the cache untimed: `peak_memory`
-        is the steady state's peak, what the config keeps needing step after step.
+        is the steady state's peak, what the config keeps needing step after step (harness.footprint).
         """
         self.warn_if_cold_autotune()
-        self.hb.beat("first_step")
-        t0 = measure.now(self.device)
-        self.step()
-        first = measure.now(self.device) - t0
-        self.flush_losses()
-        compiled = self.config.get("compile", "off") != "off"
-        self.timing["compile_s"] = first if compiled else 0.0
-        self.timing["first_step_s"] = first
+        self.meter.first_step(compiled=self.config.get("compile", "off") != "off")
         self.memory["optimizer"] = measure.tensor_bytes(
             t for state in self.opt.state.values() for t in state.values())
-        steps = int(self.job["measure"].get("warmup_steps", 2))
-        t0 = measure.now(self.device)
-        for i in range(steps):
-            if i == steps - 1:
-                self.start_steady_window()
-            self.step()
-            self.hb.beat("warmup", i + 1)
-        if not steps:
-            self.start_steady_window()
-        self.timing["warmup_steps"] = steps
-        self.timing["warmup_s"] = measure.now(self.device) - t0
-        self.flush_losses()
-        self.warm_step_s = self.across_ranks(self.timing["warmup_s"] / steps if steps else first)
+        self.meter.warm_up()
 
-    def start_steady_window(self) -> None:
-        """Close the first steps' memory window (its peak is kept) and start the steady state's."""
-        self.memory["first_step_peak"] = self.peak_so_far()
-        measure.release_cached(self.device)
-        budget = self.job.get("memory_budget")
-        if self.device.type == "cuda" and budget:  # the wall now also makes room for what the first steps loaded
-            grown = measure.context_reading(self.device, self.memory.get("nvml_used_at_start"))["bytes"]
-            if grown is not None and grown > (self.memory.get("context_bytes") or 0):
-                self.memory["context_after_first_steps"] = grown
-                measure.limit_cuda_memory(self.device, budget, grown)
-        measure.reset_peak(self.device)
-
-    def measure_windows(self) -> list[float]:
-        """Time windows of steps until their CV is under target or a cap is reached (adaptive)."""
-        m = self.job["measure"]
-        window_steps = max(1, math.ceil(m.get("window_s", 0.5) / max(self.warm_step_s, 1e-6)))
-        min_w, max_w = int(m.get("min_windows", 3)), int(m.get("max_windows", 12))
-        target_cv, max_s = float(m.get("target_cv", 0.02)), float(m.get("max_seconds", 20))
-        slow_below = float(m.get("slow_below") or 0)  # samples/s under which the config is out of the race
-        eff_batch = int(self.config["batch_size"]) * self.accum * self.world
-        per_step, peaks, start, done = [], [], time.perf_counter(), 0
-        while True:
-            t0 = measure.now(self.device)
-            for _ in range(window_steps):
-                self.step()
-            per_step.append(self.across_ranks((measure.now(self.device) - t0) / window_steps))
-            peaks.append(self.peak_so_far())
-            done += window_steps
-            self.hb.beat("measure", done)
-            diverged = not all(map(math.isfinite, self.flush_losses()))  # no use timing it further
-            enough = len(per_step) >= min_w
-            hopeless = len(per_step) == 2 and eff_batch / min(per_step) < slow_below  # even its faster window
-            if hopeless:
-                self.timing["cut_short"] = (f"{eff_batch / min(per_step):.1f} samples/s at best over 2 windows, "
-                                            f"under the sweep's cut of {slow_below:.1f}: not timed further")
-            stop = (diverged or hopeless or len(per_step) >= max_w
-                    or (enough and measure.spread(per_step)["cv"] < target_cv)
-                    or (enough and time.perf_counter() - start > max_s))
-            if self.across_ranks(float(stop)):  # every process runs the same number of steps
-                break
-        self.timing.update(window_steps=window_steps, windows=len(per_step), measured_steps=done,
-                           window_step_s=per_step, measure_s=time.perf_counter() - start)
-        self.memory["peak_by_window"] = peaks  # a peak still growing at the end would show here
-        return per_step
-
-    def flush_losses(self) -> list[float]:
-        """The losses since the last flush, as floats; called after a clock read has synced the device.
-
-        Holding every step's loss tensor until the end fragments glibc's heap: a CPU run's peak RSS
-        grew 35% over 600 steps, so a short trial's peak was not the long run's.
-        """
-        new = torch.stack(self.pending).float().tolist() if self.pending else []
-        self.pending.clear()
-        self.losses.extend(new)
-        return new
-
-    def peak_so_far(self) -> int:
-        """The footprint feasibility is judged on (see harness.record), as of now."""
-        if self.device.type == "cuda":
-            return torch.cuda.max_memory_reserved(self.device) + (self.memory.get("context_bytes") or 0)
-        return measure.peak_rss_bytes() - self.memory["baseline_rss"]
-
-    def read_memory(self) -> int:
-        """The record's footprint. On a CPU, the peak as of the last measured step: the process's peak
-        RSS only grows, and the bookkeeping after the steps (losses to floats, the spread) once added
-        a 128 KiB page run that no training step touched."""
-        if self.device.type == "cuda":
-            self.memory.update(measure.cuda_memory(self.device, self.memory))
-            return self.peak_so_far()
-        peak = self.memory["peak_by_window"][-1]
-        self.memory.update(peak_rss=peak + self.memory["baseline_rss"], device_total=psutil.virtual_memory().total)
-        return peak
+    def samples_per_step(self) -> int:
+        """The global batch: every process's micro-batches of one optimizer step."""
+        return int(self.config["batch_size"]) * self.accum * self.world
 
     def breakdown(self) -> dict | None:
         """Weights, gradients, optimizer state and saved activations of one micro-batch, in bytes.
@@ -378,7 +290,7 @@ class Trial:
         Taken after the peak was read, on the eager (uncompiled) model, so it cannot raise the peak.
         """
         try:
-            batch = knobs.to_device(next(self.batches), self.device, False, self.input_dtype)
+            batch = transforms.to_device(next(self.batches), self.device, False, self.input_dtype)
             with self.autocast:
                 loss = self.wl.loss(self.eager, batch)
             self.scaler.scale(loss / self.accum).backward()
@@ -402,9 +314,9 @@ class Trial:
         self.prepare()
         self.build_training()
         self.warm_up()
-        per_step = self.measure_windows()
-        peak = self.read_memory()
-        losses = self.losses
+        per_step = self.meter.windows(self.samples_per_step())
+        peak = self.footprint.read()
+        losses = self.meter.losses
         t0 = time.perf_counter()
         self.memory["breakdown"] = self.figures.get("breakdown", self.figure_key("precision", "checkpointing", "optimizer"),
                                                     self.breakdown)
@@ -412,14 +324,14 @@ class Trial:
         return self.record(per_step, peak, losses, self.reference, time.perf_counter() - t_start)
 
     def record(self, per_step, peak, losses, reference, wall) -> dict:
-        eff_batch = int(self.config["batch_size"]) * self.accum * self.world  # the global batch
+        eff_batch = self.samples_per_step()
         step = measure.spread(per_step)
         samples = {"median": eff_batch / step["median"], "p10": eff_batch / step["p90"],
                    "p90": eff_batch / step["p10"]}
         tokens = self.wl.tokens_per_sample
         self.timing.update(step_s=step, wall_s=wall)
         status, reason = self.numerics(losses, reference)
-        env = measure.env_stamp(self.device, knobs.tf32_mode())
+        env = measure.env_stamp(self.device, transforms.tf32_mode())
         return {
             "status": status, "config": self.config, "throughput": samples["median"], "samples_per_s": samples,
             "tokens_per_s": {k: v * tokens for k, v in samples.items()} if tokens else None,
@@ -435,7 +347,7 @@ class Trial:
 
     def graphs_used(self) -> dict:
         """Whether the compiled model ran under CUDA graphs: wanted by the mode, and not skipped."""
-        skips = knobs.cuda_graph_skips() if self.cuda_graphs else 0
+        skips = transforms.cuda_graph_skips() if self.cuda_graphs else 0
         return {"wanted": self.cuda_graphs, "used": self.cuda_graphs and skips == 0, "skipped_graphs": skips}
 
     def numerics(self, losses, reference) -> tuple[str, str | None]:

@@ -18,7 +18,7 @@ import yaml
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from harness import spec as specs
+from harness import knobs, spec as specs
 from harness.cli import main
 from harness.errors import UserError
 from tests.conftest import FAST_TRIAL, FAULTY_DIR
@@ -442,7 +442,7 @@ def test_apply_best_works_on_the_same_study(applied):
 
 # ---- property: spec.load only ever raises UserError ---------------------------------------------------
 
-KEYS = sorted({*specs.TOP_KEYS, *specs.WORKLOAD_KEYS, *specs.TRIAL_KEYS, *specs.MEMORY_KEYS, *specs.KNOB_DEFAULTS,
+KEYS = sorted({*specs.TOP_KEYS, *specs.WORKLOAD_KEYS, *specs.TRIAL_KEYS, *specs.MEMORY_KEYS, *knobs.DEFAULTS,
                "batch_size", "channels_last", "low", "high", "effective_batch", "file", "keys", "lr", "hydra",
                "world_size", "key", "values", "scale", "group_dir"})
 WORDS = ["emberformer", "gpt", "tiny", "auto", "faulty:build", "os:path", "fp32", "bf16-mixed", "full", "none",

@@ -8,7 +8,7 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from harness import launch, report_time, reuse
+from harness import launch, report, reuse
 from harness.cli import main
 from harness import spec as specs
 from tests.conftest import FAULTY_DIR, faulty_spec
@@ -72,16 +72,16 @@ def test_the_report_splits_the_sweeps_time_into_phases(swept):
 
 def test_phases_add_up_to_the_trials_wall_time(swept):
     for row in swept["rows"]:
-        phases = report_time.trial_phases(row["timing"])
+        phases = report.trial_phases(row["timing"])
         assert sum(phases.values()) == pytest.approx(row["timing"]["trial_wall_s"])
         assert set(phases) == {"start-up", "build", "compile", "warm-up", "measuring", "teardown"}
         assert row["timing"]["compile_cache"] == "cold" and row["start"]["method"] == "warm"
 
 
 def test_a_trial_that_ended_early_keeps_its_phases_and_the_rest_is_not_guessed():
-    crashed = report_time.trial_phases({"trial_wall_s": 5.0})
+    crashed = report.trial_phases({"trial_wall_s": 5.0})
     assert crashed == {"ended early": 5.0}
-    oom = report_time.trial_phases({"trial_wall_s": 5.0, "startup_s": 0.1, "setup_s": 1.0})
+    oom = report.trial_phases({"trial_wall_s": 5.0, "startup_s": 0.1, "setup_s": 1.0})
     assert oom == {"start-up": 0.1, "build": 1.0, "ended early": pytest.approx(3.9)}
 
 
@@ -124,4 +124,4 @@ def test_compile_caches_are_cold_except_for_a_repeat(tmp_path):
 
 
 def test_a_duration_is_rounded_before_it_is_split_into_minutes():
-    assert [report_time.duration(s) for s in (239.7, 59.9, 59.96, 125.4)] == ["4m 00s", "59.9s", "1m 00s", "2m 05s"]
+    assert [report.duration(s) for s in (239.7, 59.9, 59.96, 125.4)] == ["4m 00s", "59.9s", "1m 00s", "2m 05s"]

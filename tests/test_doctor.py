@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from harness import doctor
+from harness import doctor, nvml
 
 GiB = 1024**3
 REPO = Path(__file__).resolve().parent.parent
@@ -134,7 +134,7 @@ def _fake_pynvml(clock_mask: int, processes: list[tuple[int, int | None]], used:
 
 def test_nvml_lists_devices_processes_and_clock_events(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(0x4 | 0x40, [(4242, 10 * GiB), (77, None)]))
-    nvml = doctor._nvml()
+    nvml = doctor.gpus()
     assert nvml["driver"] == "560.35.03" and nvml["cuda_driver"] == "12.6"
     (device,) = nvml["devices"]
     assert device["capability"] == "9.0" and device["bf16"] and device["tf32"] and device["fp8"]
@@ -146,7 +146,7 @@ def test_nvml_lists_devices_processes_and_clock_events(monkeypatch):
 
 def test_gpu_warnings_name_the_other_process_and_the_throttle(monkeypatch, facts):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(0x4, [(4242, 10 * GiB)], used=11 * GiB))
-    found = doctor.warnings(facts | {"nvml": doctor._nvml()}, 0, 0)
+    found = doctor.warnings(facts | {"nvml": doctor.gpus()}, 0, 0)
     assert any("is shared: pid 4242" in w and "10.00 GiB" in w for w in found)
     assert any("clocks are held back now (software power cap)" in w for w in found)
     assert any("already has 11.00 GiB in use, 69.00 GiB free of 80.00 GiB" in w for w in found)
@@ -155,12 +155,12 @@ def test_gpu_warnings_name_the_other_process_and_the_throttle(monkeypatch, facts
 def test_idle_clocks_and_an_empty_gpu_do_not_warn(monkeypatch, facts):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(0x1, [], used=300 * 1024**2))
     torch = facts["torch"] | {"cuda_available": True, "cuda": "12.6"}
-    assert doctor.warnings(facts | {"torch": torch, "nvml": doctor._nvml(), "load": quiet()}, 0, 0) == []
+    assert doctor.warnings(facts | {"torch": torch, "nvml": doctor.gpus(), "load": quiet()}, 0, 0) == []
 
 
 def test_torch_that_cannot_use_the_gpu_warns(monkeypatch, facts):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(0x1, []))
-    nvml = doctor._nvml()
+    nvml = doctor.gpus()
     cpu_build = facts["torch"] | {"cuda_available": False, "cuda": None}
     assert any("torch does not" in w for w in doctor.warnings(facts | {"torch": cpu_build, "nvml": nvml}, 0, 0))
     too_new = facts["torch"] | {"cuda_available": True, "cuda": "12.8"}
@@ -170,9 +170,9 @@ def test_torch_that_cannot_use_the_gpu_warns(monkeypatch, facts):
 
 def test_render_with_a_gpu_escapes_markup(monkeypatch, facts):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(0x4, [(4242, 2 * GiB)]))
-    monkeypatch.setattr(doctor, "_process_name", lambda pid: "[bold]trainer[/bold]")
+    monkeypatch.setattr(nvml, "_process_name", lambda pid: "[bold]trainer[/bold]")
     console = Console(record=True, width=160)
-    console.print(doctor.render(facts | {"nvml": doctor._nvml()}))
+    console.print(doctor.render(facts | {"nvml": doctor.gpus()}))
     text = console.export_text()
     assert "NVIDIA H100 80GB HBM3" in text and "software power cap" in text
     assert "[bold]trainer[/bold]" in text  # shown as written, not swallowed as markup
@@ -203,7 +203,7 @@ def test_a_machine_without_a_driver_is_reported_not_raised(monkeypatch):
     fake = _fake_pynvml(0, [])
     fake.nvmlInit = no_driver
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    nvml = doctor._nvml()
+    nvml = doctor.gpus()
     assert nvml["available"] is False
     assert nvml["reason"] == "no NVIDIA driver (NVML Shared Library Not Found)"
 

@@ -1,15 +1,15 @@
 """Each knob does what it says on every device: the issue #12 findings, one test each."""
 import math
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
-from harness import knobs, launch, measure, spec as specs
+from harness import launch, measure, nvml, spec as specs, transforms
 from harness.errors import UserError
 from harness.spec import Measure
-from harness.workloads import KNOB_CHOICES, WORKLOADS
+from harness.knobs import CHOICES as KNOB_CHOICES
+from harness.workloads import WORKLOADS
 
 FAST = Measure(warmup_steps=1, window_s=0.02, min_windows=2, max_windows=2, max_seconds=1).__dict__
 
@@ -28,20 +28,20 @@ def run_trial(tmp_path, config, device="cpu"):
 @pytest.mark.parametrize("precision", KNOB_CHOICES["precision"])
 def test_legacy_tf32_getters_still_read_after_each_precision(precision):
     """Inductor and user code read the legacy flags; setting only the new API made them raise."""
-    knobs.set_numerics(precision, False)
-    mode = knobs.tf32_mode()  # reads get_float32_matmul_precision, matmul.allow_tf32, cudnn.allow_tf32
+    transforms.set_numerics(precision, False)
+    mode = transforms.tf32_mode()  # reads get_float32_matmul_precision, matmul.allow_tf32, cudnn.allow_tf32
     assert mode["cudnn_allow_tf32"] is mode["torch_defaults"]["cudnn_allow_tf32"] is True  # torch's default, every precision
     assert mode["float32_matmul_precision"] == ("high" if precision == "tf32" else "highest")
     assert torch.backends.cuda.matmul.fp32_precision in ("tf32" if precision == "tf32" else "ieee",)
-    knobs.set_numerics("fp32", False)
+    transforms.set_numerics("fp32", False)
 
 
 def test_bf16_true_casts_float_inputs_and_keeps_token_ids():
     batch = {"image": torch.ones(2, 3), "ids": torch.arange(4), "pair": (torch.zeros(1), torch.tensor([1]))}
-    out = knobs.to_device(batch, torch.device("cpu"), False, knobs.input_dtype("bf16-true"))
+    out = transforms.to_device(batch, torch.device("cpu"), False, transforms.input_dtype("bf16-true"))
     assert out["image"].dtype == torch.bfloat16 and out["pair"][0].dtype == torch.bfloat16
     assert out["ids"].dtype == torch.int64 and out["pair"][1].dtype == torch.int64
-    assert knobs.input_dtype("bf16-mixed") is None
+    assert transforms.input_dtype("bf16-mixed") is None
 
 
 def test_bf16_true_trains_an_image_model(tmp_path):
@@ -79,16 +79,16 @@ def test_peak_is_reset_after_the_reference_pass(monkeypatch):
 
 
 def test_no_context_reading_is_said_not_left_none(monkeypatch):
-    monkeypatch.setattr(measure, "nvml_process_bytes", lambda index: None)
-    monkeypatch.setattr(measure, "nvml_used_bytes", lambda index: None)
+    monkeypatch.setattr(nvml, "process_bytes", lambda index: None)
+    monkeypatch.setattr(nvml, "used_bytes", lambda index: None)
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 0)
     reading = measure.context_reading(torch.device("cuda", 0), None)
     assert reading["bytes"] is None and reading["source"].startswith("no context reading: NVML unavailable")
 
 
 def test_context_prefers_the_per_process_nvml_figure(monkeypatch):
-    monkeypatch.setattr(measure, "nvml_process_bytes", lambda index: 900)
-    monkeypatch.setattr(measure, "nvml_used_bytes", lambda index: 5000)
+    monkeypatch.setattr(nvml, "process_bytes", lambda index: 900)
+    monkeypatch.setattr(nvml, "used_bytes", lambda index: 5000)
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 400)
     assert measure.context_reading(torch.device("cuda", 0), 100) == {
         "bytes": 500, "source": "nvml per-process used - allocator reserved"}
@@ -195,9 +195,9 @@ def test_cuda_graph_gradients_accumulate_like_eager(mode):
     eager = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).to(dev)
     graphed = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).to(dev)
     graphed.load_state_dict(eager.state_dict())
-    compiled = knobs.compiled_loss(lambda m, x: m(x).sum(), graphed, mode)
-    assert knobs.uses_cuda_graphs(mode, dev)
-    knobs.own_gradients(graphed.parameters())
+    compiled = transforms.compiled_loss(lambda m, x: m(x).sum(), graphed, mode)
+    assert transforms.uses_cuda_graphs(mode, dev)
+    transforms.own_gradients(graphed.parameters())
     xs = [torch.randn(8, 64, device=dev) for _ in range(3)]
     for _ in range(3):  # warm-up replays, then the step whose gradients are compared
         for p in graphed.parameters():

@@ -13,10 +13,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from harness import launch, spec as specs
+from harness import knobs, launch, spec as specs
 from harness.cli import main
 from harness.spec import Measure
-from harness.workloads import KNOB_CHOICES, UNIVERSAL_KNOBS, WORKLOADS
+from harness.knobs import CHOICES as KNOB_CHOICES, UNIVERSAL as UNIVERSAL_KNOBS
+from harness.workloads import WORKLOADS
 
 FAST = Measure(warmup_steps=1, window_s=0.02, min_windows=2, max_windows=2, max_seconds=1).__dict__
 BASE = {"batch_size": 4, "accumulation": 1, "precision": "fp32", "checkpointing": "none", "compile": "off"}
@@ -88,7 +89,7 @@ def assert_refused_by_the_cli(tmp_path, workload_name, knob, value, device):
 
 # Default values are what the baseline trial runs; every other value gets its own trial.
 UNIVERSAL_CASES = [(k, v) for k, values in UNIVERSAL_VALUES.items() for v in values
-                   if specs.KNOB_DEFAULTS.get(k, object()) != v]
+                   if knobs.DEFAULTS.get(k, object()) != v]
 
 
 @pytest.mark.parametrize("knob,value", UNIVERSAL_CASES, ids=[f"{k}={v}" for k, v in UNIVERSAL_CASES])
@@ -98,7 +99,7 @@ def test_universal_knob_on_cpu(tmp_path, knob, value):
 
 def test_baseline_on_cpu(tmp_path):
     """Every knob at its default: optimizer default, no workers, fp32, no checkpointing, no compile."""
-    defaults = {k: v for k, v in specs.KNOB_DEFAULTS.items() if k in UNIVERSAL_VALUES}
+    defaults = {k: v for k, v in knobs.DEFAULTS.items() if k in UNIVERSAL_VALUES}
     rec = run_trial(tmp_path, tiny("emberformer"), defaults, "cpu")
     assert rec["status"] == "ok" and rec["loss"]["finite"], rec.get("error")
 

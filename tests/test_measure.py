@@ -134,7 +134,7 @@ def test_nvml_reads_the_gpu_cuda_means_not_nvml_index_0(monkeypatch):
     import sys
     import types
 
-    from harness import measure
+    from harness import nvml
     fake = types.SimpleNamespace(
         nvmlInit=lambda: None,
         nvmlDeviceGetHandleByIndex=lambda i: ("index", i),
@@ -143,11 +143,11 @@ def test_nvml_reads_the_gpu_cuda_means_not_nvml_index_0(monkeypatch):
                                                                       ("index", 0): 1}[h]))
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
-    assert measure.nvml_used_bytes(1) == 5000
+    assert nvml.used_bytes(1) == 5000
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-abc")
-    assert measure.nvml_used_bytes(0) == 7000
+    assert nvml.used_bytes(0) == 7000
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    assert measure.nvml_used_bytes(0) == 1
+    assert nvml.used_bytes(0) == 1
 
 
 def test_a_config_far_under_the_best_so_far_stops_after_two_windows_and_says_so(tmp_path):
@@ -220,7 +220,7 @@ def test_the_loss_is_in_the_compiled_graph_with_the_model(monkeypatch):
     import torch
     import torch.nn.functional as F
 
-    from harness import knobs
+    from harness import transforms
     graphs = []
 
     def backend(gm, example_inputs):
@@ -229,7 +229,7 @@ def test_the_loss_is_in_the_compiled_graph_with_the_model(monkeypatch):
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=backend))
     torch._dynamo.reset()
     model = torch.nn.Linear(16, 10)
-    loss_of = knobs.compiled_loss(lambda m, b: F.cross_entropy(m(b[0]), b[1]), model, "default")
+    loss_of = transforms.compiled_loss(lambda m, b: F.cross_entropy(m(b[0]), b[1]), model, "default")
     loss_of((torch.randn(4, 16), torch.tensor([1, 2, 3, 4])))
     assert len(graphs) == 1
     ops = {str(n.target) for n in graphs[0].graph.nodes if n.op in ("call_function", "call_module")}

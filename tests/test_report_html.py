@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import pareto, report_html
+from harness import pareto, report
 
 GiB = 1024**3
 
@@ -20,7 +20,7 @@ def render_html(rows: list[dict], study: dict) -> str:
     """The page as `bench report --format html` draws it: the choice over the rows, then the page."""
     choice = pareto.choose(rows, study.get("budget"), study.get("headroom", 0.1), study.get("objective", "samples"),
                            run_steps=100_000)  # a long run: #3's compile (41.5 s, about 16k steps) pays back
-    return report_html.render_html(choice, study)
+    return report.render_html(choice, study)
 
 
 def _trial(number, status, batch, precision, compile_="off", checkpointing="none", throughput=None,

@@ -1,12 +1,11 @@
 """Study-side knob correctness (issue #12): the objective's throughput everywhere, OOMs told
 honestly, resumes that keep one study comparable."""
-from pathlib import Path
 
 import optuna
 import pytest
 from click.testing import CliRunner
 
-from harness import pareto, record, report, study as studies, spec as specs
+from harness import record, report, study as studies, spec as specs
 from harness.cli import main
 from harness.errors import UserError
 from tests.conftest import faulty_spec

@@ -25,7 +25,8 @@ every apply can be undone, not only the last one.
 Inside, one module per step, each importing only the steps before it:
 `_keymaps` (the spec's `apply:` section, presets) -> `_document` (the file: text, values, nodes;
 current knob values) -> `_edit` (splicing values into the text) -> `_plan` (assignments, the new
-text, provenance, verification, diff) -> `_write` (backup, atomic replace); `_comments` finds inline comments a plan makes stale; `_hydra` plans per-device
+text, provenance, verification, diff) -> `_write` (backup, atomic replace); `_comments` finds inline comments a plan makes stale; `_size` warns when the target describes
+another model size than was measured; `_hydra` plans per-device
 Hydra profiles from the same pieces.
 """
 from __future__ import annotations
@@ -34,8 +35,9 @@ from harness.apply._document import read_current
 from harness.apply._hydra import device_slug, write_hydra_profile
 from harness.apply._keymaps import ApplyTarget, KeyMap, LrRule, not_found, parse_apply_section
 from harness.apply._plan import PROVENANCE_MARK, SIDECAR_SUFFIX, Plan, flatten, plan, run_length
+from harness.apply._size import other_model_size
 from harness.apply._write import BACKUP_INFIX, write
 
-__all__ = ["ApplyTarget", "KeyMap", "LrRule", "Plan", "flatten", "not_found", "parse_apply_section", "read_current", "plan",
+__all__ = ["ApplyTarget", "KeyMap", "LrRule", "Plan", "flatten", "not_found", "other_model_size", "parse_apply_section", "read_current", "plan",
            "run_length", "write", "write_hydra_profile", "device_slug", "PROVENANCE_MARK", "BACKUP_INFIX",
            "SIDECAR_SUFFIX"]

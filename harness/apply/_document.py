@@ -11,7 +11,8 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.nodes import MappingNode
 
-from harness.apply._keymaps import ABSENT, KNOB_CHOICES, ApplyTarget, KeyMap
+from harness import knobs
+from harness.apply._keymaps import ABSENT, ApplyTarget, KeyMap
 from harness.errors import UserError
 
 BOM = "\ufeff"
@@ -113,9 +114,9 @@ def read_current(target: ApplyTarget) -> dict:
     return _read_knobs(target, _load_document(target.file, target.format), target.keys)
 
 
-def _read_knobs(target: ApplyTarget, doc: _Document, knobs) -> dict:
+def _read_knobs(target: ApplyTarget, doc: _Document, names) -> dict:
     current = {}
-    for knob in knobs:
+    for knob in names:
         value = _read_knob(doc, knob, target.keys.get(knob, ()))
         if value is not ABSENT:
             current[knob] = value
@@ -190,7 +191,7 @@ def _agrees(m: KeyMap, file_value: object, candidate: str) -> bool:
 
 
 def _checked_knob_value(doc: _Document, knob: str, found: dict[str, object], value: object) -> object:
-    choices = KNOB_CHOICES.get(knob)
+    choices = knobs.CHOICES.get(knob)
     if knob in ("batch_size", "accumulation"):
         valid = isinstance(value, int) and not isinstance(value, bool) and value > 0
     else:

@@ -8,13 +8,11 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import knobs  # values read from a file must land in the registry's
 from harness.errors import UserError
-from harness.workloads import KNOB_CHOICES, UNIVERSAL_KNOBS  # values read from a file must land in these
 
 FORMATS = {".yaml": "yaml", ".yml": "yaml", ".json": "json"}
 LR_SCALES = ("linear", "sqrt")
-
-CORE_KNOBS = ("batch_size", "accumulation", "precision", "checkpointing", "compile")
 
 
 class _Absent:
@@ -90,10 +88,10 @@ class ApplyTarget:
 _NO_YES = {"fp32": False, "tf32": False, "bf16-mixed": False, "fp16-mixed": False}
 
 PRESETS: dict[str, dict[str, tuple[KeyMap, ...]]] = {
-    # A knob name is its own top-level key; only the core knobs, since a top-level `optimizer:`
-    # or `seq_len:` in an arbitrary file too often means something else.
-    "plain": {**{knob: (KeyMap(knob),) for knob in CORE_KNOBS},
-              "nproc": (KeyMap("nproc_per_node", default=1),)},  # torchrun's name for it
+    # The registry's plain keys: only knobs whose name is unambiguous at a file's top level (a
+    # top-level `optimizer:` or `seq_len:` in an arbitrary file too often means something else).
+    "plain": {k.name: (KeyMap(k.plain_key, default=ABSENT if k.core else k.default),)
+              for k in knobs.KNOBS if k.plain_key},
     # LightningCLI config. The batch size lives in the datamodule. Every key is also found in the
     # `class_path` + `init_args` form: `data.batch_size` reads and writes `data.init_args.batch_size`
     # where the file's `data:` section has a class_path (see _in_file_form).
@@ -237,11 +235,11 @@ def cli_path(data: dict, key: str) -> str:
     return ".".join(out)
 
 
-def not_found(target: ApplyTarget, current: Mapping, knobs) -> dict[str, str]:
+def not_found(target: ApplyTarget, current: Mapping, names) -> dict[str, str]:
     """One line per knob whose current value the target does not hold (and whose key has no default
     the program assumes): the key looked for, so the user sees why the baseline takes another value."""
     lines = {}
-    for knob in knobs:
+    for knob in names:
         maps = target.keys.get(knob, ())
         if knob in current or any(m.default is not ABSENT for m in maps):
             continue
@@ -257,7 +255,7 @@ def _check_knob_name(knob: object, known_knobs: Collection[str] | None, where: s
     if known_knobs is not None and knob not in known_knobs:
         raise UserError(f"{where}: the workload has no knob {knob!r}{_did_you_mean(knob, known_knobs)}; "
                         f"its knobs: {', '.join(sorted(known_knobs))}")
-    squashed = {re.sub(r"[^a-z0-9]", "", k): k for k in UNIVERSAL_KNOBS}
+    squashed = {re.sub(r"[^a-z0-9]", "", k): k for k in knobs.UNIVERSAL}
     twin = squashed.get(re.sub(r"[^a-z0-9]", "", knob.lower()))
     if twin is not None and twin != knob:
         raise UserError(f"{where}: unknown knob {knob!r} (did you mean {twin!r}?); use the knob's exact name")
@@ -285,7 +283,7 @@ def _parse_key_map(knob: str, entry: object, where: str) -> KeyMap:
 
 
 def _parse_value_map(knob: str, raw: object, where: str) -> dict[str, object]:
-    choices = KNOB_CHOICES.get(knob)
+    choices = knobs.CHOICES.get(knob)
     values = {}
     for bench_value, file_value in _mapping(raw, where).items():
         # A YAML 1.1 loader reads an unquoted `off:` as False; it can only have meant "off".

@@ -17,23 +17,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-# Knobs the trial runner applies to any workload (see harness.knobs); a workload adds its own.
-UNIVERSAL_KNOBS = frozenset({
-    "batch_size", "accumulation", "precision", "checkpointing", "compile",
-    "num_workers", "pin_memory", "optimizer", "cudnn_benchmark", "expandable_segments",
-    "nproc", "parallel", "reshard_after_forward",  # processes per trial and how they share the model
-})
-
-
-# The values a knob with a closed set takes: what a spec may search and what apply may read back.
-KNOB_CHOICES = {
-    "precision": ("fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true"),
-    "checkpointing": ("none", "full", "selective"),
-    "compile": ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
-    "optimizer": ("default", "foreach", "fused"),
-    "parallel": ("none", "ddp", "fsdp"),
-}
-
+from harness.knobs import UNIVERSAL
 
 @dataclass
 class Workload:
@@ -84,7 +68,7 @@ class WorkloadInfo:
     """Workload-specific knobs: params the search space may vary (e.g. seq_len, channels_last)."""
 
     def supported_knobs(self) -> frozenset:
-        return UNIVERSAL_KNOBS | self.knobs
+        return UNIVERSAL | self.knobs
 
 
 WORKLOADS: dict[str, WorkloadInfo] = {

@@ -23,7 +23,7 @@ import tempfile
 
 import torch
 
-from harness import knobs
+from harness import transforms
 from harness.workloads import Workload, load_factory
 from harness.workloads.own import BatchDataset, find_blocks, first_item
 
@@ -100,7 +100,7 @@ def training_arguments(user_args: dict, config: dict, device: torch.device, root
     args = {k: v for k, v in user_args.items() if k not in BENCH_OWNS}
     args.update(output_dir=root, per_device_train_batch_size=int(config["batch_size"]),
                 gradient_accumulation_steps=int(config.get("accumulation", 1)),
-                bf16=precision == "bf16-mixed", fp16=precision == "fp16-mixed", tf32=None,  # knobs.set_numerics
+                bf16=precision == "bf16-mixed", fp16=precision == "fp16-mixed", tf32=None,  # transforms.set_numerics
                 gradient_checkpointing=config.get("checkpointing") == "full",
                 gradient_checkpointing_kwargs={"use_reentrant": False},
                 torch_compile=compile_mode != "off",
@@ -124,7 +124,7 @@ def measured_trainer(transformers, trial):
             loss = out[0] if return_outputs else out
             # given the step's item count, the model divides by all of them: a micro-batch's share of the mean
             share = num_items_in_batch is not None and self.model_accepts_loss_kwargs
-            trial.pending.append(loss.detach().float() * (self.current_gradient_accumulation_steps if share else 1))
+            trial.meter.pending.append(loss.detach().float() * (self.current_gradient_accumulation_steps if share else 1))
             return out
     return MeasuredTrainer
 
@@ -134,7 +134,7 @@ def meter_callback(transformers, trial, model, reference: float):
 
     class BenchMeter(transformers.TrainerCallback):
         def on_step_begin(self, args, state, control, optimizer=None, **kwargs):
-            if state.global_step == 0 and not trial.losses and not trial.pending:
+            if state.global_step == 0 and not trial.meter.losses and not trial.meter.pending:
                 trial.started(model, optimizer, reference)
             trial.gate.step_start()
 
@@ -160,5 +160,5 @@ def checkpoint(model, mode: str, blocks: tuple, about: dict):
         about["checkpointing"] = f"gradient_checkpointing_enable(): {model.is_gradient_checkpointing}"
         return model
     about["checkpointing"] = "bench wraps every other block"
-    return knobs.apply_checkpointing(model, blocks, mode)
+    return transforms.apply_checkpointing(model, blocks, mode)
 

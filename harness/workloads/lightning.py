@@ -26,7 +26,7 @@ import tempfile
 
 import torch
 
-from harness import knobs
+from harness import transforms
 from harness.workloads import Workload, load_factory
 from harness.workloads.own import BatchDataset, find_blocks, first_item
 
@@ -80,7 +80,7 @@ def fit(module, data_cls, data_params, batch_fn, params, user_args, blocks, abou
     datamodule = make_datamodule(data_cls, data_params, config) if data_cls else None
     loaders = {} if datamodule else {"train_dataloaders": fallback_loader(module, batch_fn, params, config)}
     mode = config.get("checkpointing", "none")
-    knobs.apply_checkpointing(module, blocks, mode)
+    transforms.apply_checkpointing(module, blocks, mode)
     if mode != "none":
         about["checkpointing"] = f"bench wraps {'every' if mode == 'full' else 'every other'} {about['blocks']}"
     compile_mode = config.get("compile", "off")
@@ -115,7 +115,7 @@ def make_datamodule(data_cls, data_params: dict, config: dict):
 def fallback_loader(module, batch_fn, params, config):
     """No datamodule: the spec's batch function, else the module's own train_dataloader (its batch size)."""
     if batch_fn is not None:
-        return knobs.loader(BatchDataset(batch_fn, params, 1 << 16), config, first_item, torch.device("cpu"))
+        return transforms.loader(BatchDataset(batch_fn, params, 1 << 16), config, first_item, torch.device("cpu"))
     if is_overridden(module, "train_dataloader"):
         raise ValueError(f"{type(module).__name__}.train_dataloader() sets its own batch size; name a datamodule "
                          "that takes batch_size (workload.lightning.data) or a batch function (workload.batch)")
@@ -165,14 +165,14 @@ def meter_callback(L, trial, accumulate: int):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             if self.step_open:
                 return  # a later micro-batch of the same optimizer step
-            if trainer.global_step == 0 and not trial.losses and not trial.pending:
+            if trainer.global_step == 0 and not trial.meter.losses and not trial.meter.pending:
                 trial.started(pl_module, trainer.optimizers[0], reference_loss(pl_module, batch, batch_idx))
             self.step_open, self.step = True, trainer.global_step
             trial.gate.step_start()
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-            trial.pending.append(loss.detach().float() * accumulate)  # Lightning hands it divided by accumulation
+            trial.meter.pending.append(loss.detach().float() * accumulate)  # Lightning hands it divided by accumulation
             if trainer.global_step != self.step:  # the optimizer stepped: the step is done
                 self.step_open = False
                 trial.gate.step_end()

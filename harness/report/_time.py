@@ -15,7 +15,7 @@ the rest of its wall time is "ended early", never guessed into a phase.
 from __future__ import annotations
 
 from harness.record import Record
-from harness.report_text import esc
+from harness.report._format import esc
 
 PHASES = ("start-up", "build", "compile", "warm-up", "measuring", "teardown", "ended early")
 REUSED = {"flops": "FLOP count", "reference": "reference loss", "breakdown": "memory breakdown"}

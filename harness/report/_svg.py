@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from harness.pareto import Choice, Standing
-from harness.report_text import esc, ordered, rate
+from harness.report._format import esc, ordered, rate
 from harness.units import size
 
 GiB = 1024**3

@@ -1,6 +1,6 @@
 """The HTML report: one self-contained page a person can open anywhere, offline.
 
-Everything is inline (CSS, SVG drawn in Python by harness.report_svg, a few lines of JS for sorting
+Everything is inline (CSS, SVG drawn in Python by `_svg`, a few lines of JS for sorting
 the table), so the file can be mailed, attached to a ticket or opened years later without a network.
 Every string that came from the user (config values, names, environment, error messages) goes
 through `esc`.
@@ -16,10 +16,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness import report, report_time
+from harness.knobs import rank
 from harness.pareto import Choice, Standing
-from harness.report_svg import FRONT_COLOUR, OOM_COLOUR, batch_plot, breakdown_plot, frontier_plot
-from harness.report_text import esc, knob_rank, ordered, rate
+from harness.report import _terminal, _time
+from harness.report._format import esc, ordered, rate
+from harness.report._svg import FRONT_COLOUR, OOM_COLOUR, batch_plot, breakdown_plot, frontier_plot
 from harness.units import size
 
 TIER_ORDER = {"safe": 0, "balanced": 1, "aggressive": 2}
@@ -42,8 +43,8 @@ def render_html(choice: Choice, study: dict) -> str:
                 note=_breakdown_source(choice.best))
         + "</div>",
         _card(f"All trials ({len(choice.rows)})", _table(choice), note="click a column header to sort"),
-        _card("Where the sweep's time went", report_time.html([s.record for s in choice.rows]),
-              note="every trial's wall time by phase, summed (harness/report_time.py says what each phase holds)"),
+        _card("Where the sweep's time went", _time.html([s.record for s in choice.rows]),
+              note="every trial's wall time by phase, summed (harness/report/_time.py says what each phase holds)"),
         _card("Environment", _environment(study, choice)),
     ]
     title = f"bench report: {study.get('name', 'study')}"
@@ -90,7 +91,7 @@ def _story(choice: Choice) -> str:
     best = choice.best
     if best is None:
         return ('<section class="hero bad"><p>No configuration finished inside the budget.</p>'
-                f'<ul class="story">{_items(report.story(choice))}</ul></section>')
+                f'<ul class="story">{_items(_terminal.story(choice))}</ul></section>')
     lead = ("Your config stays best" if best.record.baseline else "Best") + f": trial #{esc(best.number)}"
     cards = [
         _stat("vs your config", *_speedup(choice)),
@@ -103,7 +104,7 @@ def _story(choice: Choice) -> str:
     ]
     return (
         f'<section class="hero"><p class="lead">{lead} {_config_chips(best.config)}</p>'
-        f'<ul class="story">{_items(report.story(choice))}</ul>'
+        f'<ul class="story">{_items(_terminal.story(choice))}</ul>'
         f'<div class="stats">{"".join(cards)}</div></section>'
     )
 
@@ -179,7 +180,7 @@ def _columns(choice: Choice) -> list[_Column]:
     """Measured columns carry their unit in the title; knob columns are the knobs' own names. The
     objective's column is the choice's figure (the confirmed median); the other rate is the trial's own."""
     rows = choice.rows
-    knobs = sorted({k for r in rows for k in r.config}, key=lambda k: (knob_rank(k), k))
+    knobs = sorted({k for r in rows for k in r.config}, key=lambda k: (rank(k), k))
     chosen = _Column(choice.unit, True, _speed_cell)
     other = (_Column("tokens/s (this run)", True, lambda r: _num(r.record.tokens_per_s, rate))
              if choice.objective == "samples" else

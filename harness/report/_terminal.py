@@ -2,8 +2,8 @@
 
 Every view here shows the one harness.pareto.Choice it is handed: the speed of a config is the
 choice's (the median of its confirmed runs), its marks (best, Pareto, tier, noisy, unsafe) are the
-choice's, and the summary's sentences are the choice's `why`. The HTML page lives in
-harness.report_html and reads the same Choice.
+choice's, and the summary's sentences are the choice's `why`. The HTML page (`_html`)
+reads the same Choice.
 """
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from harness import busy, failures, pareto, report_time
+from harness import busy, failures, knobs, pareto
 from harness.pareto import Choice, Standing
+from harness.report import _time
 from harness.units import gib, size
 
 JSON_KEYS = ("number", "status", "config", "throughput", "peak_memory", "tokens_per_s", "memory", "timing", "flops",
              "loss", "env", "error", "workload", "adapter", "log", "reused", "start", "repeats", "skip", "busy",
              "remeasured_after", "version")
-MAIN_KNOBS = ("batch_size", "accumulation", "precision", "checkpointing", "compile")
 
 
 def annotate(rows: list[dict], info: dict, run_steps: int | None = None, run_source: str | None = None) -> Choice:
@@ -105,12 +105,10 @@ STATUS_STYLE = {"ok": "green", "oom": "red", "timeout": "yellow", "crash": "red"
 
 def knob_columns(rows: list[Standing]) -> list[str]:
     seen = list(dict.fromkeys(k for s in rows for k in s.config))
-    return [k for k in MAIN_KNOBS if k in seen] + [k for k in seen if k not in MAIN_KNOBS]
+    return [k for k in knobs.CORE if k in seen] + [k for k in seen if k not in knobs.CORE]
 
 
-# Narrow terminals: short headers and values for the knob columns, never for a number.
-SHORT_HEADER = {"batch_size": "batch", "accumulation": "acc", "precision": "prec", "checkpointing": "ckpt",
-                "num_workers": "workers", "optimizer": "opt"}
+# Narrow terminals: short headers (the registry's) and values for the knob columns, never for a number.
 SHORT_VALUE = {"bf16-mixed": "bf16m", "fp16-mixed": "fp16m", "bf16-true": "bf16t", "reduce-overhead": "r-o",
                "max-autotune": "max-at", "max-autotune-no-cudagraphs": "max-at-ncg", "default": "dflt"}
 
@@ -195,7 +193,7 @@ def fit(columns: list[Column], rows: list[Standing], width: int | None) -> tuple
         return columns, notes
     for c in columns:  # 1. short knob headers and values
         if c.knob and not fits(columns, width):
-            c.header = SHORT_HEADER.get(c.knob, c.header)
+            c.header = knobs.SHORT.get(c.knob, c.header)
             c.cells = [SHORT_VALUE.get(v, v) if isinstance(v, str) else v for v in c.cells]
     if not fits(columns, width):  # 2. a knob with one value in every trial is a line, not a column
         same = [c for c in columns if c.knob and len({repr(v) for v in c.cells}) == 1 and rows]
@@ -205,7 +203,7 @@ def fit(columns: list[Column], rows: list[Standing], width: int | None) -> tuple
     for drop in ("% mem", "own knobs", "± cv", "runs"):  # 3. the least needed columns
         if fits(columns, width):
             break
-        gone = [c for c in columns if c.header == drop or (drop == "own knobs" and c.knob and c.knob not in MAIN_KNOBS)]
+        gone = [c for c in columns if c.header == drop or (drop == "own knobs" and c.knob and c.knob not in knobs.CORE)]
         columns = [c for c in columns if c not in gone]
         if gone and drop == "own knobs":
             notes.append(f"not shown ({width} columns; --wide shows them): " + ", ".join(c.knob for c in gone))
@@ -238,7 +236,7 @@ def summary_lines(choice: Choice, info: dict) -> list[str]:
                      + f" ({where}; the rest of the {size(best.peak)} peak is allocator, runtime and data)")
     lines.extend(model_lines(choice.model, choice.objective))
     lines.extend(compile_lines(choice))
-    lines.extend(report_time.lines([s.record for s in choice.rows]))
+    lines.extend(_time.lines([s.record for s in choice.rows]))
     lines.extend(watch_lines(choice))
     lines.append("tiers (headroom of capacity: " + ", ".join(f"{n} {h:.0%}" for n, h in pareto.TIERS.items()) + "):")
     for name, tier in choice.tiers.items():

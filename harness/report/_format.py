@@ -1,14 +1,12 @@
-"""How a trial reads in the HTML report, shared by the page (harness.report_html) and its plots
-(harness.report_svg): escaping, rates rounded for people, configs in the order people think about
+"""How a trial reads in the HTML report, shared by the page (`_html`) and its plots
+(`_svg`): escaping, rates rounded for people, configs in the order people think about
 them. Every string that came from the user goes through `esc`.
 """
 from __future__ import annotations
 
 import html
 
-# Config keys shown first (chips, table columns, tooltips), in the order people think about them.
-KNOB_ORDER = ("batch_size", "accumulation", "precision", "checkpointing", "compile")
-
+from harness.knobs import rank
 
 def esc(value: object) -> str:
     """Escape anything for HTML text or a quoted attribute."""
@@ -27,8 +25,4 @@ def rate(value: float | None) -> str:
 
 
 def ordered(config: dict) -> list[tuple[str, object]]:
-    return sorted(config.items(), key=lambda kv: (knob_rank(kv[0]), kv[0]))
-
-
-def knob_rank(key: str) -> int:
-    return KNOB_ORDER.index(key) if key in KNOB_ORDER else len(KNOB_ORDER)
+    return sorted(config.items(), key=lambda kv: (rank(kv[0]), kv[0]))

@@ -1,0 +1,93 @@
+"""A trial's memory as the device sees it: the wall it trains under, and the peak it is judged on.
+
+One probe per kind of device; a trial asks either the same four things, in this order:
+
+    start()          before the workload is built: the baseline, and the wall (the memory budget)
+    peak()           the footprint so far, as harness.record defines it
+    steady_window()  close the first steps' window (its peak kept as `first_step_peak`), give back
+                     what their one-off work left cached, and start the steady state's peak
+    read()           the record's footprint, after the last measured step
+
+`memory` is the record's `memory` section, filled in as the trial goes (the trial adds the weights,
+the optimizer state and the breakdown). The clocks and raw probes are harness.measure's.
+"""
+from __future__ import annotations
+
+import psutil
+import torch
+
+from harness import measure
+
+
+class CpuFootprint:
+    """Peak resident memory above what the process held before the workload was built, under an
+    RLIMIT_DATA wall; large allocations get their own mappings so the peak is the tensors held."""
+
+    def __init__(self, device: torch.device, budget: int | None):
+        self.device, self.budget = device, budget
+        self.memory: dict = {"kind": "cpu", "budget": budget}
+
+    def start(self) -> None:
+        torch.ones(512, 512) @ torch.ones(512, 512)  # start the OpenMP pool now: its thread stacks are baseline
+        measure.map_large_allocations()
+        self.memory["baseline_rss"] = measure.rss_bytes()
+        if self.budget:
+            measure.limit_cpu_memory(self.budget)
+
+    def peak(self) -> int:
+        return measure.peak_rss_bytes() - self.memory["baseline_rss"]
+
+    def steady_window(self) -> None:
+        self.memory["first_step_peak"] = self.peak()
+        measure.release_cached(self.device)
+        measure.reset_peak(self.device)
+
+    def read(self) -> int:
+        """The peak as of the last measured step: the process's peak RSS only grows, and the
+        bookkeeping after the steps (losses to floats, the spread) once added a 128 KiB page run
+        that no training step touched."""
+        peak = self.memory["peak_by_window"][-1]
+        self.memory.update(peak_rss=peak + self.memory["baseline_rss"], device_total=psutil.virtual_memory().total)
+        return peak
+
+
+class CudaFootprint:
+    """The caching allocator's reserved peak plus what the process holds outside it (CUDA context,
+    library handles, NCCL buffers), under a wall on the allocator less that outside share."""
+
+    def __init__(self, device: torch.device, budget: int | None, nvml_used_at_start: int | None = None):
+        self.device, self.budget, self.nvml_used_at_start = device, budget, nvml_used_at_start
+        self.memory: dict = {"kind": "cuda", "budget": budget}
+
+    def start(self) -> None:
+        torch.ones(512, 512) @ torch.ones(512, 512)  # the OpenMP pool's thread stacks, as on a CPU
+        self.memory["baseline_rss"] = measure.rss_bytes()
+        self.memory.update(measure.start_cuda(self.device, self.nvml_used_at_start))
+        if self.budget:
+            measure.limit_cuda_memory(self.device, self.budget, self.memory["context_bytes"])
+
+    def peak(self) -> int:
+        return torch.cuda.max_memory_reserved(self.device) + (self.memory.get("context_bytes") or 0)
+
+    def steady_window(self) -> None:
+        """As on a CPU; and the wall now also makes room for what the first steps loaded outside the
+        allocator (NCCL, lazily loaded kernels)."""
+        self.memory["first_step_peak"] = self.peak()
+        measure.release_cached(self.device)
+        if self.budget:
+            grown = measure.context_reading(self.device, self.memory.get("nvml_used_at_start"))["bytes"]
+            if grown is not None and grown > (self.memory.get("context_bytes") or 0):
+                self.memory["context_after_first_steps"] = grown
+                measure.limit_cuda_memory(self.device, self.budget, grown)
+        measure.reset_peak(self.device)
+
+    def read(self) -> int:
+        self.memory.update(measure.cuda_memory(self.device, self.memory))
+        return self.peak()
+
+
+def probe(device: torch.device, budget: int | None, nvml_used_at_start: int | None = None):
+    """The footprint probe for `device`."""
+    if device.type == "cuda":
+        return CudaFootprint(device, budget, nvml_used_at_start)
+    return CpuFootprint(device, budget)

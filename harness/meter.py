@@ -1,0 +1,101 @@
+"""A trial's clock: the first step (where torch.compile compiles) and the warm-up steps timed apart,
+then windows of steps timed until they agree, as nanoGPT times its iterations: burn-in apart, the
+device synchronized at every clock read (harness.measure.now).
+
+The meter calls `step` (one optimizer step, however the trial or the user's Trainer takes it) and
+never looks inside it; the step appends each micro-batch's loss tensor to `pending`, and the meter
+reads them back only after a clock read has synchronized the device.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import torch
+
+from harness import measure
+
+
+class Meter:
+    def __init__(self, step: Callable[[], None], device: torch.device, heartbeat, settings: dict, footprint,
+                 timing: dict, across_ranks: Callable[[float], float] = lambda value: value):
+        self.step, self.device, self.hb, self.settings = step, device, heartbeat, settings
+        self.footprint = footprint  # harness.footprint: its steady window starts before the last warm-up step
+        self.timing = timing  # the record's timing section, shared with the trial
+        self.across_ranks = across_ranks  # the slowest rank's figure, any rank's wish to stop
+        self.losses: list[float] = []
+        self.pending: list = []  # this window's loss tensors, not yet read back
+        self.warm_step_s = 0.0
+
+    def first_step(self, compiled: bool) -> None:
+        """The first step alone: compile, autotuning, the allocator's growth."""
+        self.hb.beat("first_step")
+        t0 = measure.now(self.device)
+        self.step()
+        first = measure.now(self.device) - t0
+        self.flush_losses()
+        self.timing["compile_s"] = first if compiled else 0.0
+        self.timing["first_step_s"] = first
+        self.warm_step_s = first
+
+    def warm_up(self) -> None:
+        """The untimed warm-up steps; the footprint's steady window starts before the last of them,
+        which regrows what the first steps' window gave back."""
+        steps = int(self.settings.get("warmup_steps", 2))
+        t0 = measure.now(self.device)
+        for i in range(steps):
+            if i == steps - 1:
+                self.footprint.steady_window()
+            self.step()
+            self.hb.beat("warmup", i + 1)
+        if not steps:
+            self.footprint.steady_window()
+        self.timing["warmup_steps"] = steps
+        self.timing["warmup_s"] = measure.now(self.device) - t0
+        self.flush_losses()
+        self.warm_step_s = self.across_ranks(self.timing["warmup_s"] / steps if steps else self.warm_step_s)
+
+    def windows(self, samples_per_step: int) -> list[float]:
+        """Seconds per step of each window, timed until their CV is under target or a cap is reached
+        (adaptive: stable configs cost little, noisy ones get more samples)."""
+        m = self.settings
+        window_steps = max(1, math.ceil(m.get("window_s", 0.5) / max(self.warm_step_s, 1e-6)))
+        min_w, max_w = int(m.get("min_windows", 3)), int(m.get("max_windows", 12))
+        target_cv, max_s = float(m.get("target_cv", 0.02)), float(m.get("max_seconds", 20))
+        slow_below = float(m.get("slow_below") or 0)  # samples/s under which the config is out of the race
+        per_step, peaks, start, done = [], [], time.perf_counter(), 0
+        while True:
+            t0 = measure.now(self.device)
+            for _ in range(window_steps):
+                self.step()
+            per_step.append(self.across_ranks((measure.now(self.device) - t0) / window_steps))
+            peaks.append(self.footprint.peak())
+            done += window_steps
+            self.hb.beat("measure", done)
+            diverged = not all(map(math.isfinite, self.flush_losses()))  # no use timing it further
+            enough = len(per_step) >= min_w
+            hopeless = len(per_step) == 2 and samples_per_step / min(per_step) < slow_below  # even its faster window
+            if hopeless:
+                self.timing["cut_short"] = (f"{samples_per_step / min(per_step):.1f} samples/s at best over 2 windows, "
+                                            f"under the sweep's cut of {slow_below:.1f}: not timed further")
+            stop = (diverged or hopeless or len(per_step) >= max_w
+                    or (enough and measure.spread(per_step)["cv"] < target_cv)
+                    or (enough and time.perf_counter() - start > max_s))
+            if self.across_ranks(float(stop)):  # every process runs the same number of steps
+                break
+        self.timing.update(window_steps=window_steps, windows=len(per_step), measured_steps=done,
+                           window_step_s=per_step, measure_s=time.perf_counter() - start)
+        self.footprint.memory["peak_by_window"] = peaks  # a peak still growing at the end would show here
+        return per_step
+
+    def flush_losses(self) -> list[float]:
+        """The losses since the last flush, as floats; called after a clock read has synced the device.
+
+        Holding every step's loss tensor until the end fragments glibc's heap: a CPU run's peak RSS
+        grew 35% over 600 steps, so a short trial's peak was not the long run's.
+        """
+        new = torch.stack(self.pending).float().tolist() if self.pending else []
+        self.pending.clear()
+        self.losses.extend(new)
+        return new
