@@ -38,13 +38,44 @@ PEER_PHRASES = ("connection closed by peer", "connection reset by peer", "broken
 PEER_WAIT_S = 60  # a rank whose peer died waits this long to be stopped, so the launcher reports the peer
 
 
-class RankTrial(trial.Trial):
-    """One rank of a trial: the Trial's phases, with the hooks that make the ranks one training run."""
+class Ranked:
+    """What makes several processes one trial, whoever takes the steps (bench's loop or the user's
+    Trainer): the meter's figures agreed across ranks, and rank 0's record merged with every rank's."""
 
     def __init__(self, job: dict, heartbeat: trial.Heartbeat):
         super().__init__(job, heartbeat)
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.parallel = self.config["parallel"]
+        self.precision_seen = None  # FSDP: the dtypes its weights had (watch_dtypes)
+
+    def across_ranks(self, value: float) -> float:
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
+    def param_checksum(self) -> list[float]:
+        """Sum and sum of squares of the full parameters (gathered one at a time under FSDP)."""
+        total, squares = torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)
+        with torch.no_grad():
+            for p in self.params:
+                full = p.full_tensor() if hasattr(p, "full_tensor") else p
+                total += full.double().sum().cpu()
+                squares += full.double().square().sum().cpu()
+        return [float(total), float(squares)]
+
+    def run(self) -> dict:
+        rec = super().run()
+        mine = {"rank": self.rank, "peak_memory": rec["peak_memory"], "memory": rec["memory"],
+                "status": rec["status"], "error": rec["error"], "params": self.param_checksum(),
+                "threads": torch.get_num_threads()}
+        ranks: list = [None] * self.world
+        dist.all_gather_object(ranks, mine)
+        return merged(rec, ranks, self.config, self.precision_seen)
+
+
+class RankTrial(Ranked, trial.Trial):
+    """One rank of a trial in bench's loop: the Trial's phases, with the hooks that make the ranks one
+    training run (its data shard, DDP or FSDP, gradient sync)."""
 
     def prepare(self) -> None:
         super().prepare()
@@ -157,29 +188,6 @@ class RankTrial(trial.Trial):
         if self.parallel == "ddp":
             self.ddp.require_backward_grad_sync = last
 
-    def across_ranks(self, value: float) -> float:
-        t = torch.tensor([value], dtype=torch.float64, device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return float(t.item())
-
-    def param_checksum(self) -> list[float]:
-        """Sum and sum of squares of the full parameters (gathered one at a time under FSDP)."""
-        total, squares = torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)
-        with torch.no_grad():
-            for p in self.params:
-                full = p.full_tensor() if hasattr(p, "full_tensor") else p
-                total += full.double().sum().cpu()
-                squares += full.double().square().sum().cpu()
-        return [float(total), float(squares)]
-
-    def run(self) -> dict:
-        rec = super().run()
-        mine = {"rank": self.rank, "peak_memory": rec["peak_memory"], "memory": rec["memory"],
-                "status": rec["status"], "error": rec["error"], "params": self.param_checksum(),
-                "threads": torch.get_num_threads()}
-        ranks: list = [None] * self.world
-        dist.all_gather_object(ranks, mine)
-        return merged(rec, ranks, self.config, self.precision_seen if self.parallel == "fsdp" else None)
 
 
 MIXED = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}
@@ -262,7 +270,7 @@ def rank_main(job_path: str, workdir: str) -> None:
         if cuda:
             torch.cuda.set_device(local)
         dist.init_process_group("nccl" if cuda else "gloo")
-        record.write_atomic(out, RankTrial(job, hb).run())
+        record.write_atomic(out, rank_class(job)(job, hb).run())
         hb.beat("done")
         dist.destroy_process_group()
         return  # a normal return: the launcher waits for every rank's return value
@@ -275,6 +283,14 @@ def rank_main(job_path: str, workdir: str) -> None:
     if peer:  # let the launcher see the rank that failed first; it stops this one
         time.sleep(PEER_WAIT_S)
     os._exit(code)
+
+
+def rank_class(job: dict) -> type:
+    """A rank of bench's loop, or of the user's Trainer, whose own strategy shares the model (harness.trainer)."""
+    if job["workload"].get("loop") == "trainer":
+        from harness.trainer import TrainerRank
+        return TrainerRank
+    return RankTrial
 
 
 def is_peer_failure(exc: BaseException) -> bool:

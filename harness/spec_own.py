@@ -77,15 +77,14 @@ def loop(wl: dict, where: str) -> str:
 
 
 def check_trainer_knobs(workload: dict, search: dict, fixed: dict, where: str) -> None:
-    """A trial inside the user's Trainer runs one process for now: nproc/parallel are refused, never
-    run as something else."""
+    """Inside the user's Trainer, several processes share the model through the Trainer's own DDP;
+    fsdp is refused rather than run as something else."""
     if workload.get("loop") != "trainer":
         return
-    for knob, single in (("nproc", 1), ("parallel", "none")):
-        values = search[knob].choices if knob in search else (fixed.get(knob, single),)
-        if any(v != single for v in values):
-            raise UserError(f"{where}: search.{knob}: a trial inside the Trainer runs one process for now; "
-                            f"search {knob}: {single} only, or set workload.loop: bench")
+    values = search["parallel"].choices if "parallel" in search else (fixed.get("parallel", "none"),)
+    if "fsdp" in values:
+        raise UserError(f"{where}: search.parallel: fsdp inside the Trainer is not supported yet (its DDP is); "
+                        "search parallel: [none, ddp], or set workload.loop: bench to shard with FSDP2")
 
 
 def lightning_refs(raw, target: "Target", where: str, check_ref) -> dict:

@@ -8,6 +8,10 @@ step until the meter asks for one and says when it has ended. A step as the mete
 from one step's start to the next's, so whatever the Trainer does between steps (fetching batches,
 logging, the scheduler) is in it, and the clock reads synchronize the device as in bench's loop.
 When the meter has measured enough, the next step's start raises `Stop`, which ends `fit`.
+
+Over several processes (`nproc` > 1, `parallel: ddp`) each rank is a `TrainerRank`: harness.distributed
+launches the ranks and joins their process group, the Trainer finds them (torch's elastic
+environment) and runs its own DDP strategy, and the meters of the ranks agree on every window.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import threading
 import time
 
 from harness import measure, transforms
+from harness.distributed import Ranked
 from harness.trial import Trial, UserFacingError
 
 
@@ -80,9 +85,9 @@ class TrainerTrial(Trial):
     """
 
     def check_knobs(self) -> None:
-        if int(self.config.get("nproc", 1)) != 1 or self.config.get("parallel", "none") != "none":
-            raise UserFacingError("a trial inside the Trainer runs one process for now; search nproc: 1 and "
-                                  "parallel: none")
+        if self.config.get("parallel", "none") == "fsdp":
+            raise UserFacingError("a trial inside the Trainer shares the model with DDP only for now; search "
+                                  "parallel: ddp, or set workload.loop: bench for fsdp")
         if self.config.get("optimizer", "default") != "default":
             raise UserFacingError("the optimizer knob picks AdamW's kernels; the Trainer builds its own optimizer "
                                   "(configure_optimizers, TrainingArguments.optim): search optimizer: default only")
@@ -100,6 +105,7 @@ class TrainerTrial(Trial):
         """The Trainer placed the model and built its optimizer; the reference loss was taken."""
         self.reference = reference
         self.opt = optimizer
+        self.params = list(model.parameters())
         self.memory["weights"] = measure.tensor_bytes(list(model.parameters()) + list(model.buffers()))
         measure.reset_peak(self.device)  # the reference pass is not part of the trial's footprint
         self.timing["setup_s"] = time.perf_counter() - self.t_setup
@@ -143,3 +149,6 @@ class TrainerTrial(Trial):
         finally:
             self.gate.stop()
 
+
+class TrainerRank(Ranked, TrainerTrial):
+    """One rank of a trial inside the user's Trainer: the Trainer's DDP strategy shares the model."""

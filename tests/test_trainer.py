@@ -113,6 +113,29 @@ def test_the_lightning_cli_config_is_the_baseline_with_no_apply_keys(tmp_path, m
     assert spec.notes == ("search.batch_size: 64 left out: it does not divide effective_batch 32 (times each nproc)",)
 
 
+
+def test_a_lightning_project_trains_over_two_processes_in_its_trainers_own_ddp(tmp_path, monkeypatch):
+    lightning_project(tmp_path, monkeypatch, search={"batch_size": [8], "nproc": [1, 2], "parallel": ["ddp"]})
+    record = trial("batch_size=8", "nproc=2", "parallel=ddp")
+    assert record["status"] == "ok", record.get("error")
+    assert record["adapter"]["loop"] == "lightning.Trainer"
+    trainer = record["adapter"]["trainer"]
+    assert trainer["strategy"] == "ddp" and trainer["devices"] == 2  # nproc and parallel as the Trainer's own
+    assert record["world_size"] == 2 and record["distributed"]["parallel"] == "ddp"
+    first, second = record["distributed"]["param_checksums"]
+    assert first == second and first[1] > 0  # the replicas ended equal (and non-empty): the ranks trained one model
+    assert record["timing"]["measured_steps"] >= 2 and record["throughput"] > 0
+    assert len(record["peak_memory_per_rank"]) == 2
+
+
+def test_fsdp_inside_the_trainer_is_refused_at_load_saying_what_to_do(tmp_path, monkeypatch):
+    lightning_project(tmp_path, monkeypatch, search={"batch_size": [8], "nproc": [2], "parallel": ["ddp", "fsdp"]})
+    result = run("sweep", "sweep.yaml", "--device", "cpu")
+    assert result.exit_code == 2
+    assert "search.parallel: fsdp inside the Trainer is not supported yet" in result.output
+    assert "workload.loop: bench" in result.output and "Traceback" not in result.output
+
+
 BROKEN = """\
 import torch.nn.functional as F
 from charlm import CharLM
@@ -146,15 +169,21 @@ def test_a_sweep_whose_trials_all_fail_alike_stops_naming_the_users_line(tmp_pat
     assert "no trial trained: AttributeError:" in text and "no measured config fits" not in text
 
 
-def test_a_transformers_model_trains_in_transformers_trainer_with_the_users_training_arguments(tmp_path, monkeypatch):
+def hf_project(tmp_path, monkeypatch, **search):
     pytest.importorskip("transformers")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     folder = tmp_path / "hf"
     shutil.copytree(ROOT / "examples" / "hf", folder)
     raw = yaml.safe_load((folder / "sweep.yaml").read_text())
     raw.update(trial=dict(TRAINER_TRIAL))
+    raw["search"].update(search)
     (folder / "sweep.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     monkeypatch.chdir(folder)
+    return folder
+
+
+def test_a_transformers_model_trains_in_transformers_trainer_with_the_users_training_arguments(tmp_path, monkeypatch):
+    hf_project(tmp_path, monkeypatch)
     record = trial("batch_size=4", "precision=bf16-mixed", "accumulation=2", "checkpointing=full")
     assert record["status"] == "ok", record.get("error")
     assert record["adapter"]["loop"] == "transformers.Trainer"
@@ -162,4 +191,14 @@ def test_a_transformers_model_trains_in_transformers_trainer_with_the_users_trai
     assert "per_device_train_batch_size" in record["adapter"]["training_args_set_by_bench"]
     assert "learning_rate" not in record["adapter"]["training_args_set_by_bench"]  # the user's, kept
     assert record["loss"]["first"] == pytest.approx(record["loss"]["reference"], rel=0.05)
+    assert record["tokens_per_s"]["median"] == pytest.approx(64 * record["throughput"])
+
+
+def test_a_transformers_model_trains_over_two_processes_in_its_trainers_own_ddp(tmp_path, monkeypatch):
+    hf_project(tmp_path, monkeypatch, nproc=[1, 2], parallel=["ddp"])
+    record = trial("batch_size=4", "nproc=2", "parallel=ddp")
+    assert record["status"] == "ok", record.get("error")
+    assert record["adapter"]["loop"] == "transformers.Trainer" and record["world_size"] == 2
+    first, second = record["distributed"]["param_checksums"]
+    assert first == second and first[1] > 0  # transformers' DDP kept the replicas equal
     assert record["tokens_per_s"]["median"] == pytest.approx(64 * record["throughput"])

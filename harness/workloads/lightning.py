@@ -132,13 +132,22 @@ def trainer_arguments(user_args: dict, config: dict, device: torch.device) -> tu
             "accumulate_grad_batches": int(config.get("accumulation", 1)),
             "benchmark": bool(config.get("cudnn_benchmark", False)),
             "accelerator": "gpu" if device.type == "cuda" else "cpu",
-            "devices": [device.index or 0] if device.type == "cuda" else 1,
+            **processes(config, device),
             "max_epochs": -1, "max_steps": max(int(user_args.get("max_steps") or -1), TRIAL_MAX_STEPS),
             "limit_val_batches": 0, "num_sanity_val_steps": 0,
             "logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
             "enable_model_summary": False}
     dropped = sorted(k for k in user_args if k in BENCH_OWNS)
     return args, dropped
+
+
+def processes(config: dict, device: torch.device) -> dict:
+    """One process on the trial's device; or `nproc` ranks that harness.distributed launched, which the
+    Trainer finds in torch's elastic environment and joins with its own DDP strategy."""
+    nproc = int(config.get("nproc", 1))
+    if nproc > 1:
+        return {"devices": nproc, "num_nodes": 1, "strategy": "ddp"}
+    return {"devices": [device.index or 0] if device.type == "cuda" else 1, "strategy": "auto"}
 
 
 def instantiate(value):
