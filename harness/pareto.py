@@ -130,6 +130,9 @@ class Choice:
     run_source: str = ""
     """Where run_steps came from (the target's max_steps, epochs x steps, or the assumption)."""
     why: tuple[str, ...] = ()
+    candidates: tuple[int, ...] = ()
+    """Trials best is chosen from: measured, steady, no worse a loss than the baseline's, a compile that
+    pays back, within the headroom. The sweep's confirmation race runs among these."""
     model: dict | None = None
     """The search's model as the sweep kept it (harness.planner): why best is best, and predictions for
     configs never measured. Predictions, never measurements."""
@@ -407,7 +410,8 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
                     tiers={n: at(t.number) if t else None for n, t in tiers.items()},
                     front=tuple(sorted((standings[n] for n in front), key=lambda s: s.peak)),
                     unsafe_fastest=at(fastest_unsafe.number) if fastest_unsafe else None,
-                    paybacks=tuple(pays), run_steps=steps, run_source=source)
+                    paybacks=tuple(pays), run_steps=steps, run_source=source,
+                    candidates=tuple(r.number for r in usable if fits(r, headroom)))
     return _with_why(choice, unpaid)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from harness import __version__, busy, failures, launch, pareto, planner, record, search
+from harness import __version__, apply, busy, failures, launch, pareto, planner, record, search
 from harness import storage
 from harness.storage import (JOURNAL, existing_storage, is_stale, open_storage,  # noqa: F401 (open_storage: API)
                              redact, study_dir, worker_id)
@@ -410,7 +410,7 @@ class Sweep:
         config that would win over the confirmed best if its single run held (at most CHALLENGERS):
         a race, so best is never beaten by an unconfirmed run and no run is spent on a clear loser."""
         rows = rows_of(self.study)
-        fits = self.fitting(rows)
+        fits = self.candidates(rows)
         leaders = sorted(fits, key=lambda r: -pareto.speed(r, self.spec.objective))[:CONFIRM_TOP]
         base = next((r for r in rows if r.get("baseline") and r["status"] == record.OK), None)
         chosen = leaders + ([base] if base and all(base["number"] != r["number"] for r in leaders) else [])
@@ -492,13 +492,20 @@ class Sweep:
         single run held (pareto.prefer: faster than the best's median, or tied with it and lighter
         where memory is scarce)."""
         objective = self.spec.objective
-        fits = self.fitting(rows_of(self.study))
+        fits = self.candidates(rows_of(self.study))
         capacity = pareto.capacity(fits, self.spec.memory_budget)
         best = pareto.pick([r for r in fits if pareto.confirmed(r)], objective, capacity)
         if best is None:
             return None
         open_ = [r for r in fits if not pareto.confirmed(r) and pareto.prefer([best, r], objective, capacity) is r]
         return max(open_, key=lambda r: pareto.speed(r, objective), default=None)
+
+    def candidates(self, rows: list[dict]) -> list[dict]:
+        """The rows the report's choice may pick as best (harness.pareto.Choice.candidates: a compile
+        that does not pay back within the target's run is not one): the ones worth confirming."""
+        steps = apply.run_length(self.spec.apply)[0] if self.spec.apply else None
+        choice = pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, self.spec.objective, run_steps=steps)
+        return [r for r in rows if r["number"] in choice.candidates]
 
     def fitting(self, rows: list[dict]) -> list[dict]:
         """Measured rows that leave the spec's headroom: the candidates for best."""

@@ -257,6 +257,34 @@ def test_a_single_run_faster_than_the_confirmed_best_is_confirmed_too(tmp_path):
     assert pareto.choose(rows, spec.memory_budget, spec.headroom).best.number == challenger["number"]
 
 
+
+def test_the_race_confirms_what_the_choice_can_pick_not_a_compile_that_never_pays_back(tmp_path):
+    """The quickstart on a CPU: compile ran 5% faster once but would take a million steps to pay for its
+    compile, so the choice can never pick it. The race confirmed it anyway, left the fastest eager
+    config on one run, and the answer fell back to the user's config."""
+    spec = make_spec(tmp_path, trials=20, batch_size=[4, 8, 16], precision=["fp32"], checkpointing=["none"],
+                     compile=["off", "default"])
+
+    def table(config):
+        rec = landscape(config)
+        rec["timing"] = {"step_s": {"cv": 0.005, "median": config["batch_size"] / rec["throughput"]}}
+        if config["compile"] != "off":
+            rec["throughput"] *= 1.05
+            rec["timing"] = {"step_s": {"cv": 0.005, "median": config["batch_size"] / rec["throughput"]},
+                             "compile_s": 1e6}
+        return rec
+
+    runner = Runner(table)
+    sweep = sweep_for(spec, tmp_path, runner, auto=True,
+                      baseline={"batch_size": 4, "precision": "fp32", "checkpointing": "none", "compile": "off"})
+    sweep.run()
+    rows = studies.rows_of(sweep.study)
+    eager16 = next(r for r in rows if r["config"] == {**r["config"], "batch_size": 16, "compile": "off"})
+    assert pareto.confirmed(eager16)  # the fastest config the choice can pick was in the race
+    assert not any(pareto.confirmed(r) for r in rows if r["config"]["compile"] != "off")
+    assert pareto.choose(rows, spec.memory_budget, spec.headroom).best.number == eager16["number"]
+
+
 def compile_sweep(tmp_path, gain):
     spec = make_spec(tmp_path, trials=20, batch_size=[4, 8, 16], precision=["fp32", "bf16-mixed"],
                      checkpointing=["none"], compile=["off", "default"])
