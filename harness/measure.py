@@ -1,4 +1,4 @@
-"""Clocks and probes the trial child reads: memory (CUDA allocator, NVML, CPU RSS), FLOPs, MFU, env.
+"""Clocks and probes the trial child reads: memory (CUDA allocator, NVML through harness.nvml, CPU RSS), FLOPs, MFU, env.
 
 Every figure here is read from the device, the allocator or the kernel; nothing is estimated.
 """
@@ -338,7 +338,7 @@ def env_stamp(device: torch.device, tf32: dict) -> dict:
         "torch": torch.__version__, "python": platform.python_version(), "os": platform.platform(),
         "hostname": socket.gethostname(), "bench": __version__, "cpu": cpu_model(),
         "cpu_count": os.cpu_count(), "host_memory": psutil.virtual_memory().total,
-        "cuda": torch.version.cuda, "driver": None, "device_count": _gpu_count(),
+        "cuda": torch.version.cuda, "driver": None, "device_count": nvml.machine_gpus(),
         "allocator_conf": os.environ.get("PYTORCH_ALLOC_CONF") or os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
         "cuda_launch_blocking": os.environ.get("CUDA_LAUNCH_BLOCKING") == "1",
         "compile_threads": inductor.compile_threads, "tf32": tf32,
@@ -347,29 +347,9 @@ def env_stamp(device: torch.device, tf32: dict) -> dict:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         stamp.update(device=props.name, device_total=props.total_memory,
-                     capability=f"{props.major}.{props.minor}", driver=_driver_version())
+                     capability=f"{props.major}.{props.minor}", driver=nvml.driver_version())
     else:
         stamp.update(device=stamp["cpu"], device_total=stamp["host_memory"])
     return stamp
-
-
-def _gpu_count() -> int:
-    """GPUs in the machine as NVML counts them; the trial itself sees only its own (one) GPU."""
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        return int(pynvml.nvmlDeviceGetCount())
-    except Exception:  # no driver: no GPU
-        return 0
-
-
-def _driver_version() -> str | None:
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        version = pynvml.nvmlSystemGetDriverVersion()
-        return version.decode() if isinstance(version, bytes) else version
-    except Exception:
-        return None
 
 

@@ -103,6 +103,28 @@ def process_bytes(index: int) -> int | None:
     return None
 
 
+
+def machine_gpus() -> int:
+    """GPUs in the machine as NVML counts them (CUDA_VISIBLE_DEVICES not applied: a trial sees only
+    its own); 0 without a driver."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:
+        return 0
+
+
+def driver_version() -> str | None:
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else version
+    except Exception:
+        return None
+
+
 # ---- doctor's survey ------------------------------------------------------------------------------
 
 def survey() -> dict:
