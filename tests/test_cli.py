@@ -218,15 +218,15 @@ def test_scenarios_run_as_separate_studies_and_report_and_apply_take_them(projec
     wide = json.loads(bench("report", "scen-wide", "--format", "json").output)
     assert len(small) == 1 and len(wide) == 1
     assert small[0]["workload"]["params"]["d_model"] == 32 and wide[0]["workload"]["params"]["d_model"] == 48
-    dry = bench("apply", "--scenario", "wide", "--dry-run")
-    assert dry.exit_code == 0, dry.output
+    dry = bench("apply", str(wide[0]["number"]), "--scenario", "wide", "--dry-run")  # by number: a busy machine
+    assert dry.exit_code == 0, dry.output                                               # can leave no best
     assert "nothing written" in dry.output
 
 
 def test_apply_and_the_html_report_warn_when_the_target_describes_another_size(swept):
     """The tiny preset was measured; the emberformer config describes the GPU model (d_model 128, 6 layers)."""
     folder, _, _ = swept
-    dry = in_folder(folder, "apply", "best", "--dry-run")
+    dry = in_folder(folder, "apply", "1", "--dry-run")  # a trial by number: on a busy machine best can be none
     assert dry.exit_code == 0, dry.output
     assert "warning: config.yaml describes model.d_model 128, model.layers 6" in dry.stderr
     assert "but preset tiny measured d_model 32, layers 1" in dry.stderr
