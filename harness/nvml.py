@@ -48,12 +48,7 @@ def visible() -> int:
     """GPUs this process may use: NVML's count, narrowed by CUDA_VISIBLE_DEVICES; 0 without NVML."""
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
         return 0
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        count = pynvml.nvmlDeviceGetCount()
-    except Exception:  # no driver, no library: no GPU to use
-        return 0
+    count = machine_gpus()  # 0 without a driver or the library: no GPU to use
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     return min(count, len(listed.split(","))) if listed else count
 
