@@ -11,6 +11,7 @@ as failed while the others go on. The .md is written after every check, so a kil
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -208,41 +209,70 @@ def check_sweep(s: Suite, sec: Section) -> None:
 
 
 def check_memory_wall(s: Suite, sec: Section) -> None:
-    """The budget is a real wall: a config measured just over it ends `oom`, one just under ends `ok`.
+    """The budget is a real wall: a config that fits runs under it, one that cannot fit ends `oom`.
 
-    The pair is found by measuring: batch sizes double (no budget) until the peak crosses the budget,
-    then (CUDA) bisect to neighbouring batch sizes. On CUDA the budget is the guide's 24 GiB; on CPU
-    (RLIMIT_DATA, where the peak is RSS) it sits between two measured peaks, well apart.
+    The pair is found by measuring, without a budget. On CUDA the budget is the guide's 24 GiB, and a
+    config has two footprints: what it *holds* (peak reserved + context, the figure bench judges by)
+    and what it *needs* (peak allocated + context). Under a cap the caching allocator frees cached
+    blocks and retries before it raises, so a config between the two may still run, slower (the first
+    GPU run found one: batch 235 held 24.03 GiB, needed 23.04 GiB, and ran with 20 allocator retries).
+    "Just under" is the largest batch that holds under the budget, "just over" the smallest that needs
+    more than it; between them is the allocator's grey zone, reported, not judged. On CPU
+    (RLIMIT_DATA, where the peak is RSS) the budget sits between two measured peaks, well apart.
     """
-    sec.headers = ["run", "batch", "budget GiB", "status", "peak GiB"]
-    free = s.spec("emberformer")
-    peaks = {}
+    sec.headers = ["run", "batch", "budget GiB", "status", "holds GiB", "needs GiB", "alloc retries"]
+    free = dataclasses.replace(s.spec("emberformer"), memory_budget=None)  # the spec file's own 24GiB is a wall too
+    peaks = {}  # batch size -> (holds, needs)
 
-    def probe(batch: int) -> int:
+    def footprints(rec: dict) -> tuple[int, int]:
+        mem = rec.get("memory") or {}
+        needs = mem["peak_allocated"] + (mem.get("context_bytes") or 0) if s.cuda else rec["peak_memory"]
+        return rec["peak_memory"], needs
+
+    def row(label: str, batch: int, budget, rec: dict) -> list:
+        holds, needs = footprints(rec) if rec["status"] == record.OK else (None, None)
+        return [label, batch, gib(budget), rec["status"], gib(holds), gib(needs), (rec.get("memory") or {}).get("alloc_retries", "—")]
+
+    def probe(batch: int) -> tuple[int, int]:
         rec = s.trial(free, {"batch_size": batch})
-        if rec["status"] != "ok":
+        if rec["status"] != record.OK:
             raise RuntimeError(f"batch {batch} without a budget ended {rec['status']}: {why(rec)}")
-        peaks[batch] = rec["peak_memory"]
-        sec.rows.append(["probe (no budget)", batch, "—", rec["status"], gib(rec["peak_memory"])])
-        return rec["peak_memory"]
+        peaks[batch] = footprints(rec)
+        sec.rows.append(row("probe (no budget)", batch, None, rec))
+        return peaks[batch]
 
-    batch = 8 if s.cuda else 32
+    def bracket(i: int) -> tuple[int, int]:
+        return (max(b for b in peaks if peaks[b][i] <= GUIDE_BUDGET), min(b for b in peaks if peaks[b][i] > GUIDE_BUDGET))
+
+    def close_in(i: int) -> tuple[int, int]:
+        """Probe until the batch sizes either side of the budget are within ~6% of each other."""
+        for _ in range(3):
+            lo, hi = bracket(i)
+            if hi - lo <= max(1, lo // 16):
+                break
+            # a footprint is close to linear in batch size: aim where the line through the bracket crosses
+            aim = lo + (GUIDE_BUDGET - peaks[lo][i]) * (hi - lo) / (peaks[hi][i] - peaks[lo][i])
+            probe(min(max(round(aim), lo + 1), hi - 1))
+        return bracket(i)
+
+    batch = 128 if s.cuda else 32
     while True:
-        peak = probe(batch)
-        if s.cuda and peak > GUIDE_BUDGET or not s.cuda and len(peaks) >= 2 and peak - peaks[batch // 2] > CPU_WALL_GAP:
+        holds, needs = probe(batch)
+        if s.cuda and needs > GUIDE_BUDGET or not s.cuda and len(peaks) >= 2 and holds - peaks[batch // 2][0] > CPU_WALL_GAP:
             break
         batch *= 2
-    under, over = batch // 2, batch
-    while s.cuda and over - under > 1 and len(peaks) < 10:  # bisect: "just" under and over 24 GiB
-        mid = (under + over) // 2
-        under, over = (mid, over) if probe(mid) <= GUIDE_BUDGET else (under, mid)
-    budget = GUIDE_BUDGET if s.cuda else int((peaks[under] * peaks[over]) ** 0.5)
+    if s.cuda:
+        (under, _), (_, over) = close_in(0), close_in(1)
+        budget = GUIDE_BUDGET
+    else:
+        under, over = batch // 2, batch
+        budget = int((peaks[under][0] * peaks[over][0]) ** 0.5)
     walled = s.spec("emberformer", budget=budget)
     results = {}
     for label, b in (("just under", under), ("just over", over)):
         rec = s.trial(walled, {"batch_size": b})
         results[label] = rec["status"]
-        sec.rows.append([f"{label} (budget)", b, gib(budget), rec["status"], gib(rec.get("peak_memory"))])
+        sec.rows.append(row(f"{label} (budget)", b, budget, rec))
     held = results == {"just under": record.OK, "just over": record.OOM}
     sec.notes.append(f"wall {'held' if held else 'DID NOT HOLD'}: under → {results['just under']}, "
                      f"over → {results['just over']} (expected ok / oom)")
@@ -251,20 +281,21 @@ def check_memory_wall(s: Suite, sec: Section) -> None:
 
 CHECKS = [  # (title, check, share of the slot)
     ("gpu-marked tests (pytest -m gpu)", check_gpu_tests, 0.15),
-    ("one trial per workload preset", check_presets, 0.25),
+    ("one trial per workload preset", check_presets, 0.2),
     ("repeatability: one config, 5 fresh processes", check_repeatability, 0.15),
-    ("short trial peak vs a 200-step run", check_peak_vs_long, 0.15),
-    ("emberformer sweep under 24 GiB vs the guide's advice (batch 32)", check_sweep, 0.20),
-    ("memory wall: just under vs just over the budget", check_memory_wall, 0.15),
+    ("short trial peak vs a 200-step run", check_peak_vs_long, 0.1),
+    ("emberformer sweep under 24 GiB vs the guide's advice (batch 32)", check_sweep, 0.2),
+    ("memory wall: just under vs just over the budget", check_memory_wall, 0.2),
 ]
 
 
 # ---- the run ---------------------------------------------------------------------------------------
 
-def run_checks(s: Suite, write) -> list[Section]:
+def run_checks(s: Suite, write, skip: tuple[str, ...] = ()) -> list[Section]:
+    checks = [c for c in CHECKS if not any(word in c[0] for word in skip)]
     sections = []
-    for i, (title, check, share) in enumerate(CHECKS):
-        remaining_shares = sum(sh for _, _, sh in CHECKS[i:])
+    for i, (title, check, share) in enumerate(checks):
+        remaining_shares = sum(sh for _, _, sh in checks[i:])
         s.deadline = time.monotonic() + (s.end - time.monotonic()) * share / remaining_shares
         sec = Section(title)
         sections.append(sec)
@@ -286,8 +317,8 @@ def run_checks(s: Suite, write) -> list[Section]:
 
 def environment(device: str) -> dict:
     """Device, driver, CUDA and torch versions, read in a child (the suite itself never imports torch)."""
-    code = ("import json, torch; from harness import measure; "
-            f"print(json.dumps(measure.env_stamp(torch.device({device!r}))))")
+    code = ("import json, torch; from harness import measure, transforms; "
+            f"print(json.dumps(measure.env_stamp(torch.device({device!r}), transforms.tf32_mode())))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     return json.loads(out.stdout) if out.returncode == 0 else {"error": out.stderr[-300:]}
 
@@ -316,6 +347,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--minutes", type=float, default=9.0)
     p.add_argument("--quick", action="store_true", help="tiny presets and short trials (CI, CPU)")
+    p.add_argument("--skip", action="append", default=[], metavar="WORD",
+                   help="leave out the checks whose title has WORD, e.g. --skip pytest when the gpu-marked "
+                        "tests run as their own command (on one GPU they need more than a share of one slot)")
     args = p.parse_args(argv)
     args.started = time.time()
     device = resolve_device(args.device)
@@ -330,7 +364,7 @@ def main(argv=None) -> int:
              "checks": [{"title": x.title, "status": x.status, "headers": x.headers, "rows": x.rows,
                          "notes": x.notes, "data": x.data} for x in sections]}, indent=1, default=str))
 
-    sections = run_checks(s, write)
+    sections = run_checks(s, write, tuple(args.skip))
     write(sections)
     print((args.out / "gpu-suite.md").read_text())
     return 0

@@ -31,7 +31,9 @@ def test_gpu_suite_quick_on_cpu_writes_every_check_with_measured_numbers(tmp_pat
     md = (tmp_path / "gpu-suite.md").read_text()
     for title in SECTIONS:
         assert title in md, title
-    assert "torch " in md and "device **" in md
+    env = json.loads((tmp_path / "gpu-suite.json").read_text())["env"]
+    assert "error" not in env and env["torch"] and env["device"], env  # the header is read, not None
+    assert f"torch {env['torch']}," in md and f"device **{env['device']}**" in md
     checks = {c["title"].split(":")[0].split(" (")[0]: c
               for c in json.loads((tmp_path / "gpu-suite.json").read_text())["checks"]}
     # On a quiet machine every check is done; on a loaded one a check may run out of its share of the
@@ -78,6 +80,19 @@ def test_gpu_suite_records_a_crashing_check_and_runs_the_rest(suite_module, tmp_
     assert "**failed: ValueError: boom**" in md and "| 1 |" in md
     data = json.loads((tmp_path / "gpu-suite.json").read_text())
     assert "Traceback" in data["checks"][0]["data"]["traceback"]
+
+
+def test_gpu_suite_skip_leaves_the_named_checks_out_and_gives_their_time_to_the_rest(suite_module, tmp_path,
+                                                                                    monkeypatch):
+    ran = {}
+
+    def check(s, sec):
+        ran[sec.title] = s.left()
+
+    monkeypatch.setattr(suite_module, "CHECKS", [("pytest tests", check, 0.5), ("a trial", check, 0.5)])
+    suite_module.main(["--device", "cpu", "--quick", "--out", str(tmp_path), "--minutes", "1", "--skip", "pytest"])
+    assert list(ran) == ["a trial"] and ran["a trial"] > 50  # the whole minute, not half of it
+    assert "pytest tests" not in (tmp_path / "gpu-suite.md").read_text()
 
 
 def test_vs_peers_measures_every_answer_with_bench_trial_or_says_why_it_failed(tmp_path):
