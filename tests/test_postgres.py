@@ -75,8 +75,10 @@ def test_three_hosts_share_one_study_and_never_run_a_config_twice(tmp_path):
             "search": SPACE, "trials": 6, "sampler": "tpe", "trial": dict(FAST_TRIAL)}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     hosts = ["host-a", "host-b", "host-c"]
+    # --trials 6, not the default auto: auto may stop early (busy-machine figures are noise), and this
+    # test is about six configs spread over three hosts, each measured once
     workers = [on_host(h, tmp_path / h, tmp_path, "sweep", str(tmp_path / "spec.yaml"), "--device", "cpu",
-                       "--storage", URL) for h in hosts]
+                       "--storage", URL, "--trials", "6") for h in hosts]
     ended = [done(w) for w in workers]
     for rc, out, err in ended:
         assert rc == 0, err
@@ -84,7 +86,8 @@ def test_three_hosts_share_one_study_and_never_run_a_config_twice(tmp_path):
         assert "Warning" not in err  # Optuna's heartbeat UserWarning: bench beats through ask/tell on purpose
     rows = report(tmp_path, study)
     configs = [(r["config"]["batch_size"], r["config"]["width"]) for r in rows]
-    assert sorted(configs) == sorted((b, w) for b in SPACE["batch_size"] for w in SPACE["width"])  # each once
+    logs = "\n".join(f"--- {h}\n{out}{err}" for h, (_, out, err) in zip(hosts, ended))
+    assert sorted(configs) == sorted((b, w) for b in SPACE["batch_size"] for w in SPACE["width"]), logs  # each once
     assert all(r["status"] == "ok" and r["throughput"] > 0 for r in rows)
     assert sum(out.count("    → ") for _, out, _ in ended) == 6  # trials really run, summed over hosts
     for h in hosts:
