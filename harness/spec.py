@@ -26,7 +26,7 @@ from harness.units import parse_duration, parse_size
 from harness.workloads import WORKLOADS, resolve_preset
 
 SAMPLERS = ("tpe", "nsga2", "random", "grid")  # no GPSampler: it runs torch in the parent
-_BOOLS = (*(k.name for k in knobs.KNOBS if k.kind is bool), "channels_last", "freeze_encoder")  # + workload knobs
+_BOOLS = (*(k.name for k in knobs.KNOBS if k.kind is bool), *(f for info in WORKLOADS.values() for f in info.flags))
 _POSITIVE_INTS = tuple(k.name for k in knobs.KNOBS if k.positive)
 
 TOP_KEYS = ("study", "workload", "search", "objective", "trials", "timeout", "trial", "memory", "sampler", "seed",

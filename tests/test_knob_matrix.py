@@ -52,6 +52,8 @@ def test_the_matrix_covers_every_knob():
     assert set(UNIVERSAL_VALUES) | {"compile"} | COVERED_BY_DISTRIBUTED == UNIVERSAL_KNOBS
     for name, info in WORKLOADS.items():
         assert set(WORKLOAD_VALUES[name]) == set(info.knobs), name
+        # a knob whose values are true/false is declared a flag, so a spec's `channels_last: yes please` is refused
+        assert {k for k, vs in WORKLOAD_VALUES[name].items() if all(isinstance(v, bool) for v in vs)} == info.flags, name
 
 
 def run_trial(tmp_path: Path, workload: dict, config: dict, device: str) -> dict:

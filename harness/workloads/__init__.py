@@ -66,6 +66,8 @@ class WorkloadInfo:
     cpu_preset: str
     knobs: frozenset = field(default_factory=frozenset)
     """Workload-specific knobs: params the search space may vary (e.g. seq_len, channels_last)."""
+    flags: frozenset = field(default_factory=frozenset)
+    """Those of `knobs` that take true or false: a spec's value is checked at load, like a universal knob's."""
 
     def supported_knobs(self) -> frozenset:
         return UNIVERSAL | self.knobs
@@ -88,6 +90,7 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         gpu_preset="large",
         cpu_preset="cpu",
         knobs=frozenset({"channels_last"}),
+        flags=frozenset({"channels_last"}),
     ),
     "retrieval": WorkloadInfo(
         module="harness.workloads.retrieval",
@@ -137,6 +140,7 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         gpu_preset="gemma-300m",
         cpu_preset="cpu",
         knobs=frozenset({"freeze_encoder"}),
+        flags=frozenset({"freeze_encoder"}),
     ),
     "naics": WorkloadInfo(
         module="harness.workloads.naics",
