@@ -301,9 +301,21 @@ def story(choice: Choice) -> list[str]:
                      + (f"s (its trial and {leader.runs - 1} confirmation run{'s' if leader.runs > 2 else ''})"
                         if leader.runs > 1 else ", not confirmed"))
     lines.append(busy_story(choice))
+    lines += [line for line in [wall_story(choice)] if line]
     lines += [line for line in choice.why if not (choice.kept and line == choice.why[0])]
     lines.append("next: " + next_step(choice))
     return lines
+
+
+def wall_story(choice: Choice) -> str | None:
+    """Said when the best fit only because the CUDA allocator, at the memory wall, freed its cache and
+    retried: it ran, but those steps paid for it, and a longer input would not fit."""
+    retries = choice.best.record.memory.get("alloc_retries") if choice.best is not None else None
+    if not retries:
+        return None
+    return (f"trial #{choice.best.number} ran at the memory wall: the CUDA allocator freed its cache and retried "
+            f"{retries} time{'s' if retries > 1 else ''} to stay under the budget (slower steps where it did); "
+            "it fits, with no room for a longer input: the next smaller batch leaves some")
 
 
 def busy_story(choice: Choice) -> str:
