@@ -43,26 +43,37 @@ def build(params):
 '''
 
 
-@pytest.fixture
-def gated(tmp_path):
-    """A study folder: the gated factory, its spec (grid over none and hang) and the gate, closed."""
-    (tmp_path / "gated.py").write_text(GATED)
-    gate = tmp_path / "gate"
+def write_gated(folder: Path, faults: list[str], study: str = "stop") -> Path:
+    """The gated factory, its spec `stop.yaml` (a grid over `faults`, in that order) and the gate, closed."""
+    (folder / "gated.py").write_text(GATED)
+    gate = folder / "gate"
     gate.touch()
-    spec = {"study": "stop", "workload": {"factory": "gated:build",
-                                          "params": {"fault": "none", "at_step": 3, "gate": str(gate)}},
-            "search": {"batch_size": [8], "fault": ["none", "hang"]}, "trials": 2, "sampler": "grid",
+    spec = {"study": study, "workload": {"factory": "gated:build",
+                                         "params": {"fault": "none", "at_step": 3, "gate": str(gate)}},
+            "search": {"batch_size": [8], "fault": faults}, "trials": 2, "sampler": "grid",
             "trial": {**FAST_TRIAL, "stall": "120s", "timeout": "120s"}}  # only a signal ends the hang
-    (tmp_path / "stop.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
-    yield tmp_path
-    for sweep in STARTED:  # a failed test must not leave a hanging sweep (its trial dies with it)
+    (folder / "stop.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    return gate
+
+
+def end_gated(folder: Path, sweeps: list[subprocess.Popen]) -> None:
+    """A failed test must not leave a hanging sweep (its trial dies with it) or the factory's grandchild."""
+    for sweep in sweeps:
         if sweep.poll() is None:
             sweep.kill()
             sweep.wait()
-    STARTED.clear()
-    grandchild = tmp_path / "gate.grandchild"
+    grandchild = folder / "gate.grandchild"
     if grandchild.exists() and not pid_gone(int(grandchild.read_text())):
         os.kill(int(grandchild.read_text()), signal.SIGKILL)
+
+
+@pytest.fixture
+def gated(tmp_path):
+    """A study folder: the gated factory, its spec (grid over none and hang) and the gate, closed."""
+    write_gated(tmp_path, ["none", "hang"])
+    yield tmp_path
+    end_gated(tmp_path, STARTED)
+    STARTED.clear()
 
 
 def env_for(folder: Path) -> dict:

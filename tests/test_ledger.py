@@ -8,7 +8,6 @@ real SIGKILL while a trial runs in it.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -20,7 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import FAST_TRIAL
-from tests.test_interrupt import GATED, ctrl_c_reaches_it, env_for, hanging_trial, pid_gone, wait_until_gone
+from tests.test_interrupt import ctrl_c_reaches_it, end_gated, env_for, hanging_trial, wait_until_gone, write_gated
 
 # Stop the sweep the moment it writes its first claim of a trial (the `worker` user attr): the trial is
 # asked (RUNNING) and never claimed. KILL: the process dies there; FULL: the disk is full there.
@@ -91,23 +90,10 @@ def test_a_trial_asked_but_never_claimed_is_interrupted_and_runs_again(two_confi
 @pytest.fixture
 def gated(tmp_path):
     """The gated factory (tests/test_interrupt.py) with `hang` first: the baseline is the hanging config."""
-    (tmp_path / "gated.py").write_text(GATED)
-    gate = tmp_path / "gate"
-    gate.touch()
-    spec = {"study": "stop", "workload": {"factory": "gated:build",
-                                          "params": {"fault": "none", "at_step": 3, "gate": str(gate)}},
-            "search": {"batch_size": [8], "fault": ["hang", "none"]}, "trials": 2, "sampler": "grid",
-            "trial": {**FAST_TRIAL, "stall": "120s", "timeout": "120s"}}
-    (tmp_path / "stop.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    write_gated(tmp_path, ["hang", "none"])
     started: list[subprocess.Popen] = []
     yield tmp_path, started
-    for sweep in started:
-        if sweep.poll() is None:
-            sweep.kill()
-            sweep.wait()
-    grandchild = tmp_path / "gate.grandchild"
-    if grandchild.exists() and not pid_gone(int(grandchild.read_text())):
-        os.kill(int(grandchild.read_text()), signal.SIGKILL)
+    end_gated(tmp_path, started)
 
 
 def start(folder: Path, started: list, *args: str) -> subprocess.Popen:

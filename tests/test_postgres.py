@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from tests.conftest import FAST_TRIAL
-from tests.test_interrupt import GATED, env_for, hanging_trial, wait_until_gone
+from tests.test_interrupt import env_for, hanging_trial, wait_until_gone, write_gated
 
 URL = os.environ.get("BENCH_TEST_PG_URL")
 
@@ -96,14 +96,7 @@ def test_three_hosts_share_one_study_and_never_run_a_config_twice(tmp_path):
 
 def test_a_killed_hosts_trial_is_found_by_heartbeat_and_run_again_elsewhere(tmp_path):
     study = f"killed-{uuid.uuid4().hex[:8]}"
-    (tmp_path / "gated.py").write_text(GATED)
-    gate = tmp_path / "gate"
-    gate.touch()
-    spec = {"study": study, "workload": {"factory": "gated:build",
-                                         "params": {"fault": "none", "at_step": 3, "gate": str(gate)}},
-            "search": {"batch_size": [8], "fault": ["none", "hang"]}, "trials": 2, "sampler": "grid",
-            "trial": {**FAST_TRIAL, "stall": "120s", "timeout": "120s"}}
-    (tmp_path / "stop.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    gate = write_gated(tmp_path, ["none", "hang"], study)
     args = ("sweep", str(tmp_path / "stop.yaml"), "--device", "cpu", "--storage", URL)
     doomed = on_host("host-b", tmp_path / "b", tmp_path, *args)
     try:

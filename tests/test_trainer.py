@@ -5,12 +5,11 @@ import shutil
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from harness import apply
 from harness import spec as specs
-from harness.cli import main
 from tests.conftest import FAST_TRIAL, ROOT
+from tests.test_own_models import run, trial
 
 pytest.importorskip("lightning")
 # A Trainer's set-up (imports, datamodule, placement) takes seconds on a busy 2-core machine
@@ -68,15 +67,6 @@ def lightning_project(tmp_path, monkeypatch, config=SMALL_CHARLM, **spec):
     (folder / "sweep.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     monkeypatch.chdir(folder)
     return folder
-
-
-def run(*args):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
-
-def trial(*sets):
-    result = run("trial", "sweep.yaml", "--device", "cpu", *[a for s in sets for a in ("--set", s)])
-    return json.loads(result.output[result.output.index("{"):])
 
 
 def test_a_lightning_module_that_leans_on_its_trainer_trains_in_a_trial_under_bf16_and_accumulation(
