@@ -17,6 +17,8 @@ EMBERFORMER_CONFIG = ROOT / "tests" / "data" / "projects" / "emberformer-config.
 os.environ.setdefault("BENCH_QUIET_WAIT", "0")
 
 # Fast measurement: real steps, but only as many as the harness needs to produce its figures.
+# What `bench apply best` says when a busy machine left every trial noisy (a loaded CI box can): one line, exit 2
+NOISE_REFUSAL = "noisy: the machine was busy; sweep again when it is quiet"
 FAST_TRIAL = {"timeout": "60s", "stall": "20s", "warmup_steps": 1, "window": 0.05, "min_windows": 2,
               "max_windows": 3, "max_seconds": 1}
 

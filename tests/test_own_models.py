@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from harness import spec as specs
 from harness.cli import main
 from harness.errors import UserError
-from tests.conftest import FAST_TRIAL, ROOT
+from tests.conftest import FAST_TRIAL, NOISE_REFUSAL, ROOT
 
 
 def copy_example(name: str, tmp_path, monkeypatch, **spec_overrides):
@@ -164,6 +164,8 @@ def test_lightning_cli_project_tunes_and_applies_with_only_a_spec(tmp_path, monk
     assert (baseline["config"]["batch_size"], baseline["config"]["accumulation"]) == (16, 2)  # read from init_args
     assert all(r["adapter"]["loop"] == "lightning.Trainer" for r in rows)
     applied = CliRunner().invoke(main, ["apply", "best"], catch_exceptions=False)
+    if applied.exit_code == 2 and NOISE_REFUSAL in applied.output:  # a busy machine: no best to act on, said so
+        applied = CliRunner().invoke(main, ["apply", str(rows[-1]["number"])], catch_exceptions=False)
     assert applied.exit_code == 0, applied.output + applied.stderr
     text = (folder / "config.yaml").read_text()
     written = yaml.safe_load(text)

@@ -120,18 +120,18 @@ def test_two_hosts_split_the_confirmation_runs(tmp_path):
     """Two hosts reaching the confirmation together (resuming a sweep killed as its confirmation began).
     Before, each host ran the whole confirmation and the study kept one host's runs (last writer wins)."""
     study = f"confirm-{uuid.uuid4().hex[:8]}"
-    spec = {"study": study, "workload": {"factory": "faulty:build", "params": {"fault": "none", "width": 16}},
+    spec = {"study": study, "workload": {"factory": "faulty:build",
+                                         "params": {"fault": "none", "width": 16, "steady_ms": 20}},  # never noisy
             "search": {"batch_size": [2, 256]}, "trials": 2, "sampler": "grid", "trial": dict(FAST_TRIAL)}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     args = ("sweep", str(tmp_path / "spec.yaml"), "--device", "cpu", "--storage", URL)
     first = on_host("host-a", tmp_path / "first", tmp_path, *args)
     try:
-        for line in first.stdout:
-            if line.startswith("confirming:"):
-                break
+        reached = any(line.startswith("confirming:") for line in first.stdout)  # stops reading at the first
     finally:
         first.kill()
         first.communicate(timeout=30)
+    assert reached  # the sweep got to its confirmation before it was killed
     time.sleep(2)
     workers = [on_host(h, tmp_path / h, tmp_path, *args) for h in ("host-a", "host-b")]
     ended = [done(w) for w in workers]

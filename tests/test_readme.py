@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import NOISE_REFUSAL, ROOT
 
 SECTIONS = ("Install", "Quickstart", "Commands", "Bring your own model", "Tests")
 COPIED = ("harness", "sweeps", "examples", "pyproject.toml", "README.md", "results/README.md")
@@ -133,13 +133,16 @@ def test_every_readme_command_in_order(commands, tmp_path):
         if command is None:
             continue
         result = run(command, copy, env)
+        if result.returncode == 2 and command.startswith("bench apply best") and NOISE_REFUSAL in result.stderr:
+            outputs[command.split("#")[0].strip()] = None  # a busy machine: bench will not apply noise, and says so
+            continue
         assert result.returncode == 0, f"README command `{line}` exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
         assert "Traceback" not in result.stderr, line
         outputs[command.split("#")[0].strip()] = result.stdout
     assert (copy / "results" / "emberformer" / "report.html").stat().st_size > 0
     assert (copy / "results" / "emberformer.csv").read_text().startswith("number,")
-    if "nothing to change" in outputs["bench apply best"]:  # the baseline was best: the file stays as it was
-        assert target.read_text() == before
+    if outputs["bench apply best"] is None or "nothing to change" in outputs["bench apply best"]:
+        assert target.read_text() == before  # refused as noise, or the baseline was best: the file is as it was
     else:
         assert "# bench apply:" in target.read_text() and "wrote" in outputs["bench apply best"]
     custom = copy / "examples" / "custom"

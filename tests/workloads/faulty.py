@@ -4,7 +4,9 @@
 Faults fire on the `at_step`-th training forward (reference and FLOP-counting passes don't count),
 in every process of a trial, or (`fault_rank`) in that rank of a multi-process trial only.
 `desync` nudges the parameters of the rank it fires on: ranks whose gradients are averaged still
-end up apart, as if they had not been.
+end up apart, as if they had not been. `steady_ms` makes every training forward sleep that long, so
+its windows agree even beside a busy loop: for tests whose subject is not the timing (a study that
+must reach its confirmation, a best that must exist) on a loaded CI machine.
 """
 import ctypes
 import json
@@ -119,6 +121,8 @@ def build(params: dict) -> Workload:
             calls[0] += 1
             if calls[0] == 1 and params.get("first_step_mib"):  # one-off work of the first step, then freed
                 torch.ones(int(params["first_step_mib"]) * 2**20 // 4, device=x.device).sum()
+            if params.get("steady_ms"):  # a step that is mostly a sleep times steadily on a busy machine
+                time.sleep(params["steady_ms"] / 1000)
             if calls[0] == at:
                 trigger(fault, x.device, params.get("library", "cublas"))
             if fault == "desync" and calls[0] == at:
