@@ -231,7 +231,8 @@ def check_memory_wall(s: Suite, sec: Section) -> None:
 
     def row(label: str, batch: int, budget, rec: dict) -> list:
         holds, needs = footprints(rec) if rec["status"] == record.OK else (None, None)
-        return [label, batch, gib(budget), rec["status"], gib(holds), gib(needs), (rec.get("memory") or {}).get("alloc_retries", "—")]
+        retries = (rec.get("memory") or {}).get("alloc_retries", "—")
+        return [label, batch, gib(budget), rec["status"], gib(holds), gib(needs), retries]
 
     def probe(batch: int) -> tuple[int, int]:
         rec = s.trial(free, {"batch_size": batch})
@@ -242,7 +243,8 @@ def check_memory_wall(s: Suite, sec: Section) -> None:
         return peaks[batch]
 
     def bracket(i: int) -> tuple[int, int]:
-        return (max(b for b in peaks if peaks[b][i] <= GUIDE_BUDGET), min(b for b in peaks if peaks[b][i] > GUIDE_BUDGET))
+        return (max(b for b in peaks if peaks[b][i] <= GUIDE_BUDGET),
+                min(b for b in peaks if peaks[b][i] > GUIDE_BUDGET))
 
     def close_in(i: int) -> tuple[int, int]:
         """Probe until the batch sizes either side of the budget are within ~6% of each other."""
@@ -258,7 +260,8 @@ def check_memory_wall(s: Suite, sec: Section) -> None:
     batch = 128 if s.cuda else 32
     while True:
         holds, needs = probe(batch)
-        if s.cuda and needs > GUIDE_BUDGET or not s.cuda and len(peaks) >= 2 and holds - peaks[batch // 2][0] > CPU_WALL_GAP:
+        crossed = needs > GUIDE_BUDGET if s.cuda else len(peaks) >= 2 and holds - peaks[batch // 2][0] > CPU_WALL_GAP
+        if crossed:
             break
         batch *= 2
     if s.cuda:

@@ -1,4 +1,5 @@
-"""Clocks and probes the trial child reads: memory (CUDA allocator, NVML through harness.nvml, CPU RSS), FLOPs, MFU, env.
+"""Clocks and probes the trial child reads: memory (CUDA allocator, NVML through harness.nvml, CPU RSS),
+FLOPs, MFU, env.
 
 Every figure here is read from the device, the allocator or the kernel; nothing is estimated.
 """

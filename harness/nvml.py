@@ -98,7 +98,6 @@ def process_bytes(index: int) -> int | None:
     return None
 
 
-
 def machine_gpus() -> int:
     """GPUs in the machine as NVML counts them (CUDA_VISIBLE_DEVICES not applied: a trial sees only
     its own); 0 without a driver."""
