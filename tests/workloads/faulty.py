@@ -6,7 +6,9 @@ in every process of a trial, or (`fault_rank`) in that rank of a multi-process t
 `desync` nudges the parameters of the rank it fires on: ranks whose gradients are averaged still
 end up apart, as if they had not been. `steady_ms` makes every training forward sleep that long, so
 its windows agree even beside a busy loop: for tests whose subject is not the timing (a study that
-must reach its confirmation, a best that must exist) on a loaded CI machine.
+must reach its confirmation, a best that must exist) on a loaded CI machine. `ballast_kib` makes
+every training forward hold that much memory per sample while it runs (activations without
+their compute): with `steady_ms`, a workload whose throughput grows with the batch up to its wall.
 """
 import ctypes
 import json
@@ -113,7 +115,7 @@ def build(params: dict) -> Workload:
     if fault == "spam":
         sys.stdout.write(("spam " * 200 + "\n") * 8000)  # ~8 MB of output
         sys.stdout.flush()
-    calls = [0]
+    calls, ballast = [0], []
 
     @torch.compiler.disable  # bookkeeping: compiled, its counter would be a guard that fails every call
     def bookkeeping(model, x):
@@ -123,6 +125,8 @@ def build(params: dict) -> Workload:
                 torch.ones(int(params["first_step_mib"]) * 2**20 // 4, device=x.device).sum()
             if params.get("steady_ms"):  # a step that is mostly a sleep times steadily on a busy machine
                 time.sleep(params["steady_ms"] / 1000)
+            if params.get("ballast_kib"):  # written, so resident: the peak counts it
+                ballast[:] = [torch.ones(x.shape[0] * int(params["ballast_kib"]) * 256, device=x.device)]
             if calls[0] == at:
                 trigger(fault, x.device, params.get("library", "cublas"))
             if fault == "desync" and calls[0] == at:
@@ -133,7 +137,9 @@ def build(params: dict) -> Workload:
     def loss(model, batch):
         x, y = batch
         scale = bookkeeping(model, x)
-        return F.mse_loss(model(x), y) * scale
+        out = F.mse_loss(model(x), y) * scale
+        ballast.clear()
+        return out
 
     model = Net(width, depth)
     if params.get("unseeded"):  # a factory whose weights differ from build to build (an unseeded RNG)
