@@ -27,6 +27,7 @@ class Meter:
         self.losses: list[float] = []
         self.pending: list = []  # this window's loss tensors, not yet read back
         self.warm_step_s = 0.0
+        self.cut_step_s: float | None = None  # set when the warm-up cut the trial short
 
     def first_step(self, compiled: bool) -> None:
         """The first step alone: compile, autotuning, the allocator's growth."""
@@ -39,16 +40,31 @@ class Meter:
         self.timing["first_step_s"] = first
         self.warm_step_s = first
 
-    def warm_up(self) -> None:
+    def warm_up(self, samples_per_step: int) -> None:
         """The untimed warm-up steps; the footprint's steady window starts before the last of them,
-        which regrows what the first steps' window gave back."""
+        which regrows what the first steps' window gave back.
+
+        With `warm_slow_below` (samples/s), a first warm-up step under it ends the trial's timing
+        there: on a CPU one step of a precision at a tenth of the best takes as long as ten of the
+        best's, and more steps would only confirm it. That step (the second of the trial, past the
+        first step's one-off work) is then its only timing, and the first steps' peak its peak."""
         steps = int(self.settings.get("warmup_steps", 2))
+        cut = float(self.settings.get("warm_slow_below") or 0)
         t0 = measure.now(self.device)
         for i in range(steps):
             if i == steps - 1:
                 self.footprint.steady_window()
+            t_step = measure.now(self.device)
             self.step()
             self.hb.beat("warmup", i + 1)
+            if i == 0 and steps > 1 and cut:
+                step_s = self.across_ranks(measure.now(self.device) - t_step)
+                if samples_per_step / step_s < cut:
+                    self.cut_step_s, steps = step_s, 1
+                    self.timing.update(cut_at="1 warm-up step", cut_short=(
+                        f"{samples_per_step / step_s:.1f} samples/s in its first warm-up step, under the "
+                        f"sweep's cut of {cut:.1f}: not timed further; its peak is its first steps'"))
+                    break
         if not steps:
             self.footprint.steady_window()
         self.timing["warmup_steps"] = steps
@@ -59,6 +75,11 @@ class Meter:
     def windows(self, samples_per_step: int) -> list[float]:
         """Seconds per step of each window, timed until their CV is under target or a cap is reached
         (adaptive: stable configs cost little, noisy ones get more samples)."""
+        if self.cut_step_s is not None:  # the warm-up's step is the only timing
+            self.timing.update(window_steps=0, windows=0, measured_steps=0, window_step_s=[self.cut_step_s],
+                               measure_s=0.0)
+            self.footprint.memory["peak_by_window"] = [self.footprint.peak()]
+            return [self.cut_step_s]
         m = self.settings
         window_steps = max(1, math.ceil(m.get("window_s", 0.5) / max(self.warm_step_s, 1e-6)))
         min_w, max_w = int(m.get("min_windows", 3)), int(m.get("max_windows", 12))
@@ -77,6 +98,7 @@ class Meter:
             enough = len(per_step) >= min_w
             hopeless = len(per_step) == 2 and samples_per_step / min(per_step) < slow_below  # even its faster window
             if hopeless:
+                self.timing["cut_at"] = "2 windows"
                 self.timing["cut_short"] = (f"{samples_per_step / min(per_step):.1f} samples/s at best over 2 windows, "
                                             f"under the sweep's cut of {slow_below:.1f}: not timed further")
             stop = (diverged or hopeless or len(per_step) >= max_w

@@ -37,6 +37,9 @@ COMPILE_TOP = 2
 """Compile modes are tried on the best eager config, and on up to this many while compile keeps winning."""
 SLOW_CUT = 0.5
 """A trial under this share of the best so far's samples/s after two windows stops measuring there."""
+WARM_SLOW_CUT = 0.25
+"""...and an eager one under this share in its first warm-up step, before any window: a single step,
+so a wider margin (a compiled config's second step may still be compiling)."""
 CONFIRM_TOP = 1
 CONFIRM_ROUNDS = 2
 """Before a sweep ends, the leading config and the baseline run again this many times, interleaved."""
@@ -388,6 +391,8 @@ class Sweep:
         best = None if repeat or self.spec.objective != "samples" else self.best_so_far()
         if best is not None and best.get("throughput"):
             job["measure"] = dict(job["measure"], slow_below=SLOW_CUT * best["throughput"])
+            if config.get("compile", "off") == "off":
+                job["measure"]["warm_slow_below"] = WARM_SLOW_CUT * best["throughput"]
         if self.results is not None:
             folder = study_dir(self.results, self.spec.study)
             digest = hashlib.sha256(repr(search.key(config)).encode()).hexdigest()[:16]

@@ -278,7 +278,7 @@ class Trial:
         self.meter.first_step(compiled=self.config.get("compile", "off") != "off")
         self.memory["optimizer"] = measure.tensor_bytes(
             t for state in self.opt.state.values() for t in state.values())
-        self.meter.warm_up()
+        self.meter.warm_up(self.samples_per_step())
 
     def samples_per_step(self) -> int:
         """The global batch: every process's micro-batches of one optimizer step."""

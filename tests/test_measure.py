@@ -163,8 +163,26 @@ def test_a_config_far_under_the_best_so_far_stops_after_two_windows_and_says_so(
     cut = with_measure(slow_below=1e9)  # no CPU runs a billion samples/s
     assert cut["status"] == "ok" and cut["timing"]["windows"] == 2 and "under" in cut["timing"]["cut_short"]
     assert cut["throughput"] > 0 and cut["timing"]["step_s"]["n"] == 2  # still a real, if short, measurement
-    full = with_measure(slow_below=1.0)
+    full = with_measure(slow_below=1.0, warm_slow_below=0.5, warmup_steps=2)
     assert full["timing"]["windows"] >= 4 and "cut_short" not in full["timing"]
+    assert full["timing"]["warmup_steps"] == 2
+
+
+def test_an_eager_config_far_under_the_best_stops_after_one_warm_up_step_and_says_so(tmp_path):
+    """One warm-up step under `warm_slow_below` ends the timing: no further warm-up, no window; that
+    step (not the first, which holds one-off work) is the throughput, the first steps' peak the peak."""
+    config = {"batch_size": 8, "accumulation": 1, "precision": "fp32", "checkpointing": "none", "compile": "off"}
+    measure = dict(FAST, warmup_steps=3, min_windows=4, max_windows=6, target_cv=0.0, slow_below=1e9,
+                   warm_slow_below=1e9)
+    job = {"workload": TINY_EMBER, "config": config, "device": "cpu", "memory_budget": None, "measure": measure,
+           "seed": 0}
+    cut = launch.run(job, launch.Limits(60, 30), Path(tmp_path) / "trial.log")
+    timing = cut["timing"]
+    assert cut["status"] == "ok" and timing["cut_at"] == "1 warm-up step" and "first warm-up step" in timing["cut_short"]
+    assert timing["warmup_steps"] == 1 and timing["windows"] == 0 and timing["step_s"]["n"] == 1
+    assert cut["loss"]["steps"] == 2  # the first step and one warm-up step, nothing after
+    assert cut["throughput"] == pytest.approx(8 / timing["window_step_s"][0])
+    assert 0 < cut["peak_memory"] == cut["memory"]["peak_by_window"][0]
 
 
 # ---- what counts as out of memory (harness.errors) ------------------------------------------------------

@@ -338,11 +338,15 @@ def test_the_structured_search_leaves_the_compile_phase_its_trials_under_the_cap
     assert compiles == ["'off'"] * 3 + ["'default'"]  # eager frontiers were still open; compile got its turn
 
 
-def test_a_trial_is_told_the_cut_under_half_the_best_so_far_but_never_a_confirmation_run(tmp_path):
+def test_a_trial_is_told_the_cuts_under_the_best_so_far_but_never_a_confirmation_run(tmp_path):
     spec = make_spec(tmp_path)
     sweep = sweep_for(spec, tmp_path, Runner(), baseline={"batch_size": 8, "precision": "fp32", "checkpointing": "none"})
     config = spec.config({"batch_size": 4, "precision": "fp32", "checkpointing": "none"})
     assert "slow_below" not in sweep.job(config, 0)["measure"]  # nothing measured yet: no cut
     sweep.run_one()  # the baseline: 8.0 samples/s
     assert sweep.job(config, 1)["measure"]["slow_below"] == pytest.approx(studies.SLOW_CUT * 8.0)
+    assert sweep.job(config, 1)["measure"]["warm_slow_below"] == pytest.approx(studies.WARM_SLOW_CUT * 8.0)
     assert "slow_below" not in sweep.job(config, 1, repeat=True)["measure"]
+    assert "warm_slow_below" not in sweep.job(config, 1, repeat=True)["measure"]
+    compiled = sweep.job({**config, "compile": "default"}, 1)["measure"]  # its second step may still compile
+    assert "slow_below" in compiled and "warm_slow_below" not in compiled
