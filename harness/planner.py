@@ -33,10 +33,6 @@ TRUST = 16
 may stride further, not blindly)."""
 PEAK_SD_CAP = 0.25
 """The largest log-spread of a predicted peak the chance to fit uses (a factor of 1.28)."""
-DEAR = 3.0
-"""A config whose trial is expected to take over this many times the typical measured trial's wall
-has its acquisition divided by the excess: a look at a cheaper config tells the model nearly as much."""
-MIN_OVERHEAD_S = 1.0
 SHOWN = 5
 """Predicted configs a study keeps for its report."""
 
@@ -62,9 +58,6 @@ class Planner:
     max_step_s: float | None = None
     """No config is proposed whose predicted optimizer step takes longer (a trial that cannot finish
     its warm-up inside the stall limit is a lost trial, and on a CPU batch 2048 gets there)."""
-    trial_steps: int = 0
-    """Optimizer steps a trial takes at least (first, warm-up, the fewest windows): the acquisition is
-    per expected second of trial, overhead plus these steps at the predicted speed (0: per trial)."""
 
     def fit(self, rows: list[dict]) -> model.Fit:
         return model.fit(searched(rows), self.space, self.device, self.objective, self.limit)
@@ -78,8 +71,7 @@ class Planner:
             return None
         fitted = self.fit(rows)
         scored = self.score(open_, rows, fitted)
-        scored["acquisition"] = (scored["acquisition"] * self.saver_needed(open_, rows, fitted) * self.in_time(open_, scored)
-                                 / self.dearer(open_, rows, scored))
+        scored["acquisition"] = scored["acquisition"] * self.saver_needed(open_, rows, fitted) * self.in_time(open_, scored)
         if stop is not None and scored["beat"].max() < stop:
             return None
         return open_[int(np.argmax(scored["acquisition"]))]
@@ -121,21 +113,6 @@ class Planner:
             return np.ones(len(configs))
         samples = np.array([c["batch_size"] * c.get("accumulation", 1) for c in configs], dtype=float)
         return (samples / np.exp(scored["speed"]) <= self.max_step_s).astype(float)
-
-    def dearer(self, configs: list[dict], rows: list[dict], scored: dict) -> np.ndarray:
-        """How many times over DEAR the typical measured trial each config's trial is expected to take
-        (at least 1): overhead (start, build, teardown: the measured trials' wall less their steps)
-        plus `trial_steps` steps at the predicted speed. On a GPU a step is milliseconds and trials cost
-        alike; on a CPU a large batch or a slow precision costs a minute, ten of the others."""
-        walls = [r["timing"] for r in rows if r.get("status") == "ok" and (r.get("timing") or {}).get("trial_wall_s")
-                 and r["config"].get("compile", "off") == "off" and not r["timing"].get("cut_short")]
-        if not self.trial_steps or self.objective != "samples" or not walls:
-            return np.ones(len(configs))
-        overhead = max(float(np.median([t["trial_wall_s"] - self.trial_steps * t["step_s"]["median"] for t in walls])),
-                       MIN_OVERHEAD_S)
-        samples = np.array([c["batch_size"] * c.get("accumulation", 1) for c in configs], dtype=float)
-        cost = overhead + self.trial_steps * samples / np.exp(scored["speed"])
-        return np.maximum(cost / (DEAR * float(np.median([t["trial_wall_s"] for t in walls]))), 1.0)
 
     def saver_needed(self, configs: list[dict], rows: list[dict], fitted: model.Fit) -> np.ndarray:
         """0 for a config with a memory saver (checkpointing) whose twin without it probably fits at the

@@ -234,8 +234,7 @@ class Sweep:
                                             # on a CPU a large batch's steps can outlast the stall limit or
                                             # the trial's (a first step, warm-up and a few timed windows)
                                             max_step_s=None if self.device.startswith("cuda")
-                                            else min(self.spec.stall_s / 2, self.spec.trial_timeout_s / 8),
-                                            trial_steps=1 + self.spec.measure.warmup_steps + self.spec.measure.min_windows)
+                                            else min(self.spec.stall_s / 2, self.spec.trial_timeout_s / 8))
         return self._planner
 
     def remaining(self) -> bool:

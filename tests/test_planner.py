@@ -215,28 +215,3 @@ def test_the_out_of_sample_eval_scores_final_answers_of_every_search(tmp_path):
         assert 0 <= figures["p10"] <= figures["median"] <= 1.0 + 1e-9 or name == "largest-fit"
         assert figures["runs_median"] >= 1
     assert result["bench"]["runs_median"] == result["tpe"]["runs_median"]  # equal runs, by construction
-
-
-def test_a_config_whose_trial_would_take_many_times_the_typical_one_is_weighed_down():
-    """CPU trials of 2-4 s so far; bf16 never measured. Per trial, the model's pick is a large bf16
-    batch; weighed by its expected trial time (six steps at the predicted speed), a cheaper look at
-    bf16 comes first. Where every trial costs about the same, the weight changes nothing."""
-    space_ = [{"batch_size": b, "precision": p, "checkpointing": "none", "compile": "off", "accumulation": 1}
-              for b in (4, 8, 16, 32, 64, 128, 256, 512) for p in ("fp32", "bf16-mixed")]
-
-    def measured(number, batch, speed):
-        step = batch / speed
-        return {"number": number, "status": "ok", "config": space_[(batch.bit_length() - 3) * 2], "throughput": speed,
-                "peak_memory": 100 * MiB + batch * MiB, "timing": {"step_s": {"cv": 0.01, "median": step},
-                                                                   "trial_wall_s": 2.0 + 6 * step}}
-    rows = [measured(0, 4, 60.0), measured(1, 8, 70.0), measured(2, 16, 75.0)]
-
-    def pick(steps):
-        return planner.Planner(space_, 8 * 2**30, 9 * 2**30, "cpu", trial_steps=steps).next(rows)
-    per_trial, per_cost = pick(0), pick(6)
-    assert per_trial["precision"] == per_cost["precision"] == "bf16-mixed"
-    assert per_cost["batch_size"] < per_trial["batch_size"]
-    plan = planner.Planner(space_, 8 * 2**30, 9 * 2**30, "cpu", trial_steps=6)
-    configs = [c for c in space_ if c["precision"] == "fp32"]
-    weight = plan.dearer(configs, rows, plan.fit(rows).predict(configs))
-    assert weight[0] == 1.0 and weight[-1] > 3  # batch 4: a typical trial; batch 512: minutes of steps
