@@ -181,8 +181,8 @@ def test_trials_auto_stops_before_the_cap(tmp_path):
 
 def test_replay_runs_on_a_tiny_landscape(tmp_path):
     spec = make_spec(tmp_path)
-    rows = [{"number": n, **landscape(c), "config": c, "baseline": n == 0, "workload": {"name": "emberformer"}}
-            for n, c in enumerate(specs.all_configs(spec))]
+    rows = [{"number": n, **landscape(c), "config": c, "baseline": n == 0, "workload": {"name": "emberformer"},
+             "timing": {"trial_wall_s": 2.5}} for n, c in enumerate(specs.all_configs(spec))]
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(rows))
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_replay.py"), str(path), "--seeds", "3",
@@ -190,7 +190,9 @@ def test_replay_runs_on_a_tiny_landscape(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["grid"] == 16 and result["wrong_skips"] == 0
-    assert 1 <= result["bench"]["median"] <= 16 and set(result["tpe"]) == {"median", "p90"}
+    assert 1 <= result["bench"]["median"] <= 16 and set(result["tpe"]) == {"median", "p90", "seconds"}
+    assert result["random"]["seconds"] == 2.5 * result["random"]["median"]  # each config once, 2.5 s each
+    assert result["bench"]["seconds"] >= 2.5 * result["bench"]["median"]  # and any repeat on top
 
 
 def test_merged_passes_give_each_config_its_median_and_the_replay_reads_them(tmp_path):
