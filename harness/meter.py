@@ -45,9 +45,9 @@ class Meter:
         which regrows what the first steps' window gave back.
 
         With `warm_slow_below` (samples/s), a first warm-up step under it ends the trial's timing
-        there: on a CPU one step of a precision at a tenth of the best takes as long as ten of the
-        best's, and more steps would only confirm it. That step (the second of the trial, past the
-        first step's one-off work) is then its only timing, and the first steps' peak its peak."""
+        there: a 20 s bf16 step on a CPU without bf16 kernels would otherwise run three more times
+        before two windows could cut it. That step (the second of the trial, past the first step's
+        one-off work) is then its only timing, and the first steps' peak its peak."""
         steps = int(self.settings.get("warmup_steps", 2))
         cut = float(self.settings.get("warm_slow_below") or 0)
         t0 = measure.now(self.device)
