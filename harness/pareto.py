@@ -28,6 +28,8 @@ MAX_NOISE = 0.10  # a very noisy trial (a loaded machine) must not tie with one 
 NOISY_CV = 0.5
 """A trial whose measured windows' step times vary more than this (coefficient of variation) is
 `noisy`: its median says little (a loaded machine gave CVs of 70-108%), so it is never ranked."""
+BUSY_NOISE = "noisy: the machine was busy; sweep again when it is quiet"
+"""Why `bench apply best` finds no best when every trial was noisy (one line, exit 2)."""
 LOSS_SLACK = 0.01
 """A config whose loss rose over its trial by more than the baseline's changed plus this share is
 `unsafe`: faster, maybe, but not training as the user's config does."""
@@ -169,7 +171,7 @@ class Choice:
             if row is None:
                 noisy_rows = [s for s in self.rows if s.noisy]
                 why = (f" (trial{'s' if len(noisy_rows) > 1 else ''} {', '.join(f'#{s.number}' for s in noisy_rows)} "
-                       "noisy: the machine was busy; sweep again when it is quiet)" if noisy_rows else "")
+                       f"{BUSY_NOISE})" if noisy_rows else "")
                 raise UserError(f"{which}: no measured config qualifies in study {study}{why}; see `bench report`")
             return row
         if not which.isdigit():

@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness import pareto
+
 ROOT = Path(__file__).resolve().parents[1]
 FAULTY_DIR = ROOT / "tests" / "workloads"
 # A pristine copy of examples/emberformer/config.yaml: the README's quickstart rewrites the working
@@ -18,7 +20,7 @@ os.environ.setdefault("BENCH_QUIET_WAIT", "0")
 
 # Fast measurement: real steps, but only as many as the harness needs to produce its figures.
 # What `bench apply best` says when a busy machine left every trial noisy (a loaded CI box can): one line, exit 2
-NOISE_REFUSAL = "noisy: the machine was busy; sweep again when it is quiet"
+NOISE_REFUSAL = pareto.BUSY_NOISE
 FAST_TRIAL = {"timeout": "60s", "stall": "20s", "warmup_steps": 1, "window": 0.05, "min_windows": 2,
               "max_windows": 3, "max_seconds": 1}
 
