@@ -31,6 +31,12 @@ eager config can, so the last few percent of eager refinement are worth less tha
 TRUST = 16
 """The largest batch proposed is this many times the largest that has run (finders double; the model
 may stride further, not blindly)."""
+SLOW_END = 2.0
+"""A step's time limit is checked at its predicted speed less this many sds (at most SLOW_SD_CAP each):
+a batch far past those measured may slow down more than the line says (a CPU's caches)."""
+SLOW_SD_CAP = 0.35
+"""So the slow end is at most 2x under the prediction: after one trial every other config's spread is
+a factor of 10, and a limit checked at 100x slower would leave nothing but the smallest batches."""
 PEAK_SD_CAP = 0.25
 """The largest log-spread of a predicted peak the chance to fit uses (a factor of 1.28)."""
 SHOWN = 5
@@ -71,8 +77,12 @@ class Planner:
             return None
         fitted = self.fit(rows)
         scored = self.score(open_, rows, fitted)
-        scored["acquisition"] = scored["acquisition"] * self.saver_needed(open_, rows, fitted) * self.in_time(open_, scored)
-        if stop is not None and scored["beat"].max() < stop:
+        # a config left out here must not keep the search going either: the stop rule sees the same ones
+        admitted = self.saver_needed(open_, rows, fitted) * self.in_time(open_, rows, scored)
+        if not admitted.any():
+            return None
+        scored["acquisition"] = scored["acquisition"] * admitted
+        if stop is not None and (scored["beat"] * admitted).max() < stop:
             return None
         return open_[int(np.argmax(scored["acquisition"]))]
 
@@ -108,11 +118,14 @@ class Planner:
         margin = math.log(1 + pareto.noise(best))
         return {**pred, "fit": fit, "acquisition": fit * ei, "beat": fit * normal_cdf((gap - margin) / sd)}
 
-    def in_time(self, configs: list[dict], scored: dict) -> np.ndarray:
-        if not self.max_step_s or self.objective != "samples":
+    def in_time(self, configs: list[dict], rows: list[dict], scored: dict) -> np.ndarray:
+        """1 where the config's optimizer step, at the slow end of its predicted speed, is within max_step_s
+        (with no speed measured yet the model has no scale to say)."""
+        if not self.max_step_s or self.objective != "samples" or not pareto.measured(rows, self.objective):
             return np.ones(len(configs))
         samples = np.array([c["batch_size"] * c.get("accumulation", 1) for c in configs], dtype=float)
-        return (samples / np.exp(scored["speed"]) <= self.max_step_s).astype(float)
+        slow = np.exp(scored["speed"] - SLOW_END * np.minimum(scored["speed_sd"], SLOW_SD_CAP))
+        return (samples / slow <= self.max_step_s).astype(float)
 
     def saver_needed(self, configs: list[dict], rows: list[dict], fitted: model.Fit) -> np.ndarray:
         """0 for a config with a memory saver (checkpointing) whose twin without it probably fits at the

@@ -85,6 +85,35 @@ def test_a_config_whose_memory_saver_is_not_needed_is_never_chosen():
     assert all(p["checkpointing"] == "none" for p in picks)  # everything fits without it
 
 
+def test_configs_the_planner_would_never_measure_do_not_keep_trials_auto_going():
+    """Checkpointing where its twin without it fits cannot win, so it is never measured; its wide
+    prediction once kept the stop rule from firing, and the search went on to near-hopeless configs."""
+    sp = space(precisions=("fp32",))
+    rows = [row(i, c) for i, c in enumerate(c for c in sp if c["checkpointing"] == "none")]
+    plan = planner.Planner(sp, usable=2**40, limit=2**40, device="cuda")
+    assert plan.open_configs(rows) and all(c["checkpointing"] == "full" for c in plan.open_configs(rows))
+    assert plan.next(rows, stop=planner.STOP_CHANCE) is None
+    assert plan.next(rows) is None  # nor is one of them measured for want of anything else
+
+
+def test_on_a_cpu_a_trial_is_proposed_only_if_its_step_is_in_time_at_the_slow_end_of_its_prediction():
+    """A CPU's trial time grows with its step: the quickstart lost a 180 s trial to a batch whose step
+    was within the limit only at its predicted mean (its caches made it far slower)."""
+    sp = space(batches=(4, 8, 16, 32, 64, 128, 256, 512))
+    rows = [row(i, c) for i, c in enumerate(c for c in sp if c["precision"] == "fp32" and c["checkpointing"] == "none"
+                                              and c["batch_size"] in (4, 8, 16))]
+    limited = planner.Planner(sp, usable=None, limit=None, device="cpu", max_step_s=0.1)
+    picked = limited.next(rows)
+    passed_over = {**picked, "batch_size": 64}
+    pred = limited.fit(rows).predict([picked, passed_over])
+    step = {end: [c["batch_size"] / math.exp(pred["speed"][i] - end * min(pred["speed_sd"][i], planner.SLOW_SD_CAP))
+                  for i, c in enumerate((picked, passed_over))] for end in (0, planner.SLOW_END)}
+    assert picked["batch_size"] < 64 and step[planner.SLOW_END][0] <= 0.1
+    assert step[0][1] <= 0.1 < step[planner.SLOW_END][1]  # in time at its mean, not at its slow end: passed over
+    assert planner.Planner(sp, usable=None, limit=None, device="cpu").next(rows)["batch_size"] > 64  # no limit
+    assert planner.Planner(sp, usable=None, limit=None, device="cpu", max_step_s=0.001).next(rows) is None  # none in time
+
+
 def test_trials_auto_stops_on_the_models_rule(tmp_path):
     raw = {"study": "auto", "workload": {"name": "emberformer"}, "trials": 40,
            "search": {"batch_size": [4, 8, 16, 32, 64, 128], "precision": ["fp32", "bf16-mixed"],
