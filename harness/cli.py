@@ -375,7 +375,7 @@ def outcome(rec: dict) -> str:
         if rec.get("busy"):
             line += " — measured on a busy machine"
         return line + (f" — {rec['error']['message']}" if rec.get("error") else "")
-    message = (rec.get("error") or {}).get("message", "")
+    message = " ".join((rec.get("error") or {}).get("message", "").split())  # a C++ error's newlines: one line
     return f"{status}: {message[:160]}"
 
 

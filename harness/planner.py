@@ -88,11 +88,13 @@ class Planner:
 
     def open_configs(self, rows: list[dict], include=lambda config: True) -> list[dict]:
         """Configs not measured, not proven over the memory, not above a batch of their family that ran
-        past the trial timeout (larger is slower still), and within TRUST x the largest batch that ran:
+        past the trial timeout (larger is slower still), under any batch larger than the dataset, and
+        within TRUST x the largest batch that ran:
         extrapolating a line a hundredfold is a guess, and a step that takes minutes is a lost trial."""
         measured = {search.key(r["config"]) for r in rows}
         ran = [r["config"]["batch_size"] for r in rows if r.get("status") in ("ok", "diverged")]
         reach = TRUST * max(ran or [r["config"]["batch_size"] for r in rows] or [math.inf])
+        reach = min([reach] + [r["config"]["batch_size"] - 1 for r in rows if over_dataset(r)])
         kin = families(rows)
         out = []
         for c in self.space:
@@ -221,6 +223,11 @@ class Planner:
         if effect["A"] < 0.9 and batch > alt["config"]["batch_size"]:
             words.append(f"lets batch {batch} fit (activations x{effect['A']:.2f})")
         return " and ".join(words) or "is faster as measured"
+
+
+def over_dataset(row: dict) -> bool:
+    """A trial whose batch was larger than the dataset (harness.trial.BatchOverDataset): so is every larger one."""
+    return row.get("status") == "error" and (row.get("error") or {}).get("type") == "BatchOverDataset"
 
 
 def families(rows: list[dict]) -> dict[tuple, list[dict]]:

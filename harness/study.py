@@ -280,6 +280,8 @@ class Sweep:
         for r in rows:
             if r["config"].get("compile", "off") != "off":
                 compiled.setdefault(eager_twin(r["config"]), []).append(r)
+        if len(compiled) >= COMPILE_TOP:  # a new best eager config found after them is not compiled too
+            return False
         tried = [r for r in eager if search.key(r["config"]) in compiled]
         if tried and not any(pareto.faster(c, r, self.spec.objective)
                              for r in tried for c in compiled[search.key(r["config"])]):

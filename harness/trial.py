@@ -204,7 +204,12 @@ class Trial:
 
     def cycle(self):
         while True:
-            yield from self.loader
+            empty = True
+            for batch in self.loader:
+                empty = False
+                yield batch
+            if empty:  # else the first step would loop here until the trial's timeout
+                raise BatchOverDataset(self.config["batch_size"], self.wl.dataset)
 
     # -- hooks a trial over several processes fills in (harness.distributed) -------------------------
     def shard(self, model):
@@ -392,6 +397,16 @@ def fingerprint(tensors) -> float:
 
 class UserFacingError(Exception):
     """A config the workload cannot honour: the parent shows it as one line."""
+
+
+class BatchOverDataset(UserFacingError):
+    """A batch larger than the dataset: the loader drops the partial batch, so no batch comes at all."""
+
+    def __init__(self, batch_size: int, dataset):
+        size = f"{len(dataset)} samples" if hasattr(dataset, "__len__") else "samples"
+        super().__init__(f"batch_size {batch_size} is more than the dataset's {size}: the loader yields no full "
+                         f"batch; give the workload more samples, or search smaller batches")
+        self.batch_size = batch_size
 
 
 class FactoryImportError(UserFacingError):

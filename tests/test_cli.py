@@ -26,8 +26,8 @@ def swept(tmp_path_factory):
     spec = write_spec(folder, trials=4)
     old = os.getcwd()
     os.chdir(folder)
-    try:
-        result = bench("sweep", spec, "--device", "cpu")
+    try:  # four trials, not an auto stop: the views below need several rows
+        result = bench("sweep", spec, "--device", "cpu", "--trials", "4")
     finally:
         os.chdir(old)
     return folder, spec, result
@@ -302,3 +302,22 @@ def test_narrow_table_abbreviates_and_drops_columns_but_keeps_every_number():
     buf = io.StringIO()
     Console(file=buf, width=1 << 16, soft_wrap=True).print(report.table(choice, {"name": "x"}, None))
     assert "max-autotune-no-cudagraphs" in buf.getvalue() and "seq len" in buf.getvalue()
+
+
+def test_a_failed_trials_progress_line_is_one_line_whatever_its_error_message():
+    """A CPU OOM raised in C++ ends its message with a newline, which left an empty line in the output."""
+    from harness import cli
+    rec = {"status": "oom", "error": {"type": "MemoryError", "message": "MemoryError: std::bad_alloc\n"}}
+    assert cli.outcome(rec) == "oom: MemoryError: std::bad_alloc"
+
+
+def test_a_batch_larger_than_the_dataset_fails_at_once_and_says_so(project):
+    """The loader drops a partial batch, so a batch over the dataset yields none: the first step once
+    looped over empty passes until the trial's timeout (the 512-sample tiny preset at batch 576)."""
+    spec = write_spec(project, workload={"name": "emberformer", "preset": "tiny", "params": {"samples": 16}})
+    result = bench("trial", spec, "--set", "batch_size=32", "--device", "cpu", "--timeout", "60s")
+    assert result.exit_code == 1, result.output  # a trial that failed
+    record = json.loads(result.output)
+    assert record["status"] == "error" and record["error"]["type"] == "BatchOverDataset", record
+    assert "batch_size 32 is more than the dataset's 16 samples" in record["error"]["message"]
+    assert record["timing"]["trial_wall_s"] < 30  # not the timeout

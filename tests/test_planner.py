@@ -114,6 +114,14 @@ def test_on_a_cpu_a_trial_is_proposed_only_if_its_step_is_in_time_at_the_slow_en
     assert planner.Planner(sp, usable=None, limit=None, device="cpu", max_step_s=0.001).next(rows) is None  # none in time
 
 
+def test_no_batch_at_or_over_one_larger_than_the_dataset_is_proposed_in_any_family():
+    rows = [row(0, space()[0]), {"number": 1, "status": "error", "config": {**space()[0], "batch_size": 64},
+                                 "error": {"type": "BatchOverDataset", "message": "batch_size 64 is more than..."}}]
+    plan = planner.Planner(space(), usable=2**40, limit=2**40, device="cuda")
+    assert {c["batch_size"] for c in plan.open_configs(rows)} == {4, 8, 16, 32}
+    assert plan.next(rows)["batch_size"] < 64
+
+
 def test_trials_auto_stops_on_the_models_rule(tmp_path):
     raw = {"study": "auto", "workload": {"name": "emberformer"}, "trials": 40,
            "search": {"batch_size": [4, 8, 16, 32, 64, 128], "precision": ["fp32", "bf16-mixed"],
