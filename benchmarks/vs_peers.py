@@ -10,12 +10,15 @@ Peers answer on the same workload, preset and memory wall:
   - bench's own best, from a short `bench sweep`.
 Each peer searches in a child process under the budget (CPU: RLIMIT_DATA, as bench's trial sets it;
 CUDA: the per-process memory fraction), so its OOM search is real. Every answer is then measured the
-same way: one `bench trial` in a fresh process under the same budget. Needs `pip install -e ".[peers]"`.
+same way: `bench trial` in a fresh process under the same budget, `--runs` times (3) in interleaved
+rounds, the median shown with every run: one run of a config moves by 10-15% on a small CPU, so a
+single run each cannot rank answers a few percent apart. Needs `pip install -e ".[peers]"`.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -71,49 +74,66 @@ def compare(args) -> list[dict]:
     spec = load_spec(spec_path, args.preset, budget, **measure)
     preset = spec.workload.get("preset", "auto")
     job = spec.job(device, specs.trial_config(spec, PEER_DEFAULTS))
-    rows = []
+    answers = []  # (tool, answer): answer is {"config", "wall_s"} or {"error", ...}
     for peer in ("lightning", "accelerate"):
         answer = ask_peer(peer, {**job, "start": args.start}, args.peer_timeout)
-        rows.append(measured(spec, device, answer.get("tool", peer), answer))
+        answers.append((answer.get("tool", peer), answer))
     if args.workload in GUIDE_ADVICE:
         config, source = GUIDE_ADVICE[args.workload]
-        rows.append(measured(spec, device, f"guide: {source}", {"config": config, "wall_s": None}))
+        answers.append((f"guide: {source}", {"config": config, "wall_s": None}))
     best = sweep_best(spec_path, preset, budget, device, args.trials, args.sweep_timeout, measure,
                       search={"compile": ["off"]} if args.quick else None)
     if best is None:
-        rows.append({"tool": "bench", "answer": None, "status": "failed: the sweep measured no config that fits"})
+        answers.append(("bench", {"error": "the sweep measured no config that fits", "wall_s": None}))
     else:
-        rows.append(measured(spec, device, f"bench sweep ({best['trials']} trials)",
-                             {"config": best["config"], "wall_s": best["wall_s"]}))
+        answers.append((f"bench sweep ({best['trials']} trials)", {"config": best["config"], "wall_s": best["wall_s"]}))
+    runs = measure_rounds(spec, device, [a for _, a in answers], args.runs)
+    rows = [measured(tool, answer, recs) for (tool, answer), recs in zip(answers, runs)]
     bench = rows[-1].get("throughput")
     for r in rows:
         r["ratio"] = r["throughput"] / bench if bench and r.get("throughput") else None
     return rows
 
 
-def measured(spec, device: str, tool: str, answer: dict) -> dict:
-    """The answer measured by bench's trial in a fresh process; or the peer's failure, as it happened."""
+def measure_rounds(spec, device: str, answers: list[dict], rounds: int) -> list[list[dict]]:
+    """Each answer's config measured `rounds` times by bench's trial in a fresh process, interleaved
+    (every answer once per round), so a drift of the machine falls on all of them alike."""
+    runs: list[list[dict]] = [[] for _ in answers]
+    for _ in range(rounds):
+        for i, answer in enumerate(answers):
+            if not answer.get("error"):
+                runs[i].append(trial(spec, device, {**PEER_DEFAULTS, **answer["config"]}))
+    return runs
+
+
+def measured(tool: str, answer: dict, recs: list[dict]) -> dict:
+    """An answer's row: the median of its runs' throughput; or the peer's failure, as it happened."""
     row = {"tool": tool, "answer_wall_s": answer.get("wall_s"), "peer": {k: v for k, v in answer.items()
                                                                        if k not in ("config", "wall_s")}}
     if answer.get("error"):
         unrecognised = " (raised under the memory wall; the peer's OOM check did not recognise it)" \
             if answer.get("oom_recognised") is False else ""
         return {**row, "answer": None, "status": f"failed: {answer['error']}{unrecognised}"}
-    rec = trial(spec, device, {**PEER_DEFAULTS, **answer["config"]})
-    return {**row, "answer": rec["config"], "status": rec["status"], "throughput": rec.get("throughput"),
-            "peak_memory": rec.get("peak_memory"), "error": (rec.get("error") or {}).get("message")}
+    ok = [r for r in recs if r["status"] == "ok" and r.get("throughput")]
+    shown = ok or recs  # a config that failed in every run shows its first failure
+    speeds = sorted(r["throughput"] for r in ok)
+    return {**row, "answer": recs[0]["config"], "status": "ok" if ok else recs[0]["status"],
+            "throughput": statistics.median(speeds) if speeds else None, "runs": speeds,
+            "peak_memory": max((r["peak_memory"] for r in ok), default=None),
+            "error": (shown[0].get("error") or {}).get("message")}
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| tool | answer (knobs) | status | samples/s | peak GiB | ratio to bench | time to answer |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| tool | answer (knobs) | status | samples/s (median) | runs | peak GiB | ratio to bench | time to answer |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         knobs = " ".join(f"{k}={v}" for k, v in (r.get("answer") or {}).items()) or "—"
         tput = f"{r['throughput']:.1f}" if r.get("throughput") else "—"
         peak = f"{r['peak_memory'] / GIB:.3f}" if r.get("peak_memory") else "—"
         ratio = f"{r['ratio']:.2f}×" if r.get("ratio") else "—"
         wall = f"{r['answer_wall_s']:.0f}s" if r.get("answer_wall_s") is not None else "by hand"
-        lines.append(f"| {r['tool']} | {knobs} | {r['status']} | {tput} | {peak} | {ratio} | {wall} |")
+        runs = ", ".join(f"{v:.0f}" for v in r.get("runs") or []) or "—"
+        lines.append(f"| {r['tool']} | {knobs} | {r['status']} | {tput} | {runs} | {peak} | {ratio} | {wall} |")
     return "\n".join(lines)
 
 
@@ -225,6 +245,7 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=8, help="trials of bench's sweep")
     p.add_argument("--sweep-timeout", type=float, default=600.0, metavar="S")
     p.add_argument("--peer-timeout", type=float, default=600.0, metavar="S")
+    p.add_argument("--runs", type=int, default=3, help="measured runs of every answer, interleaved (median shown)")
     p.add_argument("--quick", action="store_true", help="short trial measurement (CI, tiny presets)")
     p.add_argument("--json", type=Path, help="also write the rows here")
     args = p.parse_args()
