@@ -406,7 +406,6 @@ class BatchOverDataset(UserFacingError):
         size = f"{len(dataset)} samples" if hasattr(dataset, "__len__") else "samples"
         super().__init__(f"batch_size {batch_size} is more than the dataset's {size}: the loader yields no full "
                          f"batch; give the workload more samples, or search smaller batches")
-        self.batch_size = batch_size
 
 
 class FactoryImportError(UserFacingError):
