@@ -9,8 +9,9 @@ facts overrule the model: a config at or above a batch of its memory family that
 or over the usable memory is never proposed (harness.search holds those rules and the skip
 records), and one at or below a batch measured to fit surely fits.
 
-Given `stop`, it returns None once no unmeasured config has even that chance (STOP_CHANCE for
-`--trials auto`) to fit and beat the best by more than the best's measured noise. `study.Sweep` drives
+Given `stop`, it returns None once no config it would measure (unmeasured, not a memory saver its
+twin makes needless, in time) has even that chance (STOP_CHANCE for `--trials auto`) to fit and
+beat the best by more than the best's measured noise. `study.Sweep` drives
 it with Optuna as the ledger; benchmarks/search_replay.py and search_eval.py drive the same code.
 """
 from __future__ import annotations
