@@ -163,9 +163,11 @@ def test_a_config_far_under_the_best_so_far_stops_after_two_windows_and_says_so(
     cut = with_measure(slow_below=1e9)  # no CPU runs a billion samples/s
     assert cut["status"] == "ok" and cut["timing"]["windows"] == 2 and "under" in cut["timing"]["cut_short"]
     assert cut["throughput"] > 0 and cut["timing"]["step_s"]["n"] == 2  # still a real, if short, measurement
+    assert cut["memory"]["breakdown"] is None  # out of the race: its memory is not taken apart
     full = with_measure(slow_below=1.0, warm_slow_below=0.5, warmup_steps=2)
     assert full["timing"]["windows"] >= 4 and "cut_short" not in full["timing"]
     assert full["timing"]["warmup_steps"] == 2
+    assert full["memory"]["breakdown"]["activations"] > 0
 
 
 def test_an_eager_config_far_under_the_best_stops_after_one_warm_up_step_and_says_so(tmp_path):
@@ -183,6 +185,7 @@ def test_an_eager_config_far_under_the_best_stops_after_one_warm_up_step_and_say
     assert cut["loss"]["steps"] == 2  # the first step and one warm-up step, nothing after
     assert cut["throughput"] == pytest.approx(8 / timing["window_step_s"][0])
     assert 0 < cut["peak_memory"] == cut["memory"]["peak_by_window"][0]
+    assert cut["memory"]["breakdown"] is None
 
 
 # ---- what counts as out of memory (harness.errors) ------------------------------------------------------
