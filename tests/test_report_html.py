@@ -412,3 +412,17 @@ def test_no_ranked_point_lies_above_the_staircase():
             assert reach and min(reach) == pytest.approx(y, abs=0.11), number
         elif reach and not any(flag in classes for flag in ("noisy", "unsafe", "diverged")):
             assert y >= min(reach) - 0.11, number
+
+
+def test_the_terminal_table_of_a_gpu_sized_study_shows_an_oom_without_a_peak():
+    """GiB-sized peaks beside an OOM: the first H200 sweep's `bench report` crashed on exactly this."""
+    import io
+
+    from rich.console import Console
+    rows = synthetic_rows()
+    buf = io.StringIO()
+    Console(file=buf, width=1 << 12).print(report.table(choose(rows, synthetic_study()), synthetic_study(), None))
+    table = buf.getvalue()
+    assert "peak GiB" in table and "17.60" in table
+    oom = next(line for line in table.splitlines() if "│ 7 " in line or line.lstrip("│ ").startswith("7 "))
+    assert "oom" in oom and "26.30" not in oom  # an OOM's peak is not a measurement of the config

@@ -168,8 +168,8 @@ def columns_for(choice: Choice) -> list[Column]:
         Column("runs", [s.runs if s.speed else "-" for s in rows], number=True),
         Column("± cv", [f"{100 * s.record.step_cv:.1f}%" if s.record.step_cv is not None and s.speed else "-"
                         for s in rows], number=True),
-        Column(f"peak {unit}", [f"{p / scale:.2f}" if in_gib else f"{p / scale:.1f}" if p is not None else "-"
-                                for p in peaks], number=True),
+        Column(f"peak {unit}", ["-" if p is None else f"{p / scale:.{2 if in_gib else 1}f}" for p in peaks],
+               number=True),
         Column("% mem", [f"{100 * p / cap:.0f}%" if p is not None and cap else "-" for p in peaks], number=True),
     ]
     return columns if any(s.runs > 1 for s in rows) else [c for c in columns if c.header != "runs"]
