@@ -148,11 +148,14 @@ class Planner:
         chance = normal_cdf((math.log(self.usable) - pred["peak"]) / np.minimum(pred["peak_sd"], PEAK_SD_CAP))
         kin = families(rows)
         for i, config in enumerate(configs):
-            fit, wall = search.frontier(kin.get(search.memory_family(config), []), self.usable, config)
+            family = kin.get(search.memory_family(config), [])
+            fit, wall = search.frontier(family, self.usable, config)
             if fit is not None and config["batch_size"] <= fit:
                 chance[i] = 1.0
-            elif fit is None and wall is not None and config["batch_size"] > wall // 2:
-                chance[i] = 0.0  # nothing of this family fits yet: halve from its wall, as the finders do
+            elif wall is not None and config["batch_size"] > wall // 2 and search.frontier(family, self.usable)[0] is None:
+                # nothing of this family fits yet: halve from its wall, as the finders do (where it fits
+                # without accumulation, the model's held gradients say whether accumulating fits too)
+                chance[i] = 0.0
         return chance
 
     def best(self, rows: list[dict]) -> dict | None:

@@ -114,6 +114,22 @@ def test_on_a_cpu_a_trial_is_proposed_only_if_its_step_is_in_time_at_the_slow_en
     assert planner.Planner(sp, usable=None, limit=None, device="cpu", max_step_s=0.001).next(rows) is None  # none in time
 
 
+def test_accumulation_is_not_ruled_out_where_its_family_fits_without_it():
+    """"Halve from the wall" is for a family where nothing fits yet. Where batch 64 fits without
+    accumulation, batch 50 with it is the model's call (its held gradients), not a certain miss."""
+    sp = [{**c, "accumulation": a} for c in space(batches=(8, 16, 32, 50, 64, 96), precisions=("fp32",), ckpts=("none",))
+          for a in (1, 2)]
+    one = [c for c in sp if c["accumulation"] == 1]
+    rows = [row(i, c) for i, c in enumerate(c for c in one if c["batch_size"] <= 64)]
+    rows.append({"number": len(rows), "status": "oom", "config": next(c for c in one if c["batch_size"] == 96),
+                 "throughput": None, "peak_memory": None})
+    plan = planner.Planner(sp, usable=468 * MiB, limit=520 * MiB, device="cuda")  # fits: 64 (456 MiB); 96 does not
+    twice = [{**c, "accumulation": 2} for c in one if c["batch_size"] in (50, 96)]
+    chance = plan.fit_chance(twice, rows, plan.fit(rows).predict(twice))
+    assert chance[0] > 0.3  # 50 x 2: 400 MiB and the gradients held, under 468
+    assert twice[1] not in plan.open_configs(rows)  # 96 x 2 holds more than 96 x 1, which ran out of memory
+
+
 def test_no_batch_at_or_over_one_larger_than_the_dataset_is_proposed_in_any_family():
     rows = [row(0, space()[0]), {"number": 1, "status": "error", "config": {**space()[0], "batch_size": 64},
                                  "error": {"type": "BatchOverDataset", "message": "batch_size 64 is more than..."}}]
