@@ -35,6 +35,9 @@ PEAK_SIGMA = 0.05
 EFFECT_TAU = 0.7
 """Prior spread of a knob value's effect (log): a factor of 2 either way is unsurprising."""
 INTERCEPT_TAU = 3.0
+COUNTED_TAU = 0.5
+"""Prior spread of G around the counted gradient bytes: the allocator's rounding and a step's
+temporaries on top of them, not a different order of magnitude."""
 REFERENCE = {"precision": "fp32", "checkpointing": "none", "compile": "off"}
 """The value a knob's effects are measured against (others: the first value in sorted order)."""
 
@@ -166,13 +169,26 @@ def fit(rows: list[dict], space: list[dict], device: str, objective: str, limit:
     w0, a0 = static_and_activation_prior(ran, limit)
     speed_mu = np.concatenate([[o0], [prior_mean(lv, "O", device) for lv in levels],
                                [t0], [prior_mean(lv, "t", device) for lv in levels], [o0], [math.log(CACHE_K)]])
+    g0, g_tau = held_gradients_prior(ran, w0)
     peak_mu = np.concatenate([[w0], [prior_mean(lv, "W", device) for lv in levels],
-                              [a0], [prior_mean(lv, "A", device) for lv in levels], [w0 - math.log(4)]])
-    tau = np.concatenate([[INTERCEPT_TAU], [EFFECT_TAU] * (m - 1)] * 2 + [[INTERCEPT_TAU]])
+                              [a0], [prior_mean(lv, "A", device) for lv in levels], [g0]])
+    tau = np.concatenate([[INTERCEPT_TAU], [EFFECT_TAU] * (m - 1)] * 2)
 
-    speed = solve(lambda th: residuals_speed(th, spd, levels, y), speed_mu, np.append(tau, INTERCEPT_TAU))
-    peak = solve(lambda th: residuals_peak(th, ran, ooms, levels, p, limit), peak_mu, tau)
+    speed = solve(lambda th: residuals_speed(th, spd, levels, y), speed_mu, np.append(tau, [INTERCEPT_TAU] * 2))
+    peak = solve(lambda th: residuals_peak(th, ran, ooms, levels, p, limit), peak_mu, np.append(tau, g_tau))
     return Fit(levels, speed, peak)
+
+
+def held_gradients_prior(ran: list[dict], w0: float) -> tuple[float, float]:
+    """Where G sits and how far the data may move it: at the gradient bytes the trials counted
+    (memory.breakdown), else a quarter of the static prior, loosely. Without the count, a few trials
+    with accumulation and one small one without could pass their activations off as held gradients
+    (an H200 sweep fitted 8 GiB of them for a model with 40 MiB of gradients)."""
+    counted = [float(r["memory"]["breakdown"]["gradients"]) for r in ran
+               if ((r.get("memory") or {}).get("breakdown") or {}).get("gradients")]
+    if counted:
+        return math.log(float(np.median(counted))), COUNTED_TAU
+    return w0 - math.log(4), INTERCEPT_TAU
 
 
 def static_and_activation_prior(ran: list[dict], limit: float | None) -> tuple[float, float]:

@@ -130,6 +130,30 @@ def test_accumulation_is_not_ruled_out_where_its_family_fits_without_it():
     assert twice[1] not in plan.open_configs(rows)  # 96 x 2 holds more than 96 x 1, which ran out of memory
 
 
+H200_QUICKSTART = [  # the first six trials of `bench sweep sweeps/emberformer.yaml` on an H200, 2026-11-24
+    (8, 1, "fp32", "none", "off", 114.3, 1981808640), (128, 2, "bf16-mixed", "none", "default", 200.1, 10221518848),
+    (160, 2, "fp16-mixed", "none", "off", 194.8, 12159287296), (96, 2, "tf32", "none", "off", 176.1, 11578376192),
+    (128, 2, "bf16-mixed", "none", "off", 199.7, 9950986240), (352, 2, "bf16-mixed", "full", "default", 197.1, 12641632256)]
+H200_GRADIENTS = 41_782_788  # bytes of gradients each of those trials counted (memory.breakdown)
+
+
+def test_accumulated_trials_do_not_pass_their_activations_off_as_held_gradients():
+    """Five of those six ran with accumulation 2 and one small batch without: a free 'gradients held
+    across micro-batches' term took 8 GiB of their peaks, the activations per sample came out small,
+    and the planner spent four compiled trials on batches 4096 to 1792, each out of memory. The
+    gradient bytes each trial counts now pin that term."""
+    sp = studies.all_configs(specs.load(ROOT / "sweeps" / "emberformer.yaml"))
+    rows = [{"number": i, "status": "ok", "throughput": speed, "peak_memory": peak, "timing": {"step_s": {"cv": 0.02}},
+             "memory": {"breakdown": {"gradients": H200_GRADIENTS}},
+             "config": {"batch_size": b, "accumulation": a, "precision": p, "checkpointing": c, "compile": m}}
+            for i, (b, a, p, c, m, speed, peak) in enumerate(H200_QUICKSTART)]
+    plan = planner.Planner(list(sp), usable=0.9 * 24 * 2**30, limit=24 * 2**30, device="cuda")
+    big = {"batch_size": 1024, "accumulation": 1, "precision": "bf16-mixed", "checkpointing": "full", "compile": "default"}
+    # about 3x batch 352's measured 12.6 GB, as the H200 landscape says (batch 512 eager: 16.5 GB)
+    assert math.exp(plan.fit(rows).predict([big])["peak"][0]) > 24 * 2**30
+    assert plan.next(rows)["batch_size"] <= 512
+
+
 def test_no_batch_at_or_over_one_larger_than_the_dataset_is_proposed_in_any_family():
     rows = [row(0, space()[0]), {"number": 1, "status": "error", "config": {**space()[0], "batch_size": 64},
                                  "error": {"type": "BatchOverDataset", "message": "batch_size 64 is more than..."}}]
