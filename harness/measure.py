@@ -329,6 +329,14 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_bf16() -> bool | None:
+    """Whether this CPU has bf16 instructions (AVX512-BF16 or AMX), where torch can tell (x86); else None."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(probe() for probe in probes) if all(probes) else None
+
+
 def env_stamp(device: torch.device, tf32: dict) -> dict:
     """Where a record was measured, so it can be trusted (or not) later: the machine, and the
     settings outside the config that shape a measurement (allocator, launch blocking, compile
@@ -350,7 +358,8 @@ def env_stamp(device: torch.device, tf32: dict) -> dict:
         stamp.update(device=props.name, device_total=props.total_memory,
                      capability=f"{props.major}.{props.minor}", driver=nvml.driver_version())
     else:
-        stamp.update(device=stamp["cpu"], device_total=stamp["host_memory"])
+        # without bf16 instructions autocast converts in software: the planner's prior then expects bf16 slow
+        stamp.update(device=stamp["cpu"], device_total=stamp["host_memory"], cpu_bf16=cpu_bf16())
     return stamp
 
 

@@ -52,6 +52,9 @@ PRIORS = {  # (knob, value): {term: log factor}; terms O, t, W, A. Folklore made
     "cpu": {("precision", "fp16-mixed"): {"t": L(10.0)},  # no fast fp16 kernels on a CPU
             ("checkpointing", "full"): {"t": L(1.3), "A": L(1 / 3)},
             ("compile", "*"): {"O": L(0.5), "t": L(0.9)}},
+    # a CPU without bf16 instructions (its trials' env.cpu_bf16 is False): autocast converts in software;
+    # the quickstart's emberformer ran bf16-mixed 5x slower than fp32 on an AVX2-only EPYC
+    "cpu without bf16": {("precision", "bf16-mixed"): {"t": L(5.0)}, ("precision", "bf16-true"): {"t": L(5.0)}},
 }
 STRUCTURAL = ("batch_size", "accumulation")
 CACHE_K = 1e-4
@@ -75,8 +78,16 @@ def knob_levels(space: list[dict]) -> list[tuple]:
     return levels
 
 
-def prior_mean(level: tuple, term: str, device: str) -> float:
-    table = PRIORS["cuda" if device.startswith("cuda") else "cpu"]
+def priors(device: str, rows: list[dict]) -> dict:
+    """The device's usual effects (`PRIORS`), with what its trials' environment says of it (env.cpu_bf16)."""
+    if device.startswith("cuda"):
+        return PRIORS["cuda"]
+    if any((r.get("env") or {}).get("cpu_bf16") is False for r in rows):
+        return {**PRIORS["cpu"], **PRIORS["cpu without bf16"]}
+    return PRIORS["cpu"]
+
+
+def prior_mean(level: tuple, term: str, table: dict) -> float:
     knob, value = level
     effect = table.get((knob, value)) or (table.get((knob, "*")) if value != REFERENCE.get(knob) else None) or {}
     return effect.get(term, 0.0)
@@ -167,11 +178,12 @@ def fit(rows: list[dict], space: list[dict], device: str, objective: str, limit:
     t0 = -math.log(top)                      # per-sample time at the best throughput seen
     o0 = t0 + math.log(8.0)                  # overhead worth 8 samples: neither launch- nor compute-bound
     w0, a0 = static_and_activation_prior(ran, limit)
-    speed_mu = np.concatenate([[o0], [prior_mean(lv, "O", device) for lv in levels],
-                               [t0], [prior_mean(lv, "t", device) for lv in levels], [o0], [math.log(CACHE_K)]])
+    table = priors(device, rows)
+    speed_mu = np.concatenate([[o0], [prior_mean(lv, "O", table) for lv in levels],
+                               [t0], [prior_mean(lv, "t", table) for lv in levels], [o0], [math.log(CACHE_K)]])
     g0, g_tau = held_gradients_prior(ran, w0)
-    peak_mu = np.concatenate([[w0], [prior_mean(lv, "W", device) for lv in levels],
-                              [a0], [prior_mean(lv, "A", device) for lv in levels], [g0]])
+    peak_mu = np.concatenate([[w0], [prior_mean(lv, "W", table) for lv in levels],
+                              [a0], [prior_mean(lv, "A", table) for lv in levels], [g0]])
     tau = np.concatenate([[INTERCEPT_TAU], [EFFECT_TAU] * (m - 1)] * 2)
 
     speed = solve(lambda th: residuals_speed(th, spd, levels, y), speed_mu, np.append(tau, [INTERCEPT_TAU] * 2))

@@ -1,5 +1,6 @@
 """Measurement you can trust: real trials in child processes, checked against what must hold."""
 import math
+import platform
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,10 @@ def test_records_carry_an_environment_stamp(tmp_path):
     for key in ("device", "device_count", "device_total", "driver", "cuda", "torch", "python", "os", "hostname", "bench"):
         assert key in env
     assert env["device_total"] > 0 and env["torch"].startswith("2.")
+    cpuinfo = Path("/proc/cpuinfo")
+    if platform.machine() == "x86_64" and cpuinfo.exists():  # the planner's bf16 prior on a CPU reads this
+        flags = set(cpuinfo.read_text().split())
+        assert env["cpu_bf16"] is bool({"avx512_bf16", "amx_bf16"} & flags)
 
 
 @pytest.mark.gpu
