@@ -231,10 +231,8 @@ class Sweep:
         if self._planner is None:
             self._planner = planner.Planner(list(all_configs(self.spec)), usable_memory(self.spec),
                                             self.spec.memory_budget, self.device, self.spec.objective,
-                                            # on a CPU a large batch's steps can outlast the stall limit or
-                                            # the trial's (a first step, warm-up and a few timed windows)
                                             max_step_s=None if self.device.startswith("cuda")
-                                            else min(self.spec.stall_s / 2, self.spec.trial_timeout_s / 8))
+                                            else cpu_step_limit(self.spec))
         return self._planner
 
     def remaining(self) -> bool:
@@ -678,6 +676,15 @@ def interrupted(t: optuna.trial.FrozenTrial) -> bool:
     (a FAIL without bench's record: a database worker that stopped beating)."""
     return t.user_attrs.get("status") == record.INTERRUPTED or (t.state == TrialState.FAIL and "record" not in t.user_attrs
                                                                 and "duplicate_of" not in t.user_attrs)
+
+
+def cpu_step_limit(spec: Spec) -> float:
+    """The slowest optimizer step a CPU trial may be predicted (at its slow end) to take. A trial runs its
+    first step, the warm-up steps, at least min_windows timed steps and about two more for the memory
+    breakdown and the fp32 reference: those fit in half the trial's timeout (allowed all of it, the
+    quickstart's batch 1024 ran 20 s steps for 178 of its 180 s), and a warm-up step in half the stall limit."""
+    steps = 1 + spec.measure.warmup_steps + spec.measure.min_windows + 2
+    return min(spec.stall_s / 2, spec.trial_timeout_s / (2 * steps))
 
 
 def usable_memory(spec: Spec) -> float | None:

@@ -173,6 +173,21 @@ def test_on_a_cpu_without_bf16_instructions_bf16_is_not_the_first_guess():
     assert plan.next([{**first, "env": {"cpu_bf16": True}}]) == unknown
 
 
+def test_on_a_cpu_no_trial_is_planned_that_would_take_its_whole_timeout(tmp_path):
+    """The quickstart's third trial on the 2-core VM was batch 1024: 20.7 s steps for 178 s of its 180 s
+    timeout (the first step, 2 warm-up steps, 3 windows, the memory breakdown and the fp32 reference),
+    planned from its first two trials. The sweep's step limit now keeps a trial in half its timeout."""
+    spec = specs.load(ROOT / "sweeps" / "emberformer.yaml")
+    study = studies.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    plan = studies.Sweep(spec, study, "cpu", tmp_path, 12, None, auto=True, runner=None).planner()
+    fp32 = {"precision": "fp32", "checkpointing": "none", "compile": "off"}
+    rows = [{"number": i, "status": "ok", "throughput": speed, "peak_memory": peak, "timing": {"step_s": {"cv": cv}},
+             "config": {"batch_size": b, "accumulation": a, **fp32}}
+            for i, (b, a, speed, peak, cv) in enumerate([(8, 1, 63.7, 93_900_000, 0.071), (128, 2, 85.1, 536_900_000, 0.014)])]
+    big = [{"batch_size": b, "accumulation": 1, **fp32} for b in (704, 1024)]  # measured: 11.3 s and 20.7 s steps
+    assert not plan.in_time(big, rows, plan.score(big, rows, plan.fit(rows))).any()
+
+
 def test_no_batch_at_or_over_one_larger_than_the_dataset_is_proposed_in_any_family():
     rows = [row(0, space()[0]), {"number": 1, "status": "error", "config": {**space()[0], "batch_size": 64},
                                  "error": {"type": "BatchOverDataset", "message": "batch_size 64 is more than..."}}]
