@@ -83,13 +83,21 @@ class Versus:
     spread: float | None
     runs: int
     tie: bool
+    bound: float = 0.0
+    """How far from 1x the ratio must be to count: twice the spread, or either config's own noise."""
 
     def text(self, unit: str) -> str:
         if self.spread is None:
             head = f"{self.ratio:.2f}× {unit} (one run each, not confirmed)"
         else:
             head = f"{self.ratio:.2f}× ± {self.spread:.2f} {unit} over {self.runs} runs each, interleaved"
-        return head + (" — a tie: within the noise" if self.tie else "")
+        return head + (f" — a tie: {self.noise_words()}" if self.tie else "")
+
+    def noise_words(self) -> str:
+        """The band the ratio fell inside, and where it comes from (a spread of ±0.15 alone reads as a win at 1.29x)."""
+        paired = self.spread is not None and self.bound == 2 * self.spread
+        source = "twice the spread of the paired runs" if paired else "the runs' own noise"
+        return f"within the noise (1× ± {self.bound:.2f}, {source})"
 
 
 @dataclass(frozen=True)
@@ -323,7 +331,7 @@ def versus(row, base, objective: str = "samples") -> Versus | None:
     ratio, spread = found
     bound = max(2 * spread if spread is not None else 0.0, noise(row, objective), noise(base, objective))
     runs = min(len(runs_of(row, objective)), len(runs_of(base, objective)))
-    return Versus(ratio=ratio, spread=spread, runs=runs, tie=abs(ratio - 1) <= bound)
+    return Versus(ratio=ratio, spread=spread, runs=runs, tie=abs(ratio - 1) <= bound, bound=bound)
 
 
 def paybacks(rows, objective: str = "samples", run_steps: int = ASSUMED_RUN_STEPS, fits=lambda r: True) -> list[Payback]:

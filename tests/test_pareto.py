@@ -82,6 +82,20 @@ def test_a_confirmed_leader_beaten_once_by_an_unconfirmed_run_is_still_best_not_
     assert choice.versus.tie and choice.best is choice.baseline and choice.kept
 
 
+def test_a_tie_says_the_band_it_was_judged_by():
+    """The quickstart of 2026-11-24 22:47: compiled 128 x 2 ran 81.2, 82.5, 87.4 against your config's
+    63.7, 76.9, 64.1, and the report said "1.29x ± 0.15 ... a tie: within the noise", which reads as a
+    clear win. The paired ratios (1.27, 1.07, 1.36) spread by 0.15, and a win must clear twice that."""
+    base = row(0, 63.7, 0.09, cv=0.07, baseline=True, repeats=[{"status": "ok", "throughput": t} for t in (76.9, 64.1)])
+    lead = row(4, 81.2, 0.63, cv=0.05, repeats=[{"status": "ok", "throughput": t} for t in (82.5, 87.4)])
+    v = pareto.choose([base, lead], 24 * GiB, 0.1).versus
+    assert v.tie and v.bound == 2 * v.spread and abs(v.ratio - 1) <= v.bound
+    assert "a tie: within the noise (1× ± 0.30, twice the spread of the paired runs)" in v.text("samples/s")
+    one_run = row(5, 81.2, 0.63, cv=0.05)  # no paired runs: its own noise is the band
+    v = pareto.choose([row(0, 79.0, 0.09, cv=0.03, baseline=True), one_run], 24 * GiB, 0.1).versus
+    assert v.tie and "the runs' own noise" in v.text("samples/s")
+
+
 def test_a_tie_goes_to_less_memory_only_where_memory_is_scarce():
     roomy = [row(0, 155.7, 0.23, cv=0.06), row(1, 172.7, 0.28, cv=0.06)]  # the quickstart: 24 GiB budget
     assert pareto.choose(roomy, 24 * GiB, 0.1).best.number == 1

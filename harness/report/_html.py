@@ -126,7 +126,7 @@ def _speedup(choice: Choice) -> tuple[str, str]:
         return "-", "no baseline measured" if choice.baseline is None or not choice.baseline.speed else "best is your config"
     spread = f" ± {v.spread:.2f}" if v.spread is not None else ""
     runs = f"{v.runs} interleaved runs each" if v.spread is not None else "one run each, not confirmed"
-    return f"{v.ratio:.2f}×{spread}", ("a tie: within the noise; " if v.tie else "") + \
+    return f"{v.ratio:.2f}×{spread}", (f"a tie: {v.noise_words()}; " if v.tie else "") + \
         f"trial #{choice.leader.number} vs #{choice.baseline.number}, {runs}"
 
 
