@@ -83,7 +83,7 @@ class Versus:
     spread: float | None
     runs: int
     tie: bool
-    bound: float = 0.0
+    bound: float
     """How far from 1x the ratio must be to count: twice the spread, or either config's own noise."""
 
     def text(self, unit: str) -> str:
