@@ -147,12 +147,13 @@ class Planner:
         # the spread trusts the model's line over an unmeasured family's prior-wide guess.
         chance = normal_cdf((math.log(self.usable) - pred["peak"]) / np.minimum(pred["peak_sd"], PEAK_SD_CAP))
         kin = families(rows)
+        some_fit = {name: search.frontier(family, self.usable)[0] is not None for name, family in kin.items()}
         for i, config in enumerate(configs):
-            family = kin.get(search.memory_family(config), [])
-            fit, wall = search.frontier(family, self.usable, config)
+            name = search.memory_family(config)
+            fit, wall = search.frontier(kin.get(name, []), self.usable, config)
             if fit is not None and config["batch_size"] <= fit:
                 chance[i] = 1.0
-            elif wall is not None and config["batch_size"] > wall // 2 and search.frontier(family, self.usable)[0] is None:
+            elif wall is not None and config["batch_size"] > wall // 2 and not some_fit[name]:
                 # nothing of this family fits yet: halve from its wall, as the finders do (where it fits
                 # without accumulation, the model's held gradients say whether accumulating fits too)
                 chance[i] = 0.0
