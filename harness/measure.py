@@ -88,25 +88,6 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-MMAP_THRESHOLD = 1 << 20
-M_MMAP_THRESHOLD = -3  # glibc malloc.h
-
-
-def map_large_allocations() -> None:
-    """Give every allocation of 1 MiB or more its own mapping, returned to the system when freed
-    (glibc's mallopt(M_MMAP_THRESHOLD), which also stops glibc from raising the threshold itself).
-
-    So that a CPU trial's peak RSS is the tensors it holds, not glibc's heap policy: by default the
-    first free of a large block raises the threshold (up to 32 MiB), tensors under it then live in
-    the heap, and interleaved lifetimes fragment it. A 2-rank FSDP GPT of 29M parameters peaked at
-    875 MB of RSS holding 235 MB of sharded state, 430 MB with the threshold fixed; DDP 853 / 713 MB.
-    """
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    except (OSError, AttributeError):  # not glibc: its allocator's own policy stands
-        pass
-
-
 def vm_data_bytes() -> int:
     with open("/proc/self/status") as f:
         for line in f:
