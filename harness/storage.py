@@ -146,7 +146,7 @@ def open_database(url: str, heartbeat: bool):
     # pool_pre_ping: a pooled connection that a database restart cut is replaced before use, not failed on
     engine = {} if url.startswith("sqlite") else {"engine_kwargs": {"pool_pre_ping": True}}
     try:
-        with no_experimental_warning():
+        with no_experimental_warning(), schema_lock(url):
             return SteadyRDBStorage(url, **engine, **beats)
     except ImportError:
         raise UserError(f"--storage {redact(url)}: no database driver for this URL; for PostgreSQL install "
@@ -154,6 +154,31 @@ def open_database(url: str, heartbeat: bool):
     except Exception as exc:
         raise UserError(f"--storage {redact(url)}: cannot open it ({redact(str(exc)).splitlines()[0][:200]}); "
                         "check the URL, the server and the password") from None
+
+
+@contextlib.contextmanager
+def schema_lock(url: str):
+    """On PostgreSQL, one worker at a time creates Optuna's tables: workers started together on a new
+    database each ran CREATE TABLE, which races on PostgreSQL's catalog (UniqueViolation on
+    pg_type_typname_nsp_index), and all but one failed to open it. Not retried: a wrong URL or
+    password is said at once, as before."""
+    if not url.startswith("postgresql"):
+        yield
+        return
+    key = int.from_bytes(hashlib.sha256(b"bench schema").digest()[:8], "big", signed=True)
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": key})
+            try:
+                yield
+            finally:
+                try:
+                    connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+                except sqlalchemy.exc.DBAPIError:
+                    pass  # the connection was cut: the server dropped the lock with it
+    finally:
+        engine.dispose()
 
 
 # ---- a database blip -----------------------------------------------------------------------------

@@ -140,3 +140,26 @@ def test_two_hosts_split_the_confirmation_runs(tmp_path):
     assert sum(len(re.findall(r"#\d+ confirmation run \d+ of", out)) for _, out, _ in ended) == 2 * 2
     rows = {r["config"]["batch_size"]: r for r in report(tmp_path, study)}
     assert [len(rows[b]["repeats"]) for b in (2, 256)] == [2, 2]
+
+
+def test_workers_started_at_once_on_a_new_database_all_open_it(tmp_path):
+    """Six workers opening a database that has no tables yet: Optuna creates its schema in each, and
+    PostgreSQL's CREATE TABLE races on its catalog (UniqueViolation on pg_type_typname_nsp_index), so
+    on a fresh database all but one used to fail to open it. A new schema stands in for a new database."""
+    import sqlalchemy
+
+    schema = f"fresh_{uuid.uuid4().hex[:8]}"
+    engine = sqlalchemy.create_engine(URL)
+    with engine.begin() as connection:
+        connection.execute(sqlalchemy.text(f"CREATE SCHEMA {schema}"))
+    url = f"{URL}?options=-csearch_path%3D{schema}"
+    code = ("import sys; from harness import storage; storage.open_database(sys.argv[1], heartbeat=False); "
+            "print('opened')")
+    try:
+        workers = [subprocess.Popen([sys.executable, "-c", code, url], env=env_for(tmp_path), text=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(6)]
+        ended = [w.communicate(timeout=120) for w in workers]
+        assert [w.returncode for w in workers] == [0] * 6, [err[-400:] for _, err in ended]
+    finally:
+        with engine.begin() as connection:
+            connection.execute(sqlalchemy.text(f"DROP SCHEMA {schema} CASCADE"))
