@@ -205,17 +205,25 @@ class Planner:
                 alt = max(without, key=lambda r: pareto.speed(r, self.objective))
                 reasons.append((speed / pareto.speed(alt, self.objective), level, alt))
         batch = best["config"]["batch_size"]
-        smaller = [r for r in fits if search.speed_family(r["config"], False) == search.speed_family(best["config"], False)
-                   and r["config"]["batch_size"] < batch]
+        kin = [r for r in fits if search.speed_family(r["config"], False) == search.speed_family(best["config"], False)]
+        smaller = [r for r in kin if r["config"]["batch_size"] < batch]
+        larger = [r for r in kin if r["config"]["batch_size"] > batch]
         if not reasons and not smaller:
             return f"#{best['number']} is the fastest config measured that fits"
         if reasons:
             gain, (knob, value), alt = max(reasons, key=lambda x: x[0])
             return f"{knob}={value} {self.effect_words(effects[(knob, value)], batch, alt)}: " \
                    f"{gain - 1:+.0%} over the best without it (#{alt['number']}, {describe(alt['config'])})"
-        alt = max(smaller, key=lambda r: r["config"]["batch_size"])
-        gain = speed / pareto.speed(alt, self.objective)
-        return f"batch {batch} is the largest of its family that fits: {gain - 1:+.0%} over batch {alt['config']['batch_size']}"
+        below = max(smaller, key=lambda r: r["config"]["batch_size"])
+        words = f"{speed / pareto.speed(below, self.objective) - 1:+.0%} over batch {below['config']['batch_size']}"
+        if not larger:
+            over = any(search.speed_family(r["config"], False) == search.speed_family(best["config"], False)
+                       and r["config"]["batch_size"] > batch for r in rows if r.get("status") in ("ok", "oom"))
+            return f"batch {batch} is the largest of its family {'that fits' if over else 'measured'}: {words}"
+        above = min(larger, key=lambda r: r["config"]["batch_size"])
+        return (f"batch {batch} is the fastest of its family: {words} and "
+                f"{speed / pareto.speed(above, self.objective) - 1:+.0%} over batch {above['config']['batch_size']}, "
+                f"which also fits")
 
     @staticmethod
     def effect_words(effect: dict, batch: int, alt: dict) -> str:

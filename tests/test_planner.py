@@ -307,6 +307,24 @@ def test_why_names_the_knob_that_buys_the_most_and_the_report_marks_predictions(
     assert pareto.speed(best) > 0
 
 
+def test_why_does_not_call_a_batch_the_largest_that_fits_when_a_larger_one_fit_and_ran_slower():
+    """A CPU quickstart chose batch 40 x 2 (203.4 samples/s) and said "batch 40 is the largest of its
+    family that fits: +20% over batch 32", with batch 224 x 2 measured beside it, fitting, at 177.6."""
+    fp32 = {"precision": "fp32", "checkpointing": "none", "compile": "off", "accumulation": 2}
+    rows = [{"number": n, "status": "ok", "config": {"batch_size": b, **fp32}, "throughput": speed,
+             "peak_memory": peak * 2**20, "timing": {"step_s": {"cv": 0.01}}}
+            for n, b, speed, peak in [(2, 224, 177.6, 1190), (3, 32, 169.9, 240), (6, 40, 203.4, 290)]]
+    plan = planner.Planner([r["config"] for r in rows], usable=0.9 * 24 * 2**30, limit=24 * 2**30, device="cpu")
+    best = plan.best(rows)
+    assert best["number"] == 6
+    assert plan.why(rows, best) == ("batch 40 is the fastest of its family: +20% over batch 32 and +15% over "
+                                    "batch 224, which also fits")
+    over = [dict(rows[0], peak_memory=23 * 2**30), *rows[1:]]  # where batch 224 is over the memory
+    assert plan.why(over, plan.best(over)) == "batch 40 is the largest of its family that fits: +20% over batch 32"
+    unmeasured = rows[1:]
+    assert plan.why(unmeasured, plan.best(unmeasured)) == "batch 40 is the largest of its family measured: +20% over batch 32"
+
+
 def test_a_batch_size_that_does_not_divide_the_effective_batch_is_left_out_with_a_note(tmp_path):
     raw = {"study": "a", "workload": {"name": "emberformer"},
            "search": {"batch_size": [4, 8, 12, 16], "accumulation": {"effective_batch": 32}}}
