@@ -218,12 +218,17 @@ class Planner:
         words = f"{speed / pareto.speed(below, self.objective) - 1:+.0%} over batch {below['config']['batch_size']}"
         if not larger:
             over = any(search.speed_family(r["config"], False) == search.speed_family(best["config"], False)
-                       and r["config"]["batch_size"] > batch for r in rows if r.get("status") in ("ok", "oom"))
+                       and r["config"]["batch_size"] > batch and not search.fits(r, self.usable)
+                       and r.get("status") in ("ok", "diverged", "oom", "skipped") for r in rows)
             return f"batch {batch} is the largest of its family {'that fits' if over else 'measured'}: {words}"
         above = min(larger, key=lambda r: r["config"]["batch_size"])
-        return (f"batch {batch} is the fastest of its family: {words} and "
-                f"{speed / pareto.speed(above, self.objective) - 1:+.0%} over batch {above['config']['batch_size']}, "
-                f"which also fits")
+        gain = speed / pareto.speed(above, self.objective) - 1
+        if gain > 0:
+            return (f"batch {batch} is the fastest of its family: {words} and {gain:+.0%} over batch "
+                    f"{above['config']['batch_size']}, which also fits")
+        # chosen within the noise of a larger batch (less memory, or confirmed where it was not)
+        return (f"batch {batch}: {words}; batch {above['config']['batch_size']} also fits and measured "
+                f"{-gain:.0%} faster, within the noise")
 
     @staticmethod
     def effect_words(effect: dict, batch: int, alt: dict) -> str:

@@ -156,6 +156,10 @@ def open_database(url: str, heartbeat: bool):
                         "check the URL, the server and the password") from None
 
 
+SCHEMA_LOCK_S = 60.0
+"""How long opening a PostgreSQL study waits for another worker creating Optuna's tables (a second or two)."""
+
+
 @contextlib.contextmanager
 def schema_lock(url: str):
     """On PostgreSQL, one worker at a time creates Optuna's tables: workers started together on a new
@@ -166,9 +170,11 @@ def schema_lock(url: str):
         yield
         return
     key = int.from_bytes(hashlib.sha256(b"bench schema").digest()[:8], "big", signed=True)
-    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool, isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as connection:
+            # a worker stalled while creating the tables must not hang every other one without a word
+            connection.execute(sqlalchemy.text(f"SET lock_timeout = '{int(SCHEMA_LOCK_S * 1000)}ms'"))
             connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": key})
             try:
                 yield

@@ -132,8 +132,8 @@ def test_only_rank_0_builds_the_fsdp_model_whole(trials):
     and AdamW state of two ranks (test_fsdp_shards_what_each_rank_holds); only rank 0 ever builds the
     model whole, on the CPU, to broadcast it. The ranks' peak RSS is not compared: a CPU trial keeps
     glibc's own heap policy, as the user's process does, and that keeps FSDP's freed all-gather buffers
-    for reuse (fsdp 1.1-1.2x ddp here), which the 1 MiB mmap threshold once hid at a cost of 17-30% of
-    every CPU step's speed."""
+    for reuse (on this 8-layer model its ranks peaked 1.1-1.2x DDP's), which the 1 MiB mmap threshold
+    once hid at a cost of 17-30% of every CPU step's speed."""
     ddp, fsdp = trials["ddp-wide"]["rec"], trials["fsdp-wide"]["rec"]
     assert ddp["status"] == fsdp["status"] == record.OK, (ddp.get("error"), fsdp.get("error"))
     assert len(trials["ddp-wide"]["pids"]) == 2 and len(trials["fsdp-wide"]["pids"]) == 1  # faulty notes CPU builds only

@@ -323,6 +323,13 @@ def test_why_does_not_call_a_batch_the_largest_that_fits_when_a_larger_one_fit_a
     assert plan.why(over, plan.best(over)) == "batch 40 is the largest of its family that fits: +20% over batch 32"
     unmeasured = rows[1:]
     assert plan.why(unmeasured, plan.best(unmeasured)) == "batch 40 is the largest of its family measured: +20% over batch 32"
+    noisy = [dict(rows[0], timing={"step_s": {"cv": 0.6}}), *rows[1:]]  # ran and fit, windows disagreeing
+    assert plan.why(noisy, plan.best(noisy)) == "batch 40 is the largest of its family measured: +20% over batch 32"
+    tied = [dict(rows[0], throughput=205.0), *rows[1:]]  # chosen within the noise of a larger batch, on less memory
+    plan = planner.Planner([r["config"] for r in rows], usable=1.26 * 2**30, limit=1.4 * 2**30, device="cpu")
+    assert plan.best(tied)["number"] == 6
+    assert plan.why(tied, plan.best(tied)) == ("batch 40: +20% over batch 32; batch 224 also fits and measured 1% "
+                                               "faster, within the noise")
 
 
 def test_a_batch_size_that_does_not_divide_the_effective_batch_is_left_out_with_a_note(tmp_path):

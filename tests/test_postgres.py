@@ -152,14 +152,20 @@ def test_workers_started_at_once_on_a_new_database_all_open_it(tmp_path):
     engine = sqlalchemy.create_engine(URL)
     with engine.begin() as connection:
         connection.execute(sqlalchemy.text(f"CREATE SCHEMA {schema}"))
-    url = f"{URL}?options=-csearch_path%3D{schema}"
-    code = ("import sys; from harness import storage; storage.open_database(sys.argv[1], heartbeat=False); "
-            "print('opened')")
+    url = sqlalchemy.make_url(URL).update_query_dict({"options": f"-csearch_path={schema}"})
+    code = "import sys; from harness import storage; storage.open_database(sys.argv[1], heartbeat=False)"
+    workers = []
     try:
-        workers = [subprocess.Popen([sys.executable, "-c", code, url], env=env_for(tmp_path), text=True,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(6)]
+        workers = [subprocess.Popen([sys.executable, "-c", code, url.render_as_string(hide_password=False)],
+                                    env=env_for(tmp_path), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                   for _ in range(6)]
         ended = [w.communicate(timeout=120) for w in workers]
         assert [w.returncode for w in workers] == [0] * 6, [err[-400:] for _, err in ended]
     finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
         with engine.begin() as connection:
             connection.execute(sqlalchemy.text(f"DROP SCHEMA {schema} CASCADE"))
+        engine.dispose()

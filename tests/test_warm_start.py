@@ -51,7 +51,7 @@ def test_a_trial_reuses_freed_memory_as_the_users_process_would(faulty):
     """A trial's allocator keeps glibc's policy: memory a step freed is reused by the next step without
     page faults. Forcing every 1 MiB+ block into its own mapping (for a tidier peak RSS) made each step
     fault its activations in afresh: the quickstart's batch 32 ran 30% slower than in the user's process."""
-    rec, who = run(faulty, "whoami", budget=512 * 1024**2)
+    rec, who = run(faulty, "whoami", budget=512 * 1024**2, refault=True)
     assert rec["status"] == record.OK, rec.get("error")
     assert who["refault_kib"] < 8 * 1024, who  # 53 MiB a step when every block is mapped afresh
 

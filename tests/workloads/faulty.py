@@ -78,7 +78,6 @@ def refault_kib(steps: int = 10) -> int:
     """KiB page-faulted in by a steady training step of a small MLP (2 MiB activations per layer; the
     least of its last five steps): with glibc's own policy a step mostly reuses what the one before
     freed; with every 1 MiB+ block mapped afresh, each step faults in all of its 53 MiB again."""
-    torch.ones(8 << 20)  # 32 MiB mapped and freed: glibc now keeps blocks under that in its heap, for reuse
     model = nn.Sequential(*(nn.Sequential(nn.Linear(512, 512), nn.ReLU()) for _ in range(4)))
     opt, x = torch.optim.AdamW(model.parameters()), torch.randn(1024, 512)
     faults = []
@@ -129,7 +128,8 @@ def build(params: dict) -> Workload:
     if fault == "whoami" and not torch.empty(0).is_meta:  # how the trial process was started
         with open(params["pid_file"], "w") as f:
             json.dump({"pid": os.getpid(), "pgid": os.getpgrp(), "sid": os.getsid(0), "ppid": os.getppid(),
-                       "threads": torch.get_num_threads(), "refault_kib": refault_kib()}, f)
+                       "threads": torch.get_num_threads(),
+                       "refault_kib": refault_kib() if params.get("refault") else None}, f)
     if fault == "spam":
         sys.stdout.write(("spam " * 200 + "\n") * 8000)  # ~8 MB of output
         sys.stdout.flush()
