@@ -169,7 +169,7 @@ def schema_lock(url: str):
     if not url.startswith("postgresql"):
         yield
         return
-    key = int.from_bytes(hashlib.sha256(b"bench schema").digest()[:8], "big", signed=True)
+    key = lock_key("bench schema")  # not "bench:NAME", a study's claim lock
     engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool, isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as connection:
@@ -179,10 +179,7 @@ def schema_lock(url: str):
             try:
                 yield
             finally:
-                try:
-                    connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
-                except sqlalchemy.exc.DBAPIError:
-                    pass  # the connection was cut: the server dropped the lock with it
+                unlock(connection, key)
     finally:
         engine.dispose()
 
@@ -401,16 +398,25 @@ def claim_lock(storage, results: Path | None, study: str):
 @contextlib.contextmanager
 def advisory_lock(engine: sqlalchemy.Engine, study: str):
     """A PostgreSQL session-level advisory lock: exclusive across machines, freed if the worker dies."""
-    key = int.from_bytes(hashlib.sha256(f"bench:{study}".encode()).digest()[:8], "big", signed=True)
+    key = lock_key(f"bench:{study}")
     connection = locked(engine, key)
     try:
         yield
     finally:
-        try:
-            connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
-        except sqlalchemy.exc.DBAPIError:
-            pass  # the connection was cut: the server dropped the lock with it
+        unlock(connection, key)
         connection.close()
+
+
+def lock_key(name: str) -> int:
+    """A PostgreSQL advisory lock key (signed 64-bit) for `name`."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+
+
+def unlock(connection: sqlalchemy.Connection, key: int) -> None:
+    try:
+        connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+    except sqlalchemy.exc.DBAPIError:
+        pass  # the connection was cut: the server dropped the lock with it
 
 
 def locked(engine: sqlalchemy.Engine, key: int) -> sqlalchemy.Connection:
