@@ -6,7 +6,7 @@ computes a figure of its own. The rows it is given are never changed.
 Throughput is samples/s, or tokens/s for a study whose `objective` is tokens (the fair measure when
 a searched knob such as seq_len changes what one sample is); a config's figure is the median of its
 trial and its confirmation runs (`speed`). A row is a candidate for best when it measured (ok), its
-windows agree (not `noisy`), its loss check is no worse than the baseline's (else it is `unsafe`:
+windows agree (not `noisy`), its loss did not rise beyond chance (else it is `unsafe`:
 shown, never chosen), its compile pays back within the training run (`Payback`), and its peak
 leaves the requested headroom of the capacity (the budget, else the device's memory). Differences
 smaller than the measured noise of two configs are ties; a tie goes to the config with more
@@ -31,8 +31,13 @@ NOISY_CV = 0.5
 BUSY_NOISE = "noisy: the machine was busy; sweep again when it is quiet"
 """Why `bench apply best` finds no best when every trial was noisy (one line, exit 2)."""
 LOSS_SLACK = 0.01
-"""A config whose loss rose over its trial by more than the baseline's changed plus this share is
-`unsafe`: faster, maybe, but not training as the user's config does."""
+"""A config whose loss rose over its trial by more than this share (and more than LOSS_SCATTERS of its
+step-to-step scatter, and more than the baseline's loss rose) is `unsafe`: faster, maybe, but not
+training as the user's config does."""
+LOSS_SCATTERS = 3
+"""Two batches' losses differ by more than 3x their median step-to-step change about 2% of the time
+by chance: a rise under that says nothing in a trial of a few steps (a contrastive loss on a CPU
+moves 2-6% from one batch to the next)."""
 ASSUMED_RUN_STEPS = 10_000
 """Optimizer steps of the training run compile must pay back in, when the target config names none."""
 
@@ -51,7 +56,7 @@ class Standing:
     noisy: bool = False
     """Its windows disagree beyond NOISY_CV: shown, never ranked."""
     unsafe: str | None = None
-    """Why its loss check is worse than the baseline's; such a config is never best."""
+    """Why its loss rose beyond chance (`worse_loss`); such a config is never best."""
     pareto: bool = False
     """On the front of the ranked rows (no other is both faster and lighter)."""
     best: bool = False
@@ -134,7 +139,7 @@ class Choice:
     tiers: dict[str, Standing | None] = field(default_factory=dict)
     front: tuple[Standing, ...] = ()
     unsafe_fastest: Standing | None = None
-    """The fastest config faster than best whose loss check is worse than the baseline's."""
+    """The fastest config faster than best whose loss rose beyond chance."""
     paybacks: tuple[Payback, ...] = ()
     run_steps: int = ASSUMED_RUN_STEPS
     run_source: str = ""
@@ -243,15 +248,21 @@ def loss_rise(row) -> float | None:
 
 
 def worse_loss(row, base) -> str | None:
-    """Why `row`'s loss check is worse than the baseline's, or None: its loss rose over the trial, by
-    more than LOSS_SLACK beyond the baseline's change."""
+    """Why `row`'s loss check is worse than the baseline's, or None: its loss rose over the trial by
+    more than chance explains (LOSS_SLACK, LOSS_SCATTERS x its scatter) beyond what the baseline's rose.
+    Not against the baseline's fall: a trial at another batch size runs other batches for another
+    number of steps, and a loss with in-batch negatives sits higher at a larger batch."""
     mine = loss_rise(row)
-    theirs = loss_rise(base) if base is not None else None
-    if mine is None or mine <= 0 or mine - (theirs if theirs is not None else 0.0) <= LOSS_SLACK:
+    if mine is None or mine <= 0:
         return None
     loss = Record.of(row).loss
-    against = f", the baseline's changed {theirs:+.1%}" if theirs is not None else ""
-    return f"its loss rose {loss['first']:.4g} → {loss['last']:.4g} ({mine:+.1%}){against}"
+    chance = max(LOSS_SLACK, LOSS_SCATTERS * (loss.get("scatter") or 0.0) / abs(loss["first"]))
+    theirs = max(loss_rise(base) or 0.0, 0.0) if base is not None else 0.0
+    if mine <= theirs + chance:
+        return None
+    against = f" and the baseline's rose {theirs:+.1%}" if theirs > 0 else ""
+    return (f"its loss rose {loss['first']:.4g} → {loss['last']:.4g} ({mine:+.1%}), beyond chance "
+            f"({chance:.1%}: {LOSS_SCATTERS}x its step-to-step scatter, at least {LOSS_SLACK:.0%}){against}")
 
 
 # ---- rules over several rows (also the sweep's: harness.study) -----------------------------------

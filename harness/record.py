@@ -80,7 +80,8 @@ class Record:
     flops: dict = field(default_factory=dict)
     """FLOPs per step, achieved TFLOP/s and MFU where the device's peak is known."""
     loss: dict = field(default_factory=dict)
-    """reference (fp32 eager loss of the untouched model), first, last, finite, steps."""
+    """reference (fp32 eager loss of the untouched model), first, last, finite, steps, scatter (the median
+    change from one micro-batch's loss to the next; absent in records before 2026-11-25)."""
     env: dict = field(default_factory=dict)
     """Where it ran: device, driver, CUDA, torch, Python, OS, host, bench version."""
     error: dict | None = None

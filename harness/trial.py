@@ -20,6 +20,7 @@ import json
 import math
 import os
 import signal
+import statistics
 import sys
 import threading
 import time
@@ -348,7 +349,7 @@ class Trial:
             "adapter": self.wl.about or None,
             "loss": {"reference": reference, "first": losses[0] if losses else None,
                      "last": losses[-1] if losses else None, "finite": all(map(math.isfinite, losses)),
-                     "steps": len(losses)},
+                     "steps": len(losses), "scatter": loss_scatter(losses)},
             "error": {"type": "diverged", "message": reason} if reason else None,
             "reused": self.figures.reused or None,
         }
@@ -378,6 +379,13 @@ class Trial:
         peak = measure.peak_tflops(env["device"], self.precision) if self.device.type == "cuda" else None
         return {"per_step": per_step, "tflops": tflops, "peak_tflops": peak,
                 "mfu": tflops / (peak * self.world) if peak else None}
+
+
+def loss_scatter(losses: list[float]) -> float | None:
+    """The median change from one micro-batch's loss to the next: how far apart two batches' losses sit
+    by chance, the yardstick for "its loss rose" (harness.pareto). None under two changes."""
+    steps = [abs(b - a) for a, b in zip(losses, losses[1:])]
+    return statistics.median(steps) if len(steps) >= 2 and all(map(math.isfinite, steps)) else None
 
 
 def fingerprint(tensors) -> float:

@@ -101,3 +101,26 @@ def test_a_tie_goes_to_less_memory_only_where_memory_is_scarce():
     assert pareto.choose(roomy, 24 * GiB, 0.1).best.number == 1
     tight = [row(0, 155.7, 17, cv=0.06), row(1, 172.7, 20, cv=0.06)]  # 20 GiB of 24 leaves under 25%
     assert pareto.choose(tight, 24 * GiB, 0.1).best.number == 0
+
+
+def losses(first, last, scatter=None):
+    return {"status": "ok", "config": {"batch_size": 8}, "throughput": 1.0, "peak_memory": 1,
+            "loss": {"first": first, "last": last, **({"scatter": scatter} if scatter is not None else {})}}
+
+
+def test_a_loss_that_rose_within_its_step_to_step_scatter_is_not_unsafe():
+    # recorded on the naics embedder's CPU preset: the baseline (batch 4, 27 steps) fell 22%; batch 16
+    # (11 steps, 2.2% scatter) rose 1.9% and batch 32 rose 0.1%: chance, and the fastest configs
+    base = losses(3.136, 2.438)
+    assert pareto.worse_loss(losses(4.113, 4.190, scatter=0.092), base) is None
+    assert pareto.worse_loss(losses(4.775, 4.782), base) is None
+    # the same batch-16 rise with a small scatter is more than chance
+    assert "beyond chance (1.0%" in pareto.worse_loss(losses(4.113, 4.190, scatter=0.004), base)
+
+
+def test_a_loss_that_rose_beyond_its_scatter_is_unsafe_unless_the_baseline_rose_as_much():
+    rising = losses(4.0, 5.0, scatter=0.1)  # +25% against 3 x 2.5% by chance
+    why = pareto.worse_loss(rising, losses(4.0, 3.0))
+    assert why.startswith("its loss rose 4 → 5 (+25.0%), beyond chance (7.5%")
+    assert pareto.worse_loss(rising, losses(4.0, 4.8)) is None  # the user's own config rose 20%
+    assert "the baseline's rose +10.0%" in pareto.worse_loss(rising, losses(4.0, 4.4))

@@ -211,7 +211,7 @@ def fit(columns: list[Column], rows: list[Standing], width: int | None) -> tuple
 
 
 def legend() -> str:
-    return ("★ best   ◆ Pareto front   B baseline (your current config)   ! loss worse than the baseline's   "
+    return ("★ best   ◆ Pareto front   B baseline (your current config)   ! loss rose beyond chance   "
             "noisy: windows disagree, not ranked   runs: measured runs the figure is the median of   "
             "GiB = 1024³ bytes, MiB = 1024² bytes")
 
