@@ -57,8 +57,14 @@ PRIORS = {  # (knob, value): {term: log factor}; terms O, t, W, A. Folklore made
     "cpu without bf16": {("precision", "bf16-mixed"): {"t": L(5.0)}, ("precision", "bf16-true"): {"t": L(5.0)}},
 }
 STRUCTURAL = ("batch_size", "accumulation")
-CACHE_K = 1e-4
-"""Prior centre of k: a sample slows by 1% at batch 100 (its prior spread lets the data say 10x either way and more)."""
+OVERHEAD_SAMPLES = {"cuda": 8.0, "cpu": 4.0}
+"""Prior centre of O, in samples' worth of time at the best throughput seen: a GPU launches kernels
+for a micro-step whatever its batch; a CPU's fixed cost is smaller (the recorded CPU landscapes' smallest
+batch runs at 0.65-0.82 of their fastest config)."""
+CACHE_K = {"cuda": 1e-4, "cpu": 1e-3}
+"""Prior centre of k (its prior spread lets the data say 10x either way and more): on a GPU a sample
+slows by 1% at batch 100; a CPU's caches are smaller, 10% at batch 100 (all seven recorded CPU
+landscapes, five workloads, are fastest between batch 8 and 64)."""
 
 
 def knob_levels(space: list[dict]) -> list[tuple]:
@@ -176,11 +182,12 @@ def fit(rows: list[dict], space: list[dict], device: str, objective: str, limit:
     # Intercept priors centred on the data's scale (wide), so the fit starts near the answer.
     top = float(np.exp(y.max())) if len(y) else 1.0
     t0 = -math.log(top)                      # per-sample time at the best throughput seen
-    o0 = t0 + math.log(8.0)                  # overhead worth 8 samples: neither launch- nor compute-bound
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    o0 = t0 + math.log(OVERHEAD_SAMPLES[kind])
     w0, a0 = static_and_activation_prior(ran, limit)
     table = priors(device, rows)
     speed_mu = np.concatenate([[o0], [prior_mean(lv, "O", table) for lv in levels],
-                               [t0], [prior_mean(lv, "t", table) for lv in levels], [o0], [math.log(CACHE_K)]])
+                               [t0], [prior_mean(lv, "t", table) for lv in levels], [o0], [math.log(CACHE_K[kind])]])
     g0, g_tau = held_gradients_prior(ran, w0)
     peak_mu = np.concatenate([[w0], [prior_mean(lv, "W", table) for lv in levels],
                               [a0], [prior_mean(lv, "A", table) for lv in levels], [g0]])
