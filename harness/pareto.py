@@ -140,6 +140,9 @@ class Choice:
     front: tuple[Standing, ...] = ()
     unsafe_fastest: Standing | None = None
     """The fastest config faster than best whose loss rose beyond chance."""
+    passed_over: Standing | None = None
+    """The fastest candidate measured faster than the leader yet not chosen: within the noise of it
+    where memory is scarce (the lighter wins), or one run against the leader's confirmed runs."""
     paybacks: tuple[Payback, ...] = ()
     run_steps: int = ASSUMED_RUN_STEPS
     run_source: str = ""
@@ -424,6 +427,8 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
     faster_unsafe = [r for r in steady if unsafe.get(r.number) and fits(r, headroom)
                      and (best is None or faster(r, best, objective))]
     fastest_unsafe = max(faster_unsafe, key=lambda r: speed(r, objective), default=None)
+    outran = [r for r in usable if fits(r, headroom) and leader is not None and speed(r, objective) > speed(leader, objective)]
+    passed_over = max(outran, key=lambda r: speed(r, objective), default=None)
     choice = Choice(objective=objective, rows=tuple(standings.values()),
                     best=at(best.number) if best else None, leader=at(leader.number) if leader else None,
                     baseline=at(base.number) if base else None, versus=against, capacity=cap,
@@ -431,9 +436,22 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
                     tiers={n: at(t.number) if t else None for n, t in tiers.items()},
                     front=tuple(sorted((standings[n] for n in front), key=lambda s: s.peak)),
                     unsafe_fastest=at(fastest_unsafe.number) if fastest_unsafe else None,
+                    passed_over=at(passed_over.number) if passed_over else None,
                     paybacks=tuple(pays), run_steps=steps, run_source=source,
                     candidates=tuple(r.number for r in usable if fits(r, headroom)))
     return _with_why(choice, unpaid)
+
+
+def _passed_over_words(choice: Choice) -> str:
+    """Why a config measured faster than the leader is not chosen (pick's rule, in words)."""
+    s, lead, unit = choice.passed_over, choice.leader, choice.unit
+    runs = "one run" if s.runs == 1 else f"median of {s.runs} runs"
+    head = f"trial {s.number} measured {s.speed / lead.speed - 1:.1%} faster ({s.speed:.1f} {unit}, {runs}) but is not chosen: "
+    if prefer([lead.record, s.record], choice.objective, choice.capacity) is lead.record:  # a tie lost on memory
+        cap = f"{choice.capacity / 2**20:,.0f} MiB {choice.capacity_label}" if choice.capacity else "memory"
+        return (head + f"it ties with trial {lead.number} within the noise (±{max(s.noise, lead.noise):.0%}), "
+                f"and where a tied config peaks over {1 - TIERS['safe']:.0%} of the {cap} a tie goes to the lighter")
+    return head + f"trial {lead.number} was confirmed by repeated runs and it was not (best is decided on confirmed runs)"
 
 
 def _with_why(choice: Choice, unpaid: set) -> Choice:
@@ -445,6 +463,8 @@ def _with_why(choice: Choice, unpaid: set) -> Choice:
     if choice.unsafe_fastest:
         s = choice.unsafe_fastest
         why.append(f"trial {s.number} is faster ({s.speed:.1f} {unit}) but not chosen: {s.unsafe}")
+    if choice.passed_over:
+        why.append(_passed_over_words(choice))
     for p in choice.paybacks:
         if p.trial in unpaid:
             after = (f"pays back only after {p.break_even_steps:,.0f} steps" if p.break_even_steps is not None

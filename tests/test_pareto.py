@@ -80,6 +80,10 @@ def test_a_confirmed_leader_beaten_once_by_an_unconfirmed_run_is_still_best_not_
     assert choice.leader.number == 4 and choice.leader.speed == 138.6
     # 1.32x, but the side-by-side ratios spread by 0.31: a tie with the baseline, whose config stays
     assert choice.versus.tie and choice.best is choice.baseline and choice.kept
+    # and the report says why #9's faster single run is not the leader
+    assert choice.passed_over.number == 9
+    assert ("trial 9 measured 7.8% faster (149.4 samples/s, one run) but is not chosen: trial 4 was confirmed "
+            "by repeated runs and it was not") in " ".join(choice.why)
 
 
 def test_a_tie_says_the_band_it_was_judged_by():
