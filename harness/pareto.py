@@ -251,9 +251,8 @@ def loss_rise(row) -> float | None:
 
 
 def worse_loss(row, base) -> str | None:
-    """Why `row`'s loss check is worse than the baseline's, or None: its loss rose over the trial by
-    more than chance explains (LOSS_SLACK, LOSS_SCATTERS x its scatter) beyond what the baseline's rose.
-    Not against the baseline's fall: a trial at another batch size runs other batches for another
+    """Why `row` is unsafe, or None: its loss rose over the trial by more than chance explains
+    (LOSS_SLACK, LOSS_SCATTERS x its scatter) beyond what the baseline's rose. Not against the baseline's fall: a trial at another batch size runs other batches for another
     number of steps, and a loss with in-batch negatives sits higher at a larger batch."""
     mine = loss_rise(row)
     if mine is None or mine <= 0:
