@@ -58,9 +58,9 @@ PRIORS = {  # (knob, value): {term: log factor}; terms O, t, W, A. Folklore made
 }
 STRUCTURAL = ("batch_size", "accumulation")
 OVERHEAD_SAMPLES = {"cuda": 8.0, "cpu": 4.0}
-"""Prior centre of O, in samples' worth of time at the best throughput seen: a GPU launches kernels
-for a micro-step whatever its batch; a CPU's fixed cost is smaller (the recorded CPU landscapes' smallest
-batch runs at 0.65-0.82 of their fastest config)."""
+"""Prior centre of O (and of U, the optimizer step), in samples' worth of time at the best throughput
+seen: a GPU launches kernels for a micro-step whatever its batch; a CPU's fixed cost is smaller (the
+recorded CPU landscapes' smallest batch runs at 0.65-0.82 of their fastest config)."""
 CACHE_K = {"cuda": 1e-4, "cpu": 1e-3}
 """Prior centre of k (its prior spread lets the data say 10x either way and more): on a GPU a sample
 slows by 1% at batch 100; a CPU's caches are smaller, 10% at batch 100 (all seven recorded CPU

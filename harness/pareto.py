@@ -31,13 +31,13 @@ NOISY_CV = 0.5
 BUSY_NOISE = "noisy: the machine was busy; sweep again when it is quiet"
 """Why `bench apply best` finds no best when every trial was noisy (one line, exit 2)."""
 LOSS_SLACK = 0.01
-"""A config whose loss rose over its trial by more than this share (and more than LOSS_SCATTERS of its
-step-to-step scatter, and more than the baseline's loss rose) is `unsafe`: faster, maybe, but not
-training as the user's config does."""
+"""A config whose loss rose over its trial by more than the baseline's own rise (if it rose) plus
+chance, the larger of this share and LOSS_SCATTERS of its step-to-step scatter, is `unsafe`: faster,
+maybe, but not training as the user's config does."""
 LOSS_SCATTERS = 3
 """Two batches' losses differ by more than 3x their median step-to-step change about 2% of the time
 by chance: a rise under that says nothing in a trial of a few steps (a contrastive loss on a CPU
-moves 2-6% from one batch to the next)."""
+moves 2-6% from one batch to the next). A trial of three losses can never show such a rise."""
 ASSUMED_RUN_STEPS = 10_000
 """Optimizer steps of the training run compile must pay back in, when the target config names none."""
 
@@ -251,20 +251,23 @@ def loss_rise(row) -> float | None:
 
 
 def worse_loss(row, base) -> str | None:
-    """Why `row` is unsafe, or None: its loss rose over the trial by more than chance explains
-    (LOSS_SLACK, LOSS_SCATTERS x its scatter) beyond what the baseline's rose. Not against the baseline's fall: a trial at another batch size runs other batches for another
-    number of steps, and a loss with in-batch negatives sits higher at a larger batch."""
+    """Why `row` is unsafe, or None: its loss rose over the trial by more than the baseline's own rise
+    plus chance (LOSS_SLACK, LOSS_SCATTERS x its scatter). Not against the baseline's fall: a trial at
+    another batch size sees other batches for another number of steps, and a loss with in-batch
+    negatives sits higher at a larger batch."""
     mine = loss_rise(row)
     if mine is None or mine <= 0:
         return None
     loss = Record.of(row).loss
-    chance = max(LOSS_SLACK, LOSS_SCATTERS * (loss.get("scatter") or 0.0) / abs(loss["first"]))
+    scatter = loss.get("scatter")
+    chance = max(LOSS_SLACK, LOSS_SCATTERS * (scatter or 0.0) / abs(loss["first"]))
     theirs = max(loss_rise(base) or 0.0, 0.0) if base is not None else 0.0
     if mine <= theirs + chance:
         return None
-    against = f" and the baseline's rose {theirs:+.1%}" if theirs > 0 else ""
-    return (f"its loss rose {loss['first']:.4g} → {loss['last']:.4g} ({mine:+.1%}), beyond chance "
-            f"({chance:.1%}: {LOSS_SCATTERS}x its step-to-step scatter, at least {LOSS_SLACK:.0%}){against}")
+    by = (f"{LOSS_SCATTERS}x its step-to-step scatter, at least {LOSS_SLACK:.0%}" if scatter is not None
+          else "no step-to-step scatter recorded")
+    over = f" over the baseline's own rise of {theirs:+.1%}" if theirs > 0 else ""
+    return f"its loss rose {loss['first']:.4g} → {loss['last']:.4g} ({mine:+.1%}), beyond chance ({chance:.1%}: {by}){over}"
 
 
 # ---- rules over several rows (also the sweep's: harness.study) -----------------------------------
@@ -426,7 +429,8 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
     faster_unsafe = [r for r in steady if unsafe.get(r.number) and fits(r, headroom)
                      and (best is None or faster(r, best, objective))]
     fastest_unsafe = max(faster_unsafe, key=lambda r: speed(r, objective), default=None)
-    outran = [r for r in usable if fits(r, headroom) and leader is not None and speed(r, objective) > speed(leader, objective)]
+    outran = [r for r in usable if fits(r, headroom) and leader is not None and r is not best
+              and speed(r, objective) > speed(leader, objective)]
     passed_over = max(outran, key=lambda r: speed(r, objective), default=None)
     choice = Choice(objective=objective, rows=tuple(standings.values()),
                     best=at(best.number) if best else None, leader=at(leader.number) if leader else None,
@@ -442,15 +446,21 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
 
 
 def _passed_over_words(choice: Choice) -> str:
-    """Why a config measured faster than the leader is not chosen (pick's rule, in words)."""
-    s, lead, unit = choice.passed_over, choice.leader, choice.unit
-    runs = "one run" if s.runs == 1 else f"median of {s.runs} runs"
-    head = f"trial {s.number} measured {s.speed / lead.speed - 1:.1%} faster ({s.speed:.1f} {unit}, {runs}) but is not chosen: "
-    if prefer([lead.record, s.record], choice.objective, choice.capacity) is lead.record:  # a tie lost on memory
-        cap = f"{choice.capacity / 2**20:,.0f} MiB {choice.capacity_label}" if choice.capacity else "memory"
-        return (head + f"it ties with trial {lead.number} within the noise (±{max(s.noise, lead.noise):.0%}), "
-                f"and where a tied config peaks over {1 - TIERS['safe']:.0%} of the {cap} a tie goes to the lighter")
-    return head + f"trial {lead.number} was confirmed by repeated runs and it was not (best is decided on confirmed runs)"
+    """Why a config measured faster than the leader is not chosen, by pick's rule: a single run the
+    leader's confirmed runs outrank, or a tie lost on memory (the confirmation race leaves a single run
+    unconfirmed where, as it stands, it would lose that tie anyway)."""
+    s, lead, unit, cap = choice.passed_over, choice.leader, choice.unit, choice.capacity
+    runs = f"median of {s.runs} runs" if confirmed(s.record) else "its trial's run"
+    head = (f"trial {s.number} measured {s.speed / lead.speed - 1:.1%} faster than trial {lead.number} "
+            f"({s.speed:.1f} {unit}, {runs}) but is not chosen: ")
+    outranked = confirmed(lead.record) and not confirmed(s.record)
+    if outranked and prefer([lead.record, s.record], choice.objective, cap) is s.record:
+        return head + f"trial {lead.number} was confirmed by repeated runs and it was not (best is decided on confirmed runs)"
+    tie = f"it ties with trial {lead.number} within the noise (±{max(s.noise, lead.noise):.0%}), and "
+    if not cap:
+        return head + tie + "with no memory capacity known a tie goes to the lighter"
+    return head + tie + (f"where a tied config peaks over {1 - TIERS['safe']:.0%} of the {cap / 2**20:,.0f} MiB "
+                         f"{choice.capacity_label} a tie goes to the lighter")
 
 
 def _with_why(choice: Choice, unpaid: set) -> Choice:

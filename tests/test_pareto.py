@@ -82,8 +82,8 @@ def test_a_confirmed_leader_beaten_once_by_an_unconfirmed_run_is_still_best_not_
     assert choice.versus.tie and choice.best is choice.baseline and choice.kept
     # and the report says why #9's faster single run is not the leader
     assert choice.passed_over.number == 9
-    assert ("trial 9 measured 7.8% faster (149.4 samples/s, one run) but is not chosen: trial 4 was confirmed "
-            "by repeated runs and it was not") in " ".join(choice.why)
+    assert ("trial 9 measured 7.8% faster than trial 4 (149.4 samples/s, its trial's run) but is not chosen: "
+            "trial 4 was confirmed by repeated runs and it was not") in " ".join(choice.why)
 
 
 def test_a_tie_says_the_band_it_was_judged_by():
@@ -127,4 +127,31 @@ def test_a_loss_that_rose_beyond_its_scatter_is_unsafe_unless_the_baseline_rose_
     why = pareto.worse_loss(rising, losses(4.0, 3.0))
     assert why.startswith("its loss rose 4 → 5 (+25.0%), beyond chance (7.5%")
     assert pareto.worse_loss(rising, losses(4.0, 4.8)) is None  # the user's own config rose 20%
-    assert "the baseline's rose +10.0%" in pareto.worse_loss(rising, losses(4.0, 4.4))
+    assert "over the baseline's own rise of +10.0%" in pareto.worse_loss(rising, losses(4.0, 4.4))
+    assert "(1.0%: no step-to-step scatter recorded)" in pareto.worse_loss(losses(4.0, 5.0), None)
+
+
+def confirmed_row(n, tput, peak_gib, **extra):
+    """Confirmed: its run and two more, 3% either side (a noise of about 6%)."""
+    return row(n, tput, peak_gib, cv=0.01, repeats=[{"status": "ok", "throughput": tput * f} for f in (0.97, 1.03)], **extra)
+
+
+def test_a_tie_lost_on_memory_is_said_as_one_even_when_a_third_config_made_memory_scarce():
+    # all confirmed: 105 at 3 GiB and 103 at 8 GiB of 10 tie with 100 at 1 GiB; the 8 GiB one makes
+    # memory scarce, so the lightest wins, and the faster 3 GiB one lost a tie, not a confirmation
+    rows = [confirmed_row(1, 105.0, 3), confirmed_row(2, 100.0, 1), confirmed_row(3, 103.0, 8)]
+    choice = pareto.choose(rows, 10 * GiB, 0.1)
+    assert choice.leader.number == 2 and choice.passed_over.number == 1
+    said = " ".join(choice.why)
+    assert ("trial 1 measured 5.0% faster than trial 2 (105.0 samples/s, median of 3 runs) but is not chosen: "
+            "it ties with trial 2") in said and "tied config peaks over 75% of the 10,240 MiB budget" in said
+    assert "confirmed by repeated runs" not in said
+
+
+def test_your_config_kept_as_best_is_never_said_to_be_not_chosen():
+    # your config (105, 8 GiB of 10) ties with a lighter 100 at 1 GiB: that one leads on memory, then
+    # ties with yours, so yours stays best; no line may call it "not chosen"
+    base = confirmed_row(0, 105.0, 8, baseline=True)
+    choice = pareto.choose([base, confirmed_row(1, 100.0, 1)], 10 * GiB, 0.1)
+    assert choice.best.number == 0 and choice.leader.number == 1
+    assert choice.passed_over is None and "not chosen" not in " ".join(choice.why)
