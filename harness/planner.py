@@ -204,10 +204,11 @@ class Planner:
             if without:
                 alt = max(without, key=lambda r: pareto.speed(r, self.objective))
                 reasons.append((speed / pareto.speed(alt, self.objective), level, alt))
-        batch = best["config"]["batch_size"]
-        kin = [r for r in fits if search.speed_family(r["config"], False) == search.speed_family(best["config"], False)]
-        smaller = [r for r in kin if r["config"]["batch_size"] < batch]
-        larger = [r for r in kin if r["config"]["batch_size"] > batch]
+        batch, family = best["config"]["batch_size"], search.speed_family(best["config"], False)
+        kin = [r for r in rows if search.speed_family(r["config"], False) == family]
+        above_batch = [r for r in kin if r["config"]["batch_size"] > batch]
+        smaller = [r for r in kin if r["config"]["batch_size"] < batch and r in fits]
+        larger = [r for r in above_batch if r in fits]
         if not reasons and not smaller:
             return f"#{best['number']} is the fastest config measured that fits"
         if reasons:
@@ -217,9 +218,8 @@ class Planner:
         below = max(smaller, key=lambda r: r["config"]["batch_size"])
         words = f"{speed / pareto.speed(below, self.objective) - 1:+.0%} over batch {below['config']['batch_size']}"
         if not larger:
-            over = any(search.speed_family(r["config"], False) == search.speed_family(best["config"], False)
-                       and r["config"]["batch_size"] > batch and not search.fits(r, self.usable)
-                       and r.get("status") in ("ok", "diverged", "oom", "skipped") for r in rows)
+            over = any(not search.fits(r, self.usable) and r.get("status") in ("ok", "diverged", "oom", "skipped")
+                       for r in above_batch)
             return f"batch {batch} is the largest of its family {'that fits' if over else 'measured'}: {words}"
         above = min(larger, key=lambda r: r["config"]["batch_size"])
         gain = speed / pareto.speed(above, self.objective) - 1
