@@ -8,11 +8,16 @@ Peers answer on the same workload, preset and memory wall:
   - Hugging Face accelerate `find_executable_batch_size` around a few training steps;
   - the seed guide's hand advice, where one exists (GUIDE_ADVICE below, with its source);
   - bench's own best, from a short `bench sweep`.
-Each peer searches in a child process under the budget (CPU: RLIMIT_DATA, as bench's trial sets it;
-CUDA: the per-process memory fraction), so its OOM search is real. Every answer is then measured the
+Each peer searches in a child process under the budget, set by the same code as in bench's trial
+(harness.footprint: CPU, RLIMIT_DATA above a baseline that includes the OpenMP pool's thread stacks;
+CUDA, the per-process memory fraction), so its OOM search is real. Every answer is then measured the
 same way: `bench trial` in a fresh process under the same budget, `--runs` times (3) in interleaved
 rounds, the median shown with every run: one run of a config moves by 10-15% on a small CPU, so a
 single run each cannot rank answers a few percent apart. Needs `pip install -e ".[peers]"`.
+
+Under a CPU wall oneDNN fails with "could not create a primitive", which neither peer's OOM check
+knows, so both crash where bench halves. `--peer-oom bench` hands them bench's check
+(harness.errors.is_oom) on top of their own, so they can answer there too; the tool's name says so.
 """
 from __future__ import annotations
 
@@ -73,11 +78,11 @@ def compare(args) -> list[dict]:
     measure = QUICK_MEASURE if args.quick else {}
     spec = load_spec(spec_path, args.preset, budget, **measure)
     preset = spec.workload.get("preset", "auto")
-    job = spec.job(device, specs.trial_config(spec, PEER_DEFAULTS))
+    job = {**spec.job(device, specs.trial_config(spec, PEER_DEFAULTS)), "start": args.start, "peer_oom": args.peer_oom}
     answers = []  # (tool, answer): answer is {"config", "wall_s"} or {"error", ...}
     for peer in ("lightning", "accelerate"):
-        answer = ask_peer(peer, {**job, "start": args.start}, args.peer_timeout)
-        answers.append((answer.get("tool", peer), answer))
+        answer = ask_peer(peer, job, args.peer_timeout)
+        answers.append((answer.get("tool", peer + oom_label(job)), answer))
     if args.workload in GUIDE_ADVICE:
         config, source = GUIDE_ADVICE[args.workload]
         answers.append((f"guide: {source}", {"config": config, "wall_s": None}))
@@ -142,17 +147,14 @@ def table(rows: list[dict]) -> str:
 def child(peer: str, job_path: str, out_path: str) -> None:
     """Imports torch and the peer; sets the memory wall as bench's trial does; writes the peer's answer."""
     import torch
-    from harness import measure, workloads
+    from harness import footprint, measure, workloads
     job = json.loads(Path(job_path).read_text())
     device = torch.device("cuda:0" if job["device"].startswith("cuda") else "cpu")
     run = lightning_search if peer == "lightning" else accelerate_search
     run(job, device, None)  # imports the peer before the wall: its import is baseline, as torch's is in a trial
-    if device.type == "cuda":
-        ctx = measure.start_cuda(device)
-        if job["memory_budget"]:
-            measure.limit_cuda_memory(device, job["memory_budget"], ctx["context_bytes"])
-    elif job["memory_budget"]:
-        measure.limit_cpu_memory(job["memory_budget"])
+    if job.get("peer_oom") == "bench":
+        widen_oom_check(peer)
+    footprint.probe(device, job["memory_budget"]).start()  # the wall, set as a bench trial sets it
     torch.manual_seed(job.get("seed", 0))
     wl = workloads.build(job["workload"])
     try:
@@ -163,6 +165,18 @@ def child(peer: str, job_path: str, out_path: str) -> None:
         answer = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
                   "oom_recognised": recognised(peer, exc)}
     Path(out_path).write_text(json.dumps(answer, default=str))
+
+
+def widen_oom_check(peer: str) -> None:
+    """The peer's OOM check, and also bench's (harness.errors.is_oom at the wall), where the peer's search calls it."""
+    from harness import errors
+    if peer == "lightning":
+        from lightning.pytorch.tuner import batch_size_scaling as module
+        own, name = module.is_oom_error, "is_oom_error"
+    else:
+        from accelerate.utils import memory as module
+        own, name = module.should_reduce_batch_size, "should_reduce_batch_size"
+    setattr(module, name, lambda exc: own(exc) or errors.is_oom(exc, at_wall=True))
 
 
 def recognised(peer: str, exc: BaseException) -> bool:
@@ -202,7 +216,7 @@ def lightning_search(job: dict, device, wl) -> dict | None:
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=job["tmp"])
     found = Tuner(trainer).scale_batch_size(Wrapped(), mode="binsearch")
-    return {"config": {"batch_size": int(found)}, "tool": f"lightning {L.__version__} binsearch"}
+    return {"config": {"batch_size": int(found)}, "tool": f"lightning {L.__version__} binsearch{oom_label(job)}"}
 
 
 def accelerate_search(job: dict, device, wl) -> dict | None:
@@ -229,7 +243,11 @@ def accelerate_search(job: dict, device, wl) -> dict | None:
         return batch_size
 
     return {"config": {"batch_size": int(train())}, "tried": tried,
-            "tool": f"accelerate {accelerate.__version__} from {job['start']}"}
+            "tool": f"accelerate {accelerate.__version__} from {job['start']}{oom_label(job)}"}
+
+
+def oom_label(job: dict) -> str:
+    return " (OOM check: its own and bench's)" if job.get("peer_oom") == "bench" else ""
 
 
 def main() -> int:
@@ -242,6 +260,8 @@ def main() -> int:
     p.add_argument("--budget", help="memory wall for every tool, e.g. 24GiB (default: the spec's)")
     p.add_argument("--preset", help="workload preset (default: the spec's, sized for the device)")
     p.add_argument("--start", type=int, default=128, help="accelerate's starting_batch_size (its default: 128)")
+    p.add_argument("--peer-oom", choices=("own", "bench"), default="own",
+                   help="the peers' OOM check: their own (as shipped), or theirs and bench's (module docstring)")
     p.add_argument("--trials", type=int, default=8, help="trials of bench's sweep")
     p.add_argument("--sweep-timeout", type=float, default=600.0, metavar="S")
     p.add_argument("--peer-timeout", type=float, default=600.0, metavar="S")

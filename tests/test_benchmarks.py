@@ -119,6 +119,39 @@ def test_vs_peers_measures_every_answer_with_bench_trial_or_says_why_it_failed(t
     assert "| tool | answer (knobs) |" in done.stdout
 
 
+@pytest.fixture
+def peers_module(monkeypatch):
+    pytest.importorskip("lightning")
+    pytest.importorskip("accelerate")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import vs_peers
+    return vs_peers
+
+
+def peer_job(vs_peers, peer_oom: str) -> dict:
+    from _common import load_spec
+    from harness import spec as specs
+    spec = load_spec(ROOT / "sweeps" / "emberformer.yaml", "tiny", 160 * 2**20)
+    return {**spec.job("cpu", specs.trial_config(spec, vs_peers.PEER_DEFAULTS)), "start": 128, "peer_oom": peer_oom}
+
+
+def test_a_peer_searches_under_the_wall_a_bench_trial_sets_so_accelerate_answers_where_bench_fits(peers_module):
+    # The wall sits above the OpenMP pool's thread stacks, as in bench's trial (harness.footprint); set
+    # before the pool started, the stacks counted against the peer and accelerate crashed at 160 MiB
+    # where bench's own trials fit batch 256.
+    answer = peers_module.ask_peer("accelerate", peer_job(peers_module, "own"), timeout_s=120)
+    assert "error" not in answer, answer
+    assert answer["config"]["batch_size"] >= 64 and answer["tried"][0] == 128
+    assert "OOM check" not in answer["tool"]
+
+
+@pytest.mark.parametrize("peer", ["lightning", "accelerate"])
+def test_peer_oom_bench_gives_a_peer_bench_s_oom_check_and_says_so(peers_module, peer):
+    answer = peers_module.ask_peer(peer, peer_job(peers_module, "bench"), timeout_s=120)
+    assert "error" not in answer, answer  # oneDNN's "could not create a primitive" no longer ends its search
+    assert answer["config"]["batch_size"] >= 1 and answer["tool"].endswith("(OOM check: its own and bench's)")
+
+
 def test_overhead_measures_fresh_and_warm_interleaved_and_ends_with_json():
     done = run_script(BENCHMARKS / "overhead.py", "--runs", 2, "--device", "cpu", "--preset", "tiny", "--quick",
                       "--json", timeout=300)
