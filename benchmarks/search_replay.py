@@ -35,7 +35,9 @@ def load(path: Path, budget: int | None, headroom: float | None, objective: str 
     doc = json.loads(path.read_text())
     rows = doc["rows"] if isinstance(doc, dict) else doc
     info = doc.get("study", {}) if isinstance(doc, dict) else {}
-    budget = budget or info.get("memory_budget")
+    # a bare `bench report --format json` has no study section: its trials' records carry the budget
+    budget = budget or info.get("memory_budget") or next(
+        ((r.get("memory") or {}).get("budget") for r in rows if (r.get("memory") or {}).get("budget")), None)
     headroom = headroom if headroom is not None else info.get("headroom", 0.1)
     objective = objective or info.get("objective") or ("tokens" if rows[0].get("tokens_per_s") else "samples")
     usable = budget * (1 - headroom) if budget else None

@@ -195,6 +195,22 @@ def test_replay_runs_on_a_tiny_landscape(tmp_path):
     assert result["bench"]["seconds"] >= 2.5 * result["bench"]["median"]  # and any repeat on top
 
 
+def test_a_bare_report_is_replayed_under_the_budget_its_trials_ran_under(tmp_path, monkeypatch):
+    # `bench report --format json` is a list with no study section; naics-cpu.json and gpt-cpu-free.json
+    # were replayed with no wall at all until the replay read the budget its trials recorded.
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import search_replay
+    rows = [{"number": 0, "config": {"batch_size": 8}, "status": "ok", "throughput": 100.0, "peak_memory": 50 * MiB,
+             "memory": {"kind": "cpu", "budget": 100 * MiB}},
+            {"number": 1, "config": {"batch_size": 16}, "status": "ok", "throughput": 150.0, "peak_memory": 95 * MiB,
+             "memory": {"kind": "cpu", "budget": 100 * MiB}}]
+    path = tmp_path / "bare.json"
+    path.write_text(json.dumps(rows))
+    land = search_replay.load(path, None, None, "samples")
+    assert land["budget"] == 100 * MiB and land["usable"] == 90 * MiB
+    assert land["fits"] == {search.key({"batch_size": 8})} and land["target"] == 100.0 * (1 - search_replay.WITHIN)
+
+
 def test_merged_passes_give_each_config_its_median_and_the_replay_reads_them(tmp_path):
     spec = make_spec(tmp_path)
     reports = []
