@@ -368,3 +368,13 @@ def test_a_trial_is_told_the_cuts_under_the_best_so_far_but_never_a_confirmation
     assert "warm_slow_below" not in sweep.job(config, 1, repeat=True)["measure"]
     compiled = sweep.job({**config, "compile": "default"}, 1)["measure"]  # its second step may still compile
     assert "slow_below" in compiled and "warm_slow_below" not in compiled
+
+
+@pytest.mark.parametrize("spec_path", sorted((ROOT / "benchmarks" / "landscapes").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_recorded_landscape_is_its_spec_s_whole_grid(spec_path):
+    """A landscape the README reports on is every config of the spec next to it, once each, under a wall."""
+    spec = specs.load(spec_path)
+    doc = json.loads(spec_path.with_suffix(".json").read_text())
+    rows = doc["rows"] if isinstance(doc, dict) else doc
+    assert sorted(search.key(r["config"]) for r in rows) == sorted(search.key(c) for c in specs.all_configs(spec))
+    assert spec.memory_budget and spec.sampler == "grid"
