@@ -34,6 +34,10 @@ SPEED_SIGMA = 0.04
 PEAK_SIGMA = 0.05
 EFFECT_TAU = 0.7
 """Prior spread of a knob value's effect (log): a factor of 2 either way is unsurprising."""
+MEASURED_TAU = 0.3
+"""Prior spread of an effect measured on the machine itself (a layer's bf16 speed-up on the CPU): a
+workload's own mix of operations moves it by about a third either way (0.56-0.93x fp32 on one host
+whose layer measured 0.6-0.7x)."""
 INTERCEPT_TAU = 3.0
 COUNTED_TAU = 0.5
 """Prior spread of G around the counted gradient bytes: the allocator's rounding and a step's
@@ -85,18 +89,31 @@ def knob_levels(space: list[dict]) -> list[tuple]:
 
 
 def priors(device: str, rows: list[dict]) -> dict:
-    """The device's usual effects (`PRIORS`), with what its trials' environment says of it (env.cpu_bf16)."""
+    """The device's usual effects (`PRIORS`), with what its trials measured of it: on a CPU, how much
+    faster bf16 autocast runs a layer there (env.cpu_bf16_speedup), else whether it has bf16
+    instructions at all (env.cpu_bf16)."""
     if device.startswith("cuda"):
         return PRIORS["cuda"]
+    speedups = [r["env"]["cpu_bf16_speedup"] for r in rows if (r.get("env") or {}).get("cpu_bf16_speedup")]
+    if speedups:
+        per_sample = {"t": -math.log(float(np.median(speedups))), "tau": {"t": MEASURED_TAU}}
+        return {**PRIORS["cpu"], ("precision", "bf16-mixed"): per_sample, ("precision", "bf16-true"): per_sample}
     if any((r.get("env") or {}).get("cpu_bf16") is False for r in rows):
         return {**PRIORS["cpu"], **PRIORS["cpu without bf16"]}
     return PRIORS["cpu"]
 
 
-def prior_mean(level: tuple, term: str, table: dict) -> float:
+def prior_effect(level: tuple, table: dict) -> dict:
     knob, value = level
-    effect = table.get((knob, value)) or (table.get((knob, "*")) if value != REFERENCE.get(knob) else None) or {}
-    return effect.get(term, 0.0)
+    return table.get((knob, value)) or (table.get((knob, "*")) if value != REFERENCE.get(knob) else None) or {}
+
+
+def prior_mean(level: tuple, term: str, table: dict) -> float:
+    return prior_effect(level, table).get(term, 0.0)
+
+
+def prior_tau(level: tuple, term: str, table: dict) -> float:
+    return prior_effect(level, table).get("tau", {}).get(term, EFFECT_TAU)
 
 
 @dataclass
@@ -175,7 +192,6 @@ def fit(rows: list[dict], space: list[dict], device: str, objective: str, limit:
     ran = [r for r in rows if r.get("status") in ("ok", "diverged") and r.get("peak_memory")]
     spd = [r for r in ran if pareto.speed(r, objective)]
     ooms = [r for r in rows if r.get("status") == "oom"] if limit else []
-    m = len(levels) + 1
 
     y = np.log([pareto.speed(r, objective) for r in spd]) if spd else np.zeros(0)
     p = np.log([float(r["peak_memory"]) for r in ran]) if ran else np.zeros(0)
@@ -191,10 +207,13 @@ def fit(rows: list[dict], space: list[dict], device: str, objective: str, limit:
     g0, g_tau = held_gradients_prior(ran, w0)
     peak_mu = np.concatenate([[w0], [prior_mean(lv, "W", table) for lv in levels],
                               [a0], [prior_mean(lv, "A", table) for lv in levels], [g0]])
-    tau = np.concatenate([[INTERCEPT_TAU], [EFFECT_TAU] * (m - 1)] * 2)
+    speed_tau = np.concatenate([[INTERCEPT_TAU], [prior_tau(lv, "O", table) for lv in levels],
+                                [INTERCEPT_TAU], [prior_tau(lv, "t", table) for lv in levels], [INTERCEPT_TAU] * 2])
+    peak_tau = np.concatenate([[INTERCEPT_TAU], [prior_tau(lv, "W", table) for lv in levels],
+                               [INTERCEPT_TAU], [prior_tau(lv, "A", table) for lv in levels], [g_tau]])
 
-    speed = solve(lambda th: residuals_speed(th, spd, levels, y), speed_mu, np.append(tau, [INTERCEPT_TAU] * 2))
-    peak = solve(lambda th: residuals_peak(th, ran, ooms, levels, p, limit), peak_mu, np.append(tau, g_tau))
+    speed = solve(lambda th: residuals_speed(th, spd, levels, y), speed_mu, speed_tau)
+    peak = solve(lambda th: residuals_peak(th, ran, ooms, levels, p, limit), peak_mu, peak_tau)
     return Fit(levels, speed, peak)
 
 

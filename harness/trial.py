@@ -341,6 +341,10 @@ class Trial:
         self.timing.update(step_s=step, wall_s=wall)
         status, reason = self.numerics(losses, reference)
         env = measure.env_stamp(self.device, transforms.tf32_mode())
+        if self.device.type == "cpu":  # the planner's bf16 prior on this CPU: measured once per study
+            env["cpu_bf16_speedup"] = self.figures.get(
+                "cpu_bf16_speedup", {"cpu": env["cpu"], "torch": env["torch"], "threads": torch.get_num_threads()},
+                measure.cpu_bf16_speedup)
         return {
             "status": status, "config": self.config, "throughput": samples["median"], "samples_per_s": samples,
             "tokens_per_s": {k: v * tokens for k, v in samples.items()} if tokens else None,

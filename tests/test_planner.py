@@ -173,6 +173,27 @@ def test_on_a_cpu_without_bf16_instructions_bf16_is_not_the_first_guess():
     assert plan.next([{**first, "env": {"cpu_bf16": True}}]) == unknown
 
 
+def test_on_a_cpu_the_bf16_speedup_its_trials_measured_decides_whether_bf16_is_tried_next():
+    """Two CPUs with the same bf16 flags: on the Intel host of 2026-11-25 bf16-mixed ran 0.56-0.93x fp32
+    in four landscapes (a layer measured 0.6-0.7x), on the EPYC of 2026-11-23 up to 1.28x. Each trial
+    measures the layer on its CPU (env.cpu_bf16_speedup); after one fp32 trial, the planner tries bf16
+    next only where it measured faster, and a fitted bf16 effect starts at the measured one."""
+    sp = [c for c in studies.all_configs(specs.load(ROOT / "sweeps" / "emberformer.yaml"))
+          if c["precision"] != "tf32" and c["compile"] == "off"]
+    first = {"number": 0, "status": "ok", "throughput": 171.3, "peak_memory": 93_896_704,
+             "timing": {"step_s": {"cv": 0.036}}, "memory": {"breakdown": {"gradients": 2_575_620,
+                                                                           "activations": 24_450_240}},
+             "config": {"batch_size": 8, "accumulation": 1, "precision": "fp32", "checkpointing": "none",
+                        "compile": "off"}}
+    plan = planner.Planner(sp, usable=0.9 * 24 * 2**30, limit=24 * 2**30, device="cpu", max_step_s=22.5)
+    slow = [{**first, "env": {"cpu_bf16": True, "cpu_bf16_speedup": 0.6}}]
+    fast = [{**first, "env": {"cpu_bf16": True, "cpu_bf16_speedup": 1.3}}]
+    assert plan.next(slow)["precision"] == "fp32"
+    assert plan.next(fast)["precision"] == "bf16-mixed"
+    effect = plan.fit(slow).effects()[("precision", "bf16-mixed")]["t"]
+    assert 1 / 0.6 * 0.9 < effect < 1 / 0.6 * 1.1  # nothing measured of bf16 yet: the layer's figure
+
+
 def test_from_one_trial_a_cpu_is_expected_to_peak_at_a_smaller_batch_than_a_gpu():
     """Every recorded CPU landscape is fastest between batch 8 and 64: a CPU's fixed cost per micro-step
     is small and its caches are, too. From the quickstart's first trial alone, the CPU prior's fastest
