@@ -79,6 +79,17 @@ def is_oom(exc: BaseException) -> bool:
     return errors.is_oom(exc, at_wall=measure.refused_memory())
 
 
+def bf16_speedup() -> float | None:
+    """measure.cpu_bf16_speedup, or None where a trial that ran at its memory wall has no room left
+    for the layer (not filed: the study's next trial measures it)."""
+    try:
+        return measure.cpu_bf16_speedup()
+    except (RuntimeError, MemoryError) as exc:
+        if is_oom(exc):
+            return None
+        raise
+
+
 class Trial:
     """One config, measured: `run` builds it, warms it up, meters it and returns its record."""
 
@@ -344,7 +355,7 @@ class Trial:
         if self.device.type == "cpu":  # the planner's bf16 prior on this CPU: measured once per study
             env["cpu_bf16_speedup"] = self.figures.get(
                 "cpu_bf16_speedup", {"cpu": env["cpu"], "torch": env["torch"], "threads": torch.get_num_threads()},
-                measure.cpu_bf16_speedup)
+                bf16_speedup)
         return {
             "status": status, "config": self.config, "throughput": samples["median"], "samples_per_s": samples,
             "tokens_per_s": {k: v * tokens for k, v in samples.items()} if tokens else None,

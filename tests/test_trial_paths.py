@@ -2,6 +2,7 @@
 cold max-autotune warning."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from harness import trial, zygote
@@ -39,3 +40,20 @@ def test_cold_max_autotune_is_announced_before_the_first_step(tmp_path, monkeypa
     a_trial(compile="max-autotune").warn_if_cold_autotune()
     a_trial(compile="default").warn_if_cold_autotune()
     assert capsys.readouterr().err == ""
+
+
+def test_the_bf16_layer_measured_after_a_trial_at_its_wall_gives_way_to_an_oom_and_nothing_else(monkeypatch):
+    """The layer runs after the measured steps, still under the wall: a trial that fit must not end
+    in an OOM for it (the figure is left for the next trial), and a real error is not hidden."""
+    def out_of_memory():
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory")
+
+    monkeypatch.setattr(trial.measure, "cpu_bf16_speedup", out_of_memory)
+    assert trial.bf16_speedup() is None
+
+    def broken():
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+    monkeypatch.setattr(trial.measure, "cpu_bf16_speedup", broken)
+    with pytest.raises(RuntimeError, match="shapes"):
+        trial.bf16_speedup()
