@@ -40,7 +40,8 @@ def test_the_second_trial_reuses_the_first_ones_figures_and_says_so(swept):
     first, second = swept["rows"]
     assert first["status"] == second["status"] == "ok"
     assert first["reused"] is None  # measured here
-    assert set(second["reused"]) == {"flops", "reference", "breakdown"}
+    assert set(second["reused"]) == {"flops", "reference", "breakdown", "cpu_bf16_speedup"}  # the CPU's, once per study
+    assert second["env"]["cpu_bf16_speedup"] == first["env"]["cpu_bf16_speedup"]
     assert all(v["trial"] == first["number"] for v in second["reused"].values())
     assert second["memory"]["breakdown"] == first["memory"]["breakdown"]
     assert second["loss"]["reference"] == first["loss"]["reference"]
