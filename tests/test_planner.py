@@ -154,18 +154,24 @@ def test_accumulated_trials_do_not_pass_their_activations_off_as_held_gradients(
     assert plan.next(rows)["batch_size"] <= 512
 
 
+def quickstart_on_a_cpu(throughput: float, cv: float) -> tuple[planner.Planner, dict]:
+    """The quickstart's eager space on a CPU (tf32 is left out there; compile comes after) and its
+    first trial, fp32 batch 8, as measured (the counted gradients and activations included)."""
+    sp = [c for c in studies.all_configs(specs.load(ROOT / "sweeps" / "emberformer.yaml"))
+          if c["precision"] != "tf32" and c["compile"] == "off"]
+    first = {"number": 0, "status": "ok", "throughput": throughput, "peak_memory": 93_896_704,
+             "timing": {"step_s": {"cv": cv}}, "memory": {"breakdown": {"gradients": 2_575_620,
+                                                                       "activations": 24_450_240}},
+             "config": {"batch_size": 8, "accumulation": 1, "precision": "fp32", "checkpointing": "none",
+                        "compile": "off"}}
+    return planner.Planner(sp, usable=0.9 * 24 * 2**30, limit=24 * 2**30, device="cpu", max_step_s=22.5), first
+
+
 def test_on_a_cpu_without_bf16_instructions_bf16_is_not_the_first_guess():
     """The quickstart's first trial on an AVX2-only CPU (fp32 batch 8, 66.9 samples/s): with no word on
     the CPU the planner's next pick was bf16-mixed batch 128 x 2, which ran at 14.4 samples/s for 37 s
     (autocast converts in software there). The trial's env says whether the CPU has bf16 instructions."""
-    sp = [c for c in studies.all_configs(specs.load(ROOT / "sweeps" / "emberformer.yaml"))
-          if c["precision"] != "tf32" and c["compile"] == "off"]  # tf32 is left out on a CPU; compile comes after
-    first = {"number": 0, "status": "ok", "throughput": 66.9, "peak_memory": 93_896_704,
-             "timing": {"step_s": {"cv": 0.109}}, "memory": {"breakdown": {"gradients": 2_575_620,
-                                                                          "activations": 24_450_240}},
-             "config": {"batch_size": 8, "accumulation": 1, "precision": "fp32", "checkpointing": "none",
-                        "compile": "off"}}
-    plan = planner.Planner(sp, usable=0.9 * 24 * 2**30, limit=24 * 2**30, device="cpu", max_step_s=22.5)
+    plan, first = quickstart_on_a_cpu(66.9, 0.109)
     unknown = plan.next([first])
     assert unknown["precision"] == "bf16-mixed"  # nothing says bf16 is slow here: the model hopes it helps
     without = plan.next([{**first, "env": {"cpu_bf16": False}}])
@@ -178,14 +184,7 @@ def test_on_a_cpu_the_bf16_speedup_its_trials_measured_decides_whether_bf16_is_t
     in four landscapes (a layer measured 0.6-0.7x), on the EPYC of 2026-11-23 up to 1.28x. Each trial
     measures the layer on its CPU (env.cpu_bf16_speedup); after one fp32 trial, the planner tries bf16
     next only where it measured faster, and a fitted bf16 effect starts at the measured one."""
-    sp = [c for c in studies.all_configs(specs.load(ROOT / "sweeps" / "emberformer.yaml"))
-          if c["precision"] != "tf32" and c["compile"] == "off"]
-    first = {"number": 0, "status": "ok", "throughput": 171.3, "peak_memory": 93_896_704,
-             "timing": {"step_s": {"cv": 0.036}}, "memory": {"breakdown": {"gradients": 2_575_620,
-                                                                           "activations": 24_450_240}},
-             "config": {"batch_size": 8, "accumulation": 1, "precision": "fp32", "checkpointing": "none",
-                        "compile": "off"}}
-    plan = planner.Planner(sp, usable=0.9 * 24 * 2**30, limit=24 * 2**30, device="cpu", max_step_s=22.5)
+    plan, first = quickstart_on_a_cpu(171.3, 0.036)
     slow = [{**first, "env": {"cpu_bf16": True, "cpu_bf16_speedup": 0.6}}]
     fast = [{**first, "env": {"cpu_bf16": True, "cpu_bf16_speedup": 1.3}}]
     assert plan.next(slow)["precision"] == "fp32"
