@@ -38,6 +38,10 @@ MEASURED_TAU = 0.3
 """Prior spread of an effect measured on the machine itself (a layer's bf16 speed-up on the CPU): a
 workload's own mix of operations moves it by about a third either way (0.56-0.93x fp32 on one host
 whose layer measured 0.6-0.7x)."""
+RECOMPUTE_TAU = 0.15
+"""Prior spread of checkpointing's cost per sample on a CPU: it recomputes the forward in the backward,
+about a third of a step, so 1.1-1.5x and never faster (every CPU landscape: 1.07-1.67x, one 2.1x). Left
+at EFFECT_TAU, a family never measured looked as likely to cost nothing, and the search tried it early."""
 INTERCEPT_TAU = 3.0
 COUNTED_TAU = 0.5
 """Prior spread of G around the counted gradient bytes: the allocator's rounding and a step's
@@ -54,7 +58,7 @@ PRIORS = {  # (knob, value): {term: log factor}; terms O, t, W, A. Folklore made
              ("checkpointing", "full"): {"t": L(1.3), "A": L(1 / 5)},
              ("compile", "*"): {"O": L(0.4), "t": L(0.9), "A": L(0.85)}},
     "cpu": {("precision", "fp16-mixed"): {"t": L(10.0)},  # no fast fp16 kernels on a CPU
-            ("checkpointing", "full"): {"t": L(1.3), "A": L(1 / 3)},
+            ("checkpointing", "full"): {"t": L(1.3), "A": L(1 / 3), "tau": {"t": RECOMPUTE_TAU}},
             ("compile", "*"): {"O": L(0.5), "t": L(0.9)}},
     # a CPU without bf16 instructions (its trials' env.cpu_bf16 is False): autocast converts in software;
     # the quickstart's emberformer ran bf16-mixed 5x slower than fp32 on an AVX2-only EPYC

@@ -16,7 +16,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from harness import model, planner, spec as specs, study as studies
+from harness import model, planner, search, spec as specs, study as studies
 from tests.conftest import write_spec
 
 MiB = 2**20
@@ -191,6 +191,23 @@ def test_on_a_cpu_the_bf16_speedup_its_trials_measured_decides_whether_bf16_is_t
     assert plan.next(fast)["precision"] == "bf16-mixed"
     effect = plan.fit(slow).effects()[("precision", "bf16-mixed")]["t"]
     assert 1 / 0.6 * 0.9 < effect < 1 / 0.6 * 1.1  # nothing measured of bf16 yet: the layer's figure
+
+
+def test_on_a_cpu_checkpointing_is_expected_to_cost_about_a_recomputed_forward_not_perhaps_nothing():
+    """unet-cpu's first three trials (fp32 4, bf16-mixed 64, fp32 64): with checkpointing's cost as
+    uncertain as any knob's (a factor of 2 either way) the planner went to fp32 256 with checkpointing
+    next, which ran out of memory, before fp32 128 without it, the best. Recomputing the forward costs
+    1.1-1.7x per sample in every CPU landscape; with that known, 128 comes first."""
+    spec = specs.load(ROOT / "benchmarks" / "landscapes" / "unet-cpu.yaml")
+    recorded = {search.key(r["config"]): r for r in json.loads((ROOT / "benchmarks" / "landscapes" / "unet-cpu.json").read_text())}
+    seen = [recorded[search.key({"batch_size": b, "precision": p, "checkpointing": "none", "compile": "off", "accumulation": 1})]
+            for b, p in ((4, "fp32"), (64, "bf16-mixed"), (64, "fp32"))]
+    plan = planner.Planner(list(studies.all_configs(spec)), usable=0.9 * spec.memory_budget, limit=spec.memory_budget,
+                           device="cpu")
+    assert plan.next(seen) == {"batch_size": 128, "precision": "fp32", "checkpointing": "none", "compile": "off",
+                               "accumulation": 1}
+    cost = plan.fit(seen).effects()[("checkpointing", "full")]["t"]
+    assert 1.1 < cost < 1.5  # nothing measured of checkpointing yet: the prior's recomputed forward
 
 
 def test_from_one_trial_a_cpu_is_expected_to_peak_at_a_smaller_batch_than_a_gpu():
