@@ -167,24 +167,27 @@ def child(peer: str, job_path: str, out_path: str) -> None:
     Path(out_path).write_text(json.dumps(answer, default=str))
 
 
-def widen_oom_check(peer: str) -> None:
-    """The peer's OOM check, and also bench's (harness.errors.is_oom at the wall), where the peer's search calls it."""
-    from harness import errors
+def oom_check(peer: str) -> tuple:
+    """Where the peer's search looks up its OOM check: (module, name)."""
     if peer == "lightning":
-        from lightning.pytorch.tuner import batch_size_scaling as module
-        own, name = module.is_oom_error, "is_oom_error"
-    else:
-        from accelerate.utils import memory as module
-        own, name = module.should_reduce_batch_size, "should_reduce_batch_size"
+        from lightning.pytorch.tuner import batch_size_scaling
+        return batch_size_scaling, "is_oom_error"
+    from accelerate.utils import memory
+    return memory, "should_reduce_batch_size"
+
+
+def widen_oom_check(peer: str) -> None:
+    """The peer's OOM check, and also bench's (harness.errors.is_oom at the wall), where its search calls it."""
+    from harness import errors
+    module, name = oom_check(peer)
+    own = getattr(module, name)
     setattr(module, name, lambda exc: own(exc) or errors.is_oom(exc, at_wall=True))
 
 
 def recognised(peer: str, exc: BaseException) -> bool:
-    if peer == "lightning":
-        from lightning.pytorch.utilities.memory import is_oom_error
-        return bool(is_oom_error(exc))
-    from accelerate.utils.memory import should_reduce_batch_size
-    return bool(should_reduce_batch_size(exc))
+    """Whether the check the peer's search called (its own, or widened) counts `exc` as an OOM."""
+    module, name = oom_check(peer)
+    return bool(getattr(module, name)(exc))
 
 
 def lightning_search(job: dict, device, wl) -> dict | None:

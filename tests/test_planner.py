@@ -214,10 +214,8 @@ def test_from_one_trial_a_cpu_is_expected_to_peak_at_a_smaller_batch_than_a_gpu(
     """Every recorded CPU landscape is fastest between batch 8 and 64: a CPU's fixed cost per micro-step
     is small and its caches are, too. From the quickstart's first trial alone, the CPU prior's fastest
     fp32 batch is about a hundred and batch 1024 is slower than batch 64; a GPU's is past 256."""
-    sp = [c for c in studies.all_configs(specs.load(ROOT / "sweeps" / "emberformer.yaml"))
-          if c["precision"] == "fp32" and c["checkpointing"] == "none" and c["accumulation"] == 1 and c["compile"] == "off"]
-    first = {"number": 0, "status": "ok", "throughput": 66.9, "peak_memory": 93_896_704, "timing": {"step_s": {"cv": 0.1}},
-             "config": {"batch_size": 8, "accumulation": 1, "precision": "fp32", "checkpointing": "none", "compile": "off"}}
+    plan, first = quickstart_on_a_cpu(66.9, 0.1)
+    sp = [c for c in plan.space if c["precision"] == "fp32" and c["checkpointing"] == "none" and c["accumulation"] == 1]
     fastest = {}
     for device in ("cpu", "cuda"):
         speed = dict(zip((c["batch_size"] for c in sp), model.fit([first], sp, device, "samples", None).predict(sp)["speed"]))
