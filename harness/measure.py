@@ -254,18 +254,73 @@ def local(t):
     return t.to_local() if hasattr(t, "to_local") else t
 
 
-def saved_activation_bytes(forward, params=()) -> int:
-    """Run `forward()` and sum what autograd saves for backward: the activation memory it holds.
+def storage_key(t) -> tuple:
+    t = local(t)
+    return t.untyped_storage().data_ptr(), t.device
 
-    Layers save their weights for backward too (Linear keeps W to compute dX); those bytes are
-    the weights, already counted, so saved tensors sharing storage with a parameter are left out.
-    """
-    weights = {(local(p).untyped_storage().data_ptr(), p.device) for p in params}
-    saved = []
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+
+def saved_activation_bytes(forward, params=()) -> int:
+    """Run `forward()` and sum what autograd saves for backward: the activation memory it holds."""
+    with SavedActivations(params) as saved:
         forward()  # the graph (and what it saved) is dropped as soon as the result is
-    return tensor_bytes(t for t in saved
-                        if (t.untyped_storage().data_ptr(), t.device) not in weights)
+    return saved.bytes
+
+
+class SavedActivations:
+    """The bytes autograd saves for backward in one forward, counted as they are saved, holding nothing.
+
+    Around someone else's step (a Trainer's) it counts its first micro-batch's forward: the backward's
+    first read of a saved tensor ends the count. A saved tensor stays alive until the backward, so two
+    of them never share an address and a storage is counted once. Layers save their weights for
+    backward too (Linear keeps W to compute dX); those bytes are the weights, already counted, so
+    saved tensors sharing storage with a parameter are left out.
+    """
+
+    def __init__(self, params=()):
+        self.weights = {storage_key(p) for p in params}
+        self.saved: dict[tuple, int] = {}
+        self.backward_began = False
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+
+    def pack(self, t):
+        if not self.backward_began and isinstance(t, torch.Tensor) and local(t).device.type != "meta":
+            key = storage_key(t)
+            if key not in self.weights:
+                self.saved[key] = local(t).untyped_storage().nbytes()
+        return t
+
+    def unpack(self, t):
+        self.backward_began = True
+        return t
+
+    def __enter__(self) -> "SavedActivations":
+        self.hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.hooks.__exit__(*exc)
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.saved.values())
+
+
+class Gradients:
+    """The bytes of the gradients one backward accumulates into `params`, read as each is accumulated
+    (torch's post-accumulate-grad hook): around someone else's step, before it zeroes them."""
+
+    def __init__(self, params):
+        self.grads: dict[tuple, int] = {}
+        self.handles = [p.register_post_accumulate_grad_hook(self.seen) for p in params if p.requires_grad]
+
+    def seen(self, p) -> None:
+        if p.grad is not None:
+            self.grads[storage_key(p.grad)] = local(p.grad).untyped_storage().nbytes()
+
+    def close(self) -> int:
+        for handle in self.handles:
+            handle.remove()
+        return sum(self.grads.values())
 
 
 # ---- FLOPs and MFU ------------------------------------------------------------------------------

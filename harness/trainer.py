@@ -38,6 +38,8 @@ class Gate:
         self.arrived, self.go, self.finished = (threading.Semaphore(0) for _ in range(3))
         self.stopping = False
         self.gone = False
+        self.inspection: StepBreakdown | None = None
+        """What the next step carries along, set by the meter: the step that takes the memory apart."""
 
     # -- the Trainer's side (its callback) ----------------------------------------------------------
     def step_start(self) -> None:
@@ -45,8 +47,12 @@ class Gate:
         self.go.acquire()
         if self.stopping:
             raise Stop
+        if self.inspection:
+            self.inspection.start()
 
     def step_end(self) -> None:
+        if self.inspection:
+            self.inspection.stop()
         self.finished.release()
 
     def trainer_gone(self) -> None:
@@ -76,6 +82,23 @@ class Gate:
             raise TrainerGone
 
 
+class StepBreakdown:
+    """The gradients and the first micro-batch's saved activations of one of the Trainer's steps, counted
+    in the Trainer's thread as the step runs (saved-tensor hooks are per thread), holding no tensor."""
+
+    def __init__(self, params: list):
+        self.params = params
+        self.gradients = self.activations = None
+
+    def start(self) -> None:
+        self.saved = measure.SavedActivations(self.params).__enter__()
+        self.grads = measure.Gradients(self.params)
+
+    def stop(self) -> None:
+        self.saved.__exit__(None, None, None)
+        self.gradients, self.activations = self.grads.close(), self.saved.bytes
+
+
 class TrainerTrial(Trial):
     """A Trial whose steps are the user's Trainer's; everything else (meter, memory, record) is Trial's.
 
@@ -100,6 +123,7 @@ class TrainerTrial(Trial):
         self.reference = float("nan")
         self.meter_error: BaseException | None = None
         self.per_step: list[float] = []
+        self.peak: int | None = None
 
     def started(self, model, optimizer, reference: float) -> None:
         """The Trainer placed the model and built its optimizer; the reference loss was taken."""
@@ -132,9 +156,31 @@ class TrainerTrial(Trial):
         if not self.per_step:
             raise UserFacingError(f"the Trainer ended after {len(self.meter.losses)} micro-batches, before bench had "
                                   "measured its steps")
-        peak = self.footprint.read()
-        self.memory["breakdown"] = None  # the Trainer's step cannot be taken apart by phase
-        return self.record(self.per_step, peak, self.meter.losses, self.reference, time.perf_counter() - t_start)
+        self.memory.setdefault("breakdown", None)  # the Trainer ended on its own right after the measured steps
+        return self.record(self.per_step, self.peak, self.meter.losses, self.reference, time.perf_counter() - t_start)
+
+    def breakdown(self) -> dict | None:
+        """Weights, gradients, optimizer state and one micro-batch's saved activations, in bytes: counted
+        over one more of the Trainer's steps, after the measured ones. Not for a config out of the race
+        (as in bench's loop), nor a compiled one (the hooks would make the compiler trace its graph again).
+        One process files it for the study's later trials; over several, every rank counts its own, since a
+        rank that took the filed figure would skip a step the others take."""
+        if self.timing.get("cut_short") or self.config.get("compile", "off") != "off":
+            return None
+        if self.world > 1:
+            return self.count_step()
+        return self.figures.get("breakdown", self.figure_key("precision", "checkpointing", "optimizer"),
+                                self.count_step)
+
+    def count_step(self) -> dict:
+        inspection = StepBreakdown(self.params)
+        self.gate.inspection = inspection
+        try:
+            self.gate.step()
+        finally:
+            self.gate.inspection = None
+        return {"weights": self.memory["weights"], "gradients": inspection.gradients,
+                "optimizer": self.memory["optimizer"], "activations": inspection.activations}
 
     def run_meter(self) -> None:
         """The meter's thread: bench's own warm-up and measured windows, each step the Trainer's."""
@@ -142,6 +188,10 @@ class TrainerTrial(Trial):
             self.gate.ready()
             self.warm_up()
             self.per_step = self.meter.windows(self.samples_per_step())
+            self.peak = self.footprint.read()  # before the step that takes the memory apart
+            t0 = time.perf_counter()
+            self.memory["breakdown"] = self.breakdown()
+            self.timing["breakdown_s"] = time.perf_counter() - t0
         except TrainerGone:
             pass  # the main thread raises the Trainer's error
         except BaseException as exc:  # a bug in the meter: the main thread raises it, with its traceback

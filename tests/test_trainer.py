@@ -89,6 +89,12 @@ def test_a_lightning_module_that_leans_on_its_trainer_trains_in_a_trial_under_bf
     # the first step's loss is the fp32 reference's batch, un-divided by the accumulation
     assert record["loss"]["first"] == pytest.approx(record["loss"]["reference"], rel=0.05)
     assert record["timing"]["measured_steps"] >= 2 and record["throughput"] > 0 and record["peak_memory"] > 0
+    # its memory taken apart over one more of the Trainer's steps: fp32 gradients of every weight (no buffers),
+    # AdamW's two moments, the saved activations of one micro-batch under autocast
+    parts = record["memory"]["breakdown"]
+    assert parts["gradients"] == parts["weights"] > 0
+    assert parts["optimizer"] == pytest.approx(2 * parts["gradients"], rel=0.01)
+    assert 0 < parts["activations"] < record["peak_memory"]
 
 
 def test_the_lightning_cli_config_is_the_baseline_with_no_apply_keys(tmp_path, monkeypatch):
@@ -182,6 +188,27 @@ def test_a_transformers_model_trains_in_transformers_trainer_with_the_users_trai
     assert "learning_rate" not in record["adapter"]["training_args_set_by_bench"]  # the user's, kept
     assert record["loss"]["first"] == pytest.approx(record["loss"]["reference"], rel=0.05)
     assert record["tokens_per_s"]["median"] == pytest.approx(64 * record["throughput"])
+
+
+def test_a_trainer_s_step_is_taken_apart_as_bench_s_own_loop_takes_its_step_apart(tmp_path, monkeypatch):
+    """The breakdown counted over one more of transformers.Trainer's steps (the gradients as autograd
+    accumulates them, the first micro-batch's saved activations) is the one bench's own loop measures on
+    the same model, batch and knobs; and it is a measurement: checkpointing cuts the activations."""
+    folder = hf_project(tmp_path, monkeypatch)
+    inside = trial("batch_size=4", "accumulation=2")
+    ckpt = trial("batch_size=4", "accumulation=2", "checkpointing=full")["memory"]["breakdown"]
+    raw = yaml.safe_load((folder / "sweep.yaml").read_text())
+    raw["workload"]["loop"] = "bench"
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    own = trial("batch_size=4", "accumulation=2")["memory"]["breakdown"]
+    parts = inside["memory"]["breakdown"]
+    assert parts["weights"] == own["weights"] > 0
+    assert parts["gradients"] == own["gradients"]
+    assert 0.99 * parts["weights"] < parts["gradients"] < parts["weights"]  # fp32, every weight trained; a buffer
+    assert parts["optimizer"] == pytest.approx(2 * parts["gradients"], rel=0.01)  # AdamW's two moments
+    assert parts["activations"] == pytest.approx(own["activations"], rel=0.05)
+    assert ckpt["activations"] < 0.5 * parts["activations"]
+    assert parts["activations"] < inside["peak_memory"]
 
 
 def test_a_transformers_model_trains_over_two_processes_in_its_trainers_own_ddp(tmp_path, monkeypatch):
