@@ -7,7 +7,9 @@ optimizer steps to the meter one at a time: a callback in the Trainer waits at t
 step until the meter asks for one and says when it has ended. A step as the meter times it runs
 from one step's start to the next's, so whatever the Trainer does between steps (fetching batches,
 logging, the scheduler) is in it, and the clock reads synchronize the device as in bench's loop.
-When the meter has measured enough, the next step's start raises `Stop`, which ends `fit`.
+When the meter has measured enough, it asks for one more step, which hooks count as it runs (its
+gradients and its first micro-batch's saved activations: the memory breakdown, `TrainerTrial.breakdown`),
+and the step after that raises `Stop` at its start, which ends `fit`.
 
 Over several processes (`nproc` > 1, `parallel: ddp`) each rank is a `TrainerRank`: harness.distributed
 launches the ranks and joins their process group, the Trainer finds them (torch's elastic
@@ -88,6 +90,8 @@ class StepBreakdown:
 
     def __init__(self, params: list):
         self.params = params
+        self.saved: measure.SavedActivations | None = None
+        self.grads: measure.Gradients | None = None
         self.gradients = self.activations = None
 
     def start(self) -> None:
