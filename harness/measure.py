@@ -241,11 +241,10 @@ def tensor_bytes(tensors) -> int:
     for t in map(local, tensors):
         if not isinstance(t, torch.Tensor) or t.device.type == "meta":
             continue
-        storage = t.untyped_storage()
-        key = (storage.data_ptr(), t.device)
+        key = storage_key(t)
         if key not in seen:
             seen.add(key)
-            total += storage.nbytes()
+            total += t.untyped_storage().nbytes()
     return total
 
 

@@ -8,7 +8,7 @@ step until the meter asks for one and says when it has ended. A step as the mete
 from one step's start to the next's, so whatever the Trainer does between steps (fetching batches,
 logging, the scheduler) is in it, and the clock reads synchronize the device as in bench's loop.
 When the meter has measured enough, it asks for one more step, which hooks count as it runs (its
-gradients and its first micro-batch's saved activations: the memory breakdown, `TrainerTrial.breakdown`),
+gradients and its first micro-batch's saved activations: the memory breakdown, `TrainerTrial.filed_breakdown`),
 and the step after that raises `Stop` at its start, which ends `fit`.
 
 Over several processes (`nproc` > 1, `parallel: ddp`) each rank is a `TrainerRank`: harness.distributed
@@ -163,28 +163,26 @@ class TrainerTrial(Trial):
         self.memory.setdefault("breakdown", None)  # the Trainer ended on its own right after the measured steps
         return self.record(self.per_step, self.peak, self.meter.losses, self.reference, time.perf_counter() - t_start)
 
-    def breakdown(self) -> dict | None:
-        """Weights, gradients, optimizer state and one micro-batch's saved activations, in bytes: counted
-        over one more of the Trainer's steps, after the measured ones. Not for a config out of the race
-        (as in bench's loop), nor a compiled one (the hooks would make the compiler trace its graph again).
-        One process files it for the study's later trials; over several, every rank counts its own, since a
-        rank that took the filed figure would skip a step the others take."""
-        if self.timing.get("cut_short") or self.config.get("compile", "off") != "off":
+    def filed_breakdown(self) -> dict | None:
+        """Not for a compiled config (the hooks would make the compiler trace its graph again); over several
+        processes every rank counts its own, since a rank that took the filed figure would skip a step the
+        others take."""
+        if self.config.get("compile", "off") != "off":
             return None
-        if self.world > 1:
-            return self.count_step()
-        return self.figures.get("breakdown", self.figure_key("precision", "checkpointing", "optimizer"),
-                                self.count_step)
+        if self.world > 1 and not self.timing.get("cut_short"):
+            return self.breakdown()
+        return super().filed_breakdown()
 
-    def count_step(self) -> dict:
+    def breakdown(self) -> dict:
+        """Weights, gradients, optimizer state and one micro-batch's saved activations, in bytes: counted
+        over one more of the Trainer's steps, after the measured ones."""
         inspection = StepBreakdown(self.params)
         self.gate.inspection = inspection
         try:
             self.gate.step()
         finally:
             self.gate.inspection = None
-        return {"weights": self.memory["weights"], "gradients": inspection.gradients,
-                "optimizer": self.memory["optimizer"], "activations": inspection.activations}
+        return self.breakdown_parts(inspection.gradients, inspection.activations)
 
     def run_meter(self) -> None:
         """The meter's thread: bench's own warm-up and measured windows, each step the Trainer's."""
@@ -193,9 +191,7 @@ class TrainerTrial(Trial):
             self.warm_up()
             self.per_step = self.meter.windows(self.samples_per_step())
             self.peak = self.footprint.read()  # before the step that takes the memory apart
-            t0 = time.perf_counter()
-            self.memory["breakdown"] = self.breakdown()
-            self.timing["breakdown_s"] = time.perf_counter() - t0
+            self.take_breakdown()
         except TrainerGone:
             pass  # the main thread raises the Trainer's error
         except BaseException as exc:  # a bug in the meter: the main thread raises it, with its traceback

@@ -322,8 +322,22 @@ class Trial:
             if is_oom(exc):
                 return None
             raise
-        return {"weights": self.memory["weights"], "gradients": grads,
-                "optimizer": self.memory["optimizer"], "activations": acts}
+        return self.breakdown_parts(grads, acts)
+
+    def breakdown_parts(self, gradients: int, activations: int) -> dict:
+        return {"weights": self.memory["weights"], "gradients": gradients,
+                "optimizer": self.memory["optimizer"], "activations": activations}
+
+    def filed_breakdown(self) -> dict | None:
+        """`breakdown`, measured once per study, build and shape (harness.reuse)."""
+        if self.timing.get("cut_short"):  # out of the race: it cannot be the best, whose memory the report breaks down
+            return None  # (a 20 s bf16 step on a CPU would cost another 13 s here)
+        return self.figures.get("breakdown", self.figure_key("precision", "checkpointing", "optimizer"), self.breakdown)
+
+    def take_breakdown(self) -> None:
+        t0 = time.perf_counter()
+        self.memory["breakdown"] = self.filed_breakdown()
+        self.timing["breakdown_s"] = time.perf_counter() - t0
 
     # -- the whole trial ------------------------------------------------------------------------
     def run(self) -> dict:
@@ -334,13 +348,7 @@ class Trial:
         per_step = self.meter.windows(self.samples_per_step())
         peak = self.footprint.read()
         losses = self.meter.losses
-        t0 = time.perf_counter()
-        if self.timing.get("cut_short"):  # out of the race: it cannot be the best, whose memory the report breaks down
-            self.memory["breakdown"] = None  # (a 20 s bf16 step on a CPU would cost another 13 s here)
-        else:
-            self.memory["breakdown"] = self.figures.get(
-                "breakdown", self.figure_key("precision", "checkpointing", "optimizer"), self.breakdown)
-        self.timing["breakdown_s"] = time.perf_counter() - t0
+        self.take_breakdown()
         return self.record(per_step, peak, losses, self.reference, time.perf_counter() - t_start)
 
     def record(self, per_step, peak, losses, reference, wall) -> dict:
