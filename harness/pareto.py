@@ -173,11 +173,16 @@ class Choice:
             return None
         return versus(row.record, self.baseline.record, self.objective)
 
+    def under(self, budget: int) -> "Choice":
+        """The same choice made for a card of `budget` bytes (`bench apply --budget`): the same rules
+        (steady, no worse a loss, a compile that pays back, a tie keeps your config), another capacity."""
+        return choose([s.record for s in self.rows], budget, self.headroom, self.objective, self.run_steps, self.run_source)
+
     def row_for(self, which: str, budget: int | None = None, study: str = "the study") -> Standing:
         """The row `bench apply WHICH [--budget SIZE]` writes: best, a tier, a trial number, or the best
         config that fits a smaller budget. A WHICH that names nothing measured is the user's error."""
         if budget:
-            row = feasible_under([s.record for s in self.rows], budget, self.headroom, self.objective)
+            row = self.under(budget).best
             if row is None:
                 raise UserError(f"--budget {gib(budget)}: no measured config fits with {self.headroom:.0%} headroom; "
                                 "sweep with a smaller search space or a larger budget")
@@ -445,6 +450,15 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
     return _with_why(choice, unpaid)
 
 
+def _not_kept_because(choice: Choice) -> str:
+    """Why a tie does not keep the user's config: its windows disagree, or it leaves less than the headroom."""
+    base = choice.baseline
+    if base.noisy:
+        return f"is not a steady measurement (windows {base.record.step_cv:.0%} CV)"
+    return (f"peaks at {gib(base.peak)} and leaves less than the {choice.headroom:.0%} headroom of the "
+            f"{gib(choice.capacity)} {choice.capacity_label}")
+
+
 def _passed_over_words(choice: Choice) -> str:
     """Why a config measured faster than the leader is not chosen, by pick's rule: a single run the
     leader's confirmed runs outrank, or a tie lost on memory (the confirmation race leaves a single run
@@ -469,6 +483,9 @@ def _with_why(choice: Choice, unpaid: set) -> Choice:
     if choice.kept:
         why.append(f"trial {choice.leader.number} is {choice.versus.text(unit)}: your config stays; "
                    "`bench apply best` changes nothing")
+    elif choice.versus is not None and choice.versus.tie and choice.best is not None:
+        why.append(f"trial {choice.best.number} ties with your config within the noise, but your config "
+                   f"{_not_kept_because(choice)}: trial {choice.best.number} is best")
     if choice.unsafe_fastest:
         s = choice.unsafe_fastest
         why.append(f"trial {s.number} is faster ({s.speed:.1f} {unit}) but not chosen: {s.unsafe}")
@@ -489,12 +506,6 @@ def _with_why(choice: Choice, unpaid: set) -> Choice:
         why.append(f"not ranked, windows disagree beyond {NOISY_CV:.0%} CV (noisy): "
                    + ", ".join(f"#{n}" for n in noisy_rows))
     return Choice(**{**choice.__dict__, "why": tuple(why)})
-
-
-def feasible_under(rows, budget: int, headroom: float, objective: str = "samples"):
-    """Best config that fits a smaller card (`bench apply --budget`), from the same measurements."""
-    front = pareto_front(measured(rows, objective), objective)
-    return pick([r for r in front if Record.of(r).peak_memory <= budget * (1 - headroom)], objective, budget)
 
 
 def why_not(row, best, budget: int | None, headroom: float, objective: str = "samples") -> str | None:

@@ -40,9 +40,34 @@ def test_tiers_pick_under_stricter_headroom():
 
 
 def test_smaller_card_budget_from_the_same_measurements():
-    rows = [row(0, 100, 4), row(1, 200, 8), row(2, 300, 20)]
-    assert pareto.feasible_under(rows, 10 * GiB, 0.1)["number"] == 1
-    assert pareto.feasible_under(rows, 4 * GiB, 0.1) is None
+    choice = pareto.choose([row(0, 100, 4), row(1, 200, 8), row(2, 300, 20)], None, 0.1)
+    assert choice.row_for("best", 10 * GiB).number == 1
+    assert choice.under(4 * GiB).best is None
+
+
+def test_a_smaller_card_s_pick_follows_the_same_rules_as_best():
+    """`bench apply --budget` once picked from the Pareto front alone: a config whose loss rose, which
+    the report marks unsafe, and a tie that should have kept the user's config."""
+    base = row(0, 100, 2, baseline=True, loss={"first": 2.0, "last": 1.9})
+    rising = row(1, 150, 3, loss={"first": 2.0, "last": 3.0})
+    steady = row(2, 120, 2.5, loss={"first": 2.0, "last": 1.9})
+    choice = pareto.choose([base, rising, steady], None, 0.1)
+    assert choice.best.number == 2 and choice.standing(1).unsafe
+    assert choice.row_for("best", 8 * GiB).number == 2
+    tied = row(3, 101, 2.2, cv=0.02, loss={"first": 2.0, "last": 1.9})
+    assert pareto.choose([base, tied], None, 0.1).row_for("best", 8 * GiB).number == 0
+
+
+def test_a_tie_with_a_config_that_leaves_no_headroom_does_not_keep_it_and_says_so():
+    base = row(0, 100, 9.5, cv=0.01, baseline=True)  # 9.5 GiB of 10 leaves 5%, under the 10% asked
+    lead = row(1, 101, 4, cv=0.01)
+    choice = pareto.choose([base, lead], 10 * GiB, 0.1)
+    assert choice.versus.tie and not choice.kept and choice.best.number == 1
+    assert ("trial 1 ties with your config within the noise, but your config peaks at 9.50 GiB and leaves "
+            "less than the 10% headroom of the 10.00 GiB budget: trial 1 is best") in choice.why
+    from harness.report import _terminal
+    said = " ".join(_terminal.story(choice))
+    assert "your config stays" not in said and "`bench apply best` writes trial #1" in said
 
 
 def test_without_a_budget_capacity_is_the_measured_device_total():
