@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 import random
 import socket
 import time
@@ -102,8 +103,11 @@ def make_sampler(spec: Spec) -> optuna.samplers.BaseSampler:
 
 def create(spec: Spec, storage, device: str) -> optuna.Study:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    study = optuna.create_study(study_name=spec.study, storage=storage, load_if_exists=True,
-                                directions=["maximize", "minimize"], sampler=make_sampler(spec))
+    try:  # loaded first: a resume writes nothing before `resumed` has agreed to it
+        study = optuna.load_study(study_name=spec.study, storage=storage, sampler=make_sampler(spec))
+    except KeyError:
+        study = optuna.create_study(study_name=spec.study, storage=storage, load_if_exists=True,
+                                    directions=["maximize", "minimize"], sampler=make_sampler(spec))
     if "spec_path" not in study.user_attrs:
         attrs = {"spec_path": str(spec.path), "spec_relative": relative(spec.path), "scenario": spec.scenario, "workload": spec.workload,
                  "memory_budget": spec.memory_budget, "headroom": spec.headroom, "device": device,
@@ -783,6 +787,12 @@ def resumed(spec: Spec, study: optuna.Study, device: str) -> Spec:
                         f"asks for {_budget(spec.memory_budget)}; {hint}")
     if "device" in info and info["device"].split(":")[0] != device.split(":")[0]:
         raise UserError(f"study {name!r} ran on {info['device']}, this run is on {device}; {hint}")
+    if info.get("objective", spec.objective) != spec.objective:
+        raise UserError(f"study {name!r} optimizes {info['objective']}/s, this run asks for {spec.objective}/s; {hint}")
+    changed = workload_changes(info.get("workload"), spec.workload)
+    if changed:
+        raise UserError(f"study {name!r} measured another workload ({'; '.join(changed)}): its trials and this "
+                        f"run's would not be comparable; {hint}")
     sampled = {knob: tuple(choices) for knob, choices in (info.get("choices") or {}).items()}
     for trial in study.get_trials(deepcopy=False):  # studies from before "choices" was kept
         for knob, dist in trial.distributions.items():
@@ -800,6 +810,21 @@ def resumed(spec: Spec, study: optuna.Study, device: str) -> Spec:
                             f"start a new study with --study NAME")
         search[knob] = Dimension(knob, choices=choices)
     return replace(spec, search=search)
+
+
+WORKLOAD_IDENTITY = ("name", "preset", "params", "factory", "model", "loss", "batch", "lightning", "hf", "loop")
+"""What makes two studies' workloads one: the model, its size and how a step runs (not where it lives
+on disk, nor the training arguments a step does not read)."""
+
+
+def workload_changes(stored: dict | None, workload: dict) -> list[str]:
+    """`workload.KEY: was -> now` for each identity key that differs (none for studies from before the
+    workload was kept)."""
+    if stored is None:
+        return []
+    now = json.loads(json.dumps(workload, default=str))
+    return [f"workload.{key}: {stored.get(key)} -> {now.get(key)}" for key in WORKLOAD_IDENTITY
+            if stored.get(key) != now.get(key)]
 
 
 def _budget(size) -> str:

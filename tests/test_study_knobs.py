@@ -92,3 +92,26 @@ def test_a_resume_with_another_memory_budget_is_refused_in_one_line(tmp_path, fa
     assert again.exit_code == 2, again.output
     assert "study 's' measured under memory budget 2 GiB, this run asks for 3 GiB" in again.output
     assert "--study NAME" in again.output and "Traceback" not in again.output
+
+
+def test_a_resume_with_another_workload_or_objective_is_refused_and_writes_nothing(tmp_path, faulty_path, monkeypatch):
+    """A resume once checked only the budget, the device and the choices: a spec whose model changed
+    (another preset, other params) or whose objective changed ran on into the old study, and the
+    report ranked unlike trials together. A refused resume also appended to the journal."""
+    monkeypatch.chdir(tmp_path)
+    path = faulty_spec(tmp_path, "s", ["none"], trials=1)
+    assert CliRunner().invoke(main, ["sweep", str(path), "--device", "cpu"]).exit_code == 0
+    journal = tmp_path / "results" / "s" / "journal.log"
+    before = journal.read_bytes()
+    bigger = faulty_spec(tmp_path, "s", ["none"], trials=2,
+                         workload={"factory": "faulty:build", "params": {"fault": "none", "at_step": 5}})
+    again = CliRunner().invoke(main, ["sweep", str(bigger), "--device", "cpu"])
+    assert again.exit_code == 2, again.output
+    assert "study 's' measured another workload (workload.params: " in again.output
+    assert "'at_step': 3" in again.output and "'at_step': 5" in again.output and "--study NAME" in again.output
+    tokens = faulty_spec(tmp_path, "s", ["none"], trials=2, objective="tokens")
+    again = CliRunner().invoke(main, ["sweep", str(tokens), "--device", "cpu"])
+    assert again.exit_code == 2 and "study 's' optimizes samples/s, this run asks for tokens/s" in again.output
+    assert journal.read_bytes() == before
+    same = faulty_spec(tmp_path, "s", ["none"], trials=2)
+    assert CliRunner().invoke(main, ["sweep", str(same), "--device", "cpu"]).exit_code == 0  # the same spec resumes
