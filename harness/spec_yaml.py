@@ -11,7 +11,19 @@ from harness.errors import UserError
 
 
 class SpecLoader(yaml.SafeLoader):
-    """Safe YAML with 1.2 booleans: `compile: [off, default]` means the string "off", not False."""
+    """Safe YAML with 1.2 booleans: `compile: [off, default]` means the string "off", not False; a key
+    written twice in one mapping is an error (PyYAML keeps the last, silently dropping a search list)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = (key_node.tag, key_node.value)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"key {key_node.value!r} appears twice",
+                                                            key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 SpecLoader.yaml_implicit_resolvers = {

@@ -96,6 +96,9 @@ BAD_SPECS = {
     "cuda_knob_on_cpu": (yaml.safe_dump({**GOOD, "search": {"batch_size": [4], "pin_memory": [True, False]}}),
                          "only means something on a CUDA GPU"),
     "markup_in_a_key": (yaml.safe_dump({**GOOD, "[/x]": 1}), "unknown key '[/x]'"),  # printed as text, not markup
+    # a second line of a key once silently replaced the first (bf16 dropped from the search)
+    "duplicate_knob": ("study: s\nsearch:\n  batch_size: [4]\n  precision: [fp32, bf16-mixed]\n  precision: fp32\n",
+                       "line 5: invalid YAML (key 'precision' appears twice)"),
 }
 # Numbers that are not finite or not in range: each once a traceback, an endless trial or every trial an error.
 GOOD_TEXT = yaml.safe_dump({k: v for k, v in GOOD.items() if k != "trial"}, sort_keys=False)
