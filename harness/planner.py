@@ -160,9 +160,19 @@ class Planner:
         return chance
 
     def best(self, rows: list[dict]) -> dict | None:
-        """The best measured config that fits, as `bench report` chooses it."""
-        fits = [r for r in pareto.measured(rows, self.objective) if not self.usable or r["peak_memory"] <= self.usable]
-        return pareto.pick(fits, self.objective, self.limit)
+        """The config `bench report` leads with (harness.pareto.choose): the bar a config must beat."""
+        leader = self.choice(rows).leader
+        return next((r for r in rows if leader is not None and r["number"] == leader.number), None)
+
+    def candidates(self, rows: list[dict]) -> list[dict]:
+        """The rows the report may choose as best: measured, steady, no worse a loss than your config's,
+        within the headroom, a compile that pays back."""
+        chosen = set(self.choice(rows).candidates)
+        return [r for r in rows if r["number"] in chosen]
+
+    def choice(self, rows: list[dict]) -> pareto.Choice:
+        headroom = 1 - self.usable / self.limit if self.usable and self.limit else 0.0
+        return pareto.choose(rows, self.limit, headroom, self.objective)
 
     # -- explaining ------------------------------------------------------------------------------
     def summary(self, rows: list[dict], best: dict | None) -> dict:
@@ -191,7 +201,7 @@ class Planner:
         if best is None:
             return None
         rows = searched(rows)
-        fits = [r for r in pareto.measured(rows, self.objective) if not self.usable or r["peak_memory"] <= self.usable]
+        fits = self.candidates(rows)
         fitted = self.fit(rows)
         effects = fitted.effects()
         speed = pareto.speed(best, self.objective)

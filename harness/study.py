@@ -232,9 +232,11 @@ class Sweep:
         return True  # every config is measured or ruled out: the sampler proposes (run() stops when all are)
 
     def planner(self) -> planner.Planner:
-        if self._planner is None:
-            self._planner = planner.Planner(list(all_configs(self.spec)), usable_memory(self.spec),
-                                            self.spec.memory_budget, self.device, self.spec.objective,
+        # without a budget the wall is the device's memory, as the report's choice takes it: known once a trial ran
+        limit = self.spec.memory_budget or pareto.capacity(rows_of(self.study), None)
+        if self._planner is None or self._planner.limit != limit:
+            self._planner = planner.Planner(list(all_configs(self.spec)), limit * (1 - self.spec.headroom) if limit else None,
+                                            limit, self.device, self.spec.objective,
                                             max_step_s=None if self.device.startswith("cuda")
                                             else cpu_step_limit(self.spec))
         return self._planner
@@ -276,7 +278,7 @@ class Sweep:
         up to COMPILE_TOP of them: the best always, each further one only while compiling has beaten
         its eager twin beyond the noise, since a cold compile costs a minute on a CPU. False if none."""
         rows = rows_of(self.study)
-        eager = sorted((r for r in self.fitting(rows) if r["config"].get("compile") == "off"),
+        eager = sorted((r for r in self.candidates(rows) if r["config"].get("compile") == "off"),
                        key=lambda r: -pareto.speed(r, self.spec.objective))[:COMPILE_TOP]
         compiled: dict[tuple, list[dict]] = {}
         for r in rows:
@@ -515,11 +517,6 @@ class Sweep:
         steps = apply.run_length(self.spec.apply)[0] if self.spec.apply else None
         choice = pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, self.spec.objective, run_steps=steps)
         return [r for r in rows if r["number"] in choice.candidates]
-
-    def fitting(self, rows: list[dict]) -> list[dict]:
-        """Measured rows that leave the spec's headroom: the candidates for best."""
-        usable = usable_memory(self.spec)
-        return [r for r in pareto.measured(rows, self.spec.objective) if not usable or r["peak_memory"] <= usable]
 
     def claiming(self):
         """Workers take turns from ask to claiming a config, and in recovering stale trials.

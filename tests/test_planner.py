@@ -16,7 +16,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from harness import model, planner, search, spec as specs, study as studies
+from harness import model, pareto, planner, search, spec as specs, study as studies
 from tests.conftest import write_spec
 
 MiB = 2**20
@@ -403,3 +403,33 @@ def test_the_out_of_sample_eval_scores_final_answers_of_every_search(tmp_path):
         assert 0 <= figures["p10"] <= figures["median"] <= 1.0 + 1e-9 or name == "largest-fit"
         assert figures["runs_median"] >= 1
     assert result["bench"]["runs_median"] == result["tpe"]["runs_median"]  # equal runs, by construction
+
+
+def test_the_bar_to_beat_is_the_report_s_leader_and_without_a_budget_the_wall_is_the_device(tmp_path):
+    """The planner once judged improvement against the fastest measured row: one whose loss rose (the
+    report marks it unsafe and never chooses it) raised the bar, so `--trials auto` could stop before
+    finding what the report would choose; and with no memory budget nothing was over any wall, though
+    the report caps best at the device's memory less the headroom."""
+    sp = space(batches=(16, 32, 64))
+    rising = {**row(0, sp[4]), "loss": {"first": 2.0, "last": 3.0}}
+    steady = {**row(1, sp[0]), "loss": {"first": 2.0, "last": 1.9}}
+    assert pareto.speed(rising) > pareto.speed(steady)
+    plan = planner.Planner(sp, usable=2**40, limit=2**40, device="cuda")
+    assert plan.best([rising, steady])["number"] == 1
+    # a sweep with no budget: the trials measure the device's memory, and the planner walls there
+    raw = {"study": "n", "workload": {"name": "emberformer", "preset": "tiny"},
+           "search": {"batch_size": [16, 32, 64], "precision": ["fp32", "bf16-mixed"], "checkpointing": ["none", "full"]}}
+    spec = specs.build(raw, tmp_path / "s.yaml", None, ())
+    device_total = 1000 * MiB
+
+    def runner(config, number, repeat=False):
+        speed, peak = known(config)
+        return {"status": "ok", "throughput": speed, "peak_memory": peak, "timing": {"step_s": {"cv": 0.005}},
+                "memory": {"device_total": device_total}}
+
+    study = studies.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    sweep = studies.Sweep(spec, study, "cpu", tmp_path, 2, None, auto=False, runner=runner)
+    assert sweep.planner().limit is None  # nothing measured yet
+    sweep.run()
+    plan = sweep.planner()
+    assert plan.limit == device_total and plan.usable == pytest.approx(0.9 * device_total)
