@@ -167,6 +167,19 @@ def test_confirmation_reruns_change_a_noisy_winner(tmp_path):
     assert ratio == pytest.approx(2.6) and spread == pytest.approx(0.0)
 
 
+def test_the_leader_is_confirmed_even_where_your_config_ran_out_of_memory(tmp_path):
+    """With no baseline that ran ok there was no pair to interleave, and the leader was never confirmed,
+    while the report's next step said `bench sweep` again would confirm it (it would not)."""
+    spec = make_spec(tmp_path, trials=6)
+    runner = Runner()
+    sweep = sweep_for(spec, tmp_path, runner, baseline={"batch_size": 32, "precision": "fp32", "checkpointing": "none"})
+    sweep.run()
+    rows = studies.rows_of(sweep.study)
+    assert next(r for r in rows if r["baseline"])["status"] == "oom"
+    leader = pareto.choose(rows, spec.memory_budget, spec.headroom).leader
+    assert leader.runs == 3 and len(runner.runs) == 6 + 2
+
+
 def test_trials_auto_stops_before_the_cap(tmp_path):
     spec = make_spec(tmp_path, trials=40, batch_size=[4, 8, 16, 32], precision=["fp32", "bf16-mixed"],
                      checkpointing=["none", "full"], compile=["off", "default"])
