@@ -214,6 +214,13 @@ def speed(row, objective: str = "samples") -> float | None:
     return sorted(runs)[len(runs) // 2] if len(runs) > 2 else (runs[0] if runs else None)
 
 
+def figure_runs(row, objective: str = "samples") -> int:
+    """How many runs `speed` is the median of: every ok run once confirmed (three or more), else the
+    trial's own (one confirmation run that failed leaves two, and a median of two would be its mean)."""
+    runs = len(Record.of(row).runs(objective))
+    return runs if runs > 2 else min(runs, 1)
+
+
 def single(row, objective: str) -> float | None:
     """The trial's own run's throughput (not its confirmation runs)."""
     return Record.of(row).rate(objective)
@@ -334,8 +341,8 @@ def faster(a, b, objective: str = "samples") -> bool:
 
 def speedup(best, base, objective: str = "samples") -> tuple[float, float | None] | None:
     """best/baseline speed and the spread (std of the ratios of the runs made side by side), or None."""
-    a, b = runs_of(best, objective), runs_of(base, objective)
-    ratios = [x / y for x, y in zip(a, b)]
+    a, b = Record.of(best).rounds(objective), Record.of(base).rounds(objective)
+    ratios = [x / y for x, y in zip(a, b) if x and y]  # a round where either run failed pairs nothing
     if not ratios:
         return None
     mean = sum(ratios) / len(ratios)
@@ -424,7 +431,7 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
     best = kept(leader, headroom)
     front = {r.number for r in pareto_front(safe, objective)}
 
-    standings = {r.number: Standing(record=r, speed=speed(r, objective), runs=len(r.runs(objective)),
+    standings = {r.number: Standing(record=r, speed=speed(r, objective), runs=figure_runs(r, objective),
                                     noise=noise(r, objective), noisy=r in ok and noisy(r),
                                     unsafe=unsafe.get(r.number), pareto=r.number in front,
                                     best=best is not None and r.number == best.number,

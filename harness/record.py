@@ -134,9 +134,13 @@ class Record:
 
     def runs(self, objective: str = "samples") -> list[float]:
         """Every measured throughput of the config: this trial's run, then its ok confirmation runs."""
-        values = [self.rate(objective)] + [(r.tokens_per_s if objective == "tokens" else r.throughput)
-                                           for r in self.repeats if r.status == OK]
-        return [v for v in values if v]
+        return [v for v in self.rounds(objective) if v]
+
+    def rounds(self, objective: str = "samples") -> list[float | None]:
+        """This trial's run, then each confirmation round's (None where that run failed): round k of two
+        configs ran side by side."""
+        return [self.rate(objective)] + [(r.tokens_per_s if objective == "tokens" else r.throughput)
+                                         if r.status == OK else None for r in self.repeats]
 
     @property
     def measured(self) -> bool:

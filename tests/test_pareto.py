@@ -1,4 +1,6 @@
 """Choosing best: the front, budget and headroom, noise-aware ties, tiers."""
+import pytest
+
 from harness import pareto
 
 GiB = 1024**3
@@ -180,3 +182,17 @@ def test_your_config_kept_as_best_is_never_said_to_be_not_chosen():
     choice = pareto.choose([base, confirmed_row(1, 100.0, 1)], 10 * GiB, 0.1)
     assert choice.best.number == 0 and choice.leader.number == 1
     assert choice.passed_over is None and "not chosen" not in " ".join(choice.why)
+
+
+def test_a_failed_confirmation_run_pairs_nothing_and_is_not_counted_in_the_figure():
+    """A confirmation run that failed shifted the pairing (run 3 of one config against run 2 of the
+    other), and a trial with one ok confirmation run was labelled "median of 2 runs" while its figure
+    was the trial's own run."""
+    ok = lambda t: {"status": "ok", "throughput": t}  # noqa: E731
+    base = row(0, 100, 2, baseline=True, repeats=[ok(80), ok(100)])
+    lead = row(1, 150, 3, repeats=[{"status": "oom", "throughput": None}, ok(120)])
+    ratio, spread = pareto.speedup(lead, base)
+    assert spread == pytest.approx(0.3 / 2**0.5)  # from 150/100 and 120/100, round 2 paired nothing
+    half = row(2, 150, 3, repeats=[ok(110), {"status": "crash", "throughput": None}])
+    choice = pareto.choose([row(0, 100, 2, baseline=True), half], None, 0.1)
+    assert choice.standing(2).speed == 150 and choice.standing(2).runs == 1
