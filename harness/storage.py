@@ -65,15 +65,20 @@ def open_storage(url: str | None, results: Path, study: str, say: Callable[[str]
     folder = study_dir(results, study)
     path = folder / JOURNAL
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path.touch()
-        if not os.access(path, os.W_OK):
-            raise PermissionError(f"{path} is not writable")
+        results.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"--results {results}: cannot write there ({exc.strerror or exc}); "
                         "pick a writable folder with --results") from None
     lock = JournalFileOpenLock(str(path))
-    lock.acquire()  # no other worker of this study appends while the tail is judged
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.touch()
+        if not os.access(path, os.W_OK):
+            raise PermissionError(f"{path} is not writable")
+        lock.acquire()  # no other worker of this study appends while the tail is judged (its lock file is a write)
+    except OSError as exc:
+        raise UserError(f"{folder}: cannot write the study's journal there ({exc.strerror or exc}); "
+                        "pick a writable folder with --results, or another name with --study") from None
     try:
         message = repair_journal(path)
     finally:

@@ -315,6 +315,15 @@ def test_results_under_a_file_cannot_be_written(cwd):
     assert (cwd / "taken").read_text() == "a file, not a folder"
 
 
+def test_a_study_folder_that_cannot_be_written_is_named(cwd):
+    write(cwd, "good.yaml", GOOD)
+    (cwd / "results").mkdir()
+    (cwd / "results" / "s").write_text("a file where the study's folder goes")
+    assert_user_error(bench("sweep", "good.yaml", "--device", "cpu"),
+                      "results/s: cannot write the study's journal there", "--study")
+    assert (cwd / "results" / "s").read_text() == "a file where the study's folder goes"
+
+
 def test_report_and_apply_without_a_study(cwd):
     assert_user_error(bench("report"), "no study under results/", "bench sweep")
     assert_user_error(bench("report", "nope"), "no study 'nope'")
