@@ -244,9 +244,11 @@ def noise(row, objective: str = "samples") -> float:
 
 
 def noisy(row) -> bool:
-    """Its measured windows disagree beyond NOISY_CV: not a measurement to rank."""
+    """Its measured windows disagree beyond NOISY_CV and no confirmation runs replaced them: not a
+    measurement to rank. Once confirmed, its figure is the median of three runs in fresh processes,
+    whose spread is its noise."""
     cv = Record.of(row).step_cv
-    return cv is not None and cv > NOISY_CV
+    return cv is not None and cv > NOISY_CV and not confirmed(row)
 
 
 def confirmed(row) -> bool:

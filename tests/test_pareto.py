@@ -196,3 +196,15 @@ def test_a_failed_confirmation_run_pairs_nothing_and_is_not_counted_in_the_figur
     half = row(2, 150, 3, repeats=[ok(110), {"status": "crash", "throughput": None}])
     choice = pareto.choose([row(0, 100, 2, baseline=True), half], None, 0.1)
     assert choice.standing(2).speed == 150 and choice.standing(2).runs == 1
+
+
+def test_a_noisy_first_run_confirmed_by_steady_runs_is_ranked_again():
+    """examples/lightning on a loaded machine: your config's first run was noisy (windows 124% CV), its
+    two confirmation runs agreed with it (1816.9, 1798.4, 1825.3), and it was still left out of the
+    choice, so `bench apply best` wrote a config measured at 0.56x yours."""
+    ok = lambda t: {"status": "ok", "throughput": t}  # noqa: E731
+    base = row(0, 1816.9, 0.2, cv=1.242, baseline=True, repeats=[ok(1798.4), ok(1825.3)])
+    lead = row(3, 1023.7, 0.2, cv=0.02, repeats=[ok(1010.0), ok(1050.0)])
+    assert pareto.noisy(row(0, 1816.9, 0.2, cv=1.242)) and not pareto.noisy(base)
+    choice = pareto.choose([base, lead], None, 0.1)
+    assert choice.best.number == 0 and choice.best.record.baseline
