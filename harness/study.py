@@ -46,6 +46,8 @@ CONFIRM_ROUNDS = 2
 """Before a sweep ends, the leading config and the baseline run again this many times, interleaved."""
 CHALLENGERS = 2
 """...and then at most this many configs that would still beat the confirmed best on their single run."""
+RESEARCHES = 1
+"""With --trials auto, how many times the search goes on after confirmation lowered the best's figure."""
 CONFIRM_POLL_S = 1.0
 """How often a worker looks whether another worker's confirmation run is recorded."""
 
@@ -162,11 +164,29 @@ class Sweep:
         self.fail_stale_trials()
         self.progress.started(self.counted(), self.total, self.spec.study)
         self.quiet.wait("the sweep starts", longest=2 * busy.EACH_WAIT_S, run=False)
+        for _ in range(1 + RESEARCHES):
+            if not self.search():
+                return
+            leader = self.best_so_far()
+            self.confirm()
+            after = self.best_so_far()
+            if not self.auto or not self.bar_fell(leader, after):
+                break
+            # --trials auto stopped against a figure confirmation did not bear out: search on against the new one
+            self.progress.note(f"confirmation puts the best at {pareto.speed(after, self.spec.objective):.1f} "
+                               f"{self.spec.objective}/s (#{after['number']}), not the "
+                               f"{pareto.speed(leader, self.spec.objective):.1f} the search stopped against: searching on")
+        self.keep_model()
+        if self.quiet.closing():
+            self.progress.note(self.quiet.closing())
+
+    def search(self) -> bool:
+        """Measure until the cap, the space or the planner's stop; False at the sweep's time limit."""
         duplicates_in_a_row, space = 0, self.spec.space_size()
         while self.remaining():
             if self.deadline and time.monotonic() > self.deadline:
                 self.progress.note("sweep time limit reached; re-run the same command to continue")
-                return
+                return False
             if len(self.measured_configs()) >= space:
                 self.progress.note(f"all {space} configs of the search space are measured")
                 break
@@ -176,10 +196,14 @@ class Sweep:
             if not self.plan_next():
                 break
             duplicates_in_a_row = 0 if self.run_one() else duplicates_in_a_row + 1
-        self.confirm()
-        self.keep_model()
-        if self.quiet.closing():
-            self.progress.note(self.quiet.closing())
+        return True
+
+    def bar_fell(self, before: dict | None, after: dict | None) -> bool:
+        """The confirmed best is slower, beyond its noise, than the best the search stopped against."""
+        if before is None or after is None:
+            return False
+        objective = self.spec.objective
+        return pareto.speed(after, objective) < pareto.speed(before, objective) * (1 - pareto.noise(after, objective))
 
     def keep_model(self) -> None:
         """The planner's predictions for the configs never measured and one line on why best is best,

@@ -180,6 +180,43 @@ def test_the_leader_is_confirmed_even_where_your_config_ran_out_of_memory(tmp_pa
     assert leader.runs == 3 and len(runner.runs) == 6 + 2
 
 
+@pytest.mark.parametrize("researches", [0, 1])
+def test_trials_auto_searches_on_when_confirmation_lowers_the_best_it_stopped_against(tmp_path, monkeypatch, researches):
+    """examples/lightning on a loaded machine: --trials auto stopped against a leader whose one run was
+    lucky (1676.8); confirmation put it at 174.9, and the sweep ended with an untried config predicted
+    to beat the new best by 100%."""
+    monkeypatch.setattr(studies, "RESEARCHES", researches)
+    spec = make_spec(tmp_path, trials=16)
+    lucky = {}
+
+    def table(config):
+        rec = landscape(config)
+        if (config["batch_size"], config["precision"], config["checkpointing"]) == (8, "fp32", "none") and not lucky:
+            lucky["once"] = True
+            rec["throughput"] = 4000.0  # 500x its real speed, once
+        return rec
+
+    notes = []
+
+    class Notes(studies.Progress):
+        def note(self, message):
+            notes.append(message)
+
+    study = studies.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    studies.enqueue_baseline(study, spec, spec.config({"batch_size": 4, "precision": "fp32", "checkpointing": "none"}))
+    study.enqueue_trial(studies.sampler_params(spec, spec.config({"batch_size": 8, "precision": "fp32", "checkpointing": "none"})),
+                        user_attrs={"config": spec.config({"batch_size": 8, "precision": "fp32", "checkpointing": "none"})})
+    runner = Runner(table)
+    studies.Sweep(spec, study, "cpu", tmp_path, spec.trials, None, Notes(), auto=True, runner=runner).run()
+    best = pareto.choose(studies.rows_of(study), spec.memory_budget, spec.headroom).best
+    top = max(landscape(c)["throughput"] or 0 for c in specs.all_configs(spec))
+    if researches:
+        assert any("not the 4000.0 the search stopped against: searching on" in n for n in notes)
+        assert best.speed >= 0.97 * top
+    else:  # before: the search ended where the lucky run stopped it
+        assert best.speed < 0.97 * top
+
+
 def test_trials_auto_stops_before_the_cap(tmp_path):
     spec = make_spec(tmp_path, trials=40, batch_size=[4, 8, 16, 32], precision=["fp32", "bf16-mixed"],
                      checkpointing=["none", "full"], compile=["off", "default"])
