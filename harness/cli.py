@@ -19,6 +19,7 @@ from rich.text import Text
 
 from harness import __version__, apply, knobs, launch, nvml, pareto, report, spec as specs, storage as stores, study as studies
 from harness.errors import UserError
+from harness.record import Record
 from harness.units import gib, parse_duration, parse_size
 from harness.workloads import WORKLOADS
 
@@ -361,9 +362,9 @@ class RunningTrial:
 def outcome(rec: dict) -> str:
     status = rec["status"]
     if status in ("ok", "diverged") and rec.get("throughput"):
-        t = rec.get("timing") or {}
+        t, cv = rec.get("timing") or {}, Record.of(rec).step_cv
         line = (f"{status}: {rec['throughput']:.1f} samples/s, peak {gib(rec['peak_memory'])}, "
-                f"cv {100 * t.get('step_s', {}).get('cv', 0):.1f}%, {t.get('trial_wall_s', 0):.0f}s")
+                f"cv {'-' if cv is None else f'{100 * cv:.1f}%'}, {t.get('trial_wall_s', 0):.0f}s")
         if t.get("compile_s"):
             line += f" (compile {t['compile_s']:.0f}s)"
         if t.get("cut_short"):

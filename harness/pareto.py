@@ -233,9 +233,9 @@ def runs_of(row, objective: str = "samples") -> list[float]:
 
 def noise(row, objective: str = "samples") -> float:
     """Relative noise of a row's throughput: twice its step-time CV, or twice the spread of its
-    confirmation runs when it has them, within [MIN_NOISE, MAX_NOISE]."""
+    confirmation runs when it has them, within [MIN_NOISE, MAX_NOISE]; one warm-up step's figure, the most."""
     rec = Record.of(row)
-    cv = rec.step_cv or 0.0
+    cv = MAX_NOISE if rec.one_timing else rec.step_cv or 0.0
     runs = rec.runs(objective)
     if len(runs) > 2:
         mean = sum(runs) / len(runs)

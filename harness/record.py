@@ -149,8 +149,14 @@ class Record:
 
     @property
     def step_cv(self) -> float | None:
-        """Coefficient of variation of the step time over the measured windows."""
-        return (self.timing.get("step_s") or {}).get("cv")
+        """Coefficient of variation of the step time over the measured windows; None where none was
+        measured (a trial cut after its first warm-up step: one timing has no spread)."""
+        return None if self.one_timing else (self.timing.get("step_s") or {}).get("cv")
+
+    @property
+    def one_timing(self) -> bool:
+        """Its figure is one warm-up step's (cut there as far slower than the best so far)."""
+        return self.timing.get("windows") == 0
 
     def to_dict(self) -> dict:
         """The record as JSON readers get it (every field, extras flattened back in)."""

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import launch
+from harness import cli, launch, pareto
+from harness.record import Record
 from harness.spec import Measure
 
 
@@ -193,6 +194,9 @@ def test_an_eager_config_far_under_the_best_stops_after_one_warm_up_step_and_say
     assert cut["throughput"] == pytest.approx(8 / timing["window_step_s"][0])
     assert 0 < cut["peak_memory"] == cut["memory"]["peak_by_window"][0]
     assert cut["memory"]["breakdown"] is None
+    # one step's timing has no spread: not "cv 0.0%" and the least precise figure, not the most
+    assert Record.of(cut).step_cv is None and pareto.noise(cut) == pareto.MAX_NOISE
+    assert ", cv -, " in cli.outcome(cut) and "1 warm-up step: under 25% of the best so far" in cli.outcome(cut)
 
 
 # ---- what counts as out of memory (harness.errors) ------------------------------------------------------
