@@ -529,9 +529,9 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     out.print(f"trial {row.number}: {report.describe(row.config)}  {chosen.speed:.1f} {choice.unit} "
               f"(median of {chosen.runs} run{'s' if chosen.runs > 1 else ''}), peak {gib(row.peak_memory)}"
               + (f"; vs your config {against.text(choice.unit)}" if against else ""), highlight=False, markup=False)
-    warning = size_warning(spec, rows)
-    if warning:
-        err.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
+    for warning in [size_warning(spec, rows), chosen.caveat and f"trial {row.number}: {chosen.caveat}"]:
+        if warning:
+            err.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
     if not plan.changes and to is None:  # only a new provenance header would change: leave the file alone
         out.print(f"nothing to change: {plan.path} already holds these values; nothing written", markup=False)
         return

@@ -78,6 +78,17 @@ class Standing:
     def confirmed(self) -> bool:
         return self.runs > 2
 
+    @property
+    def caveat(self) -> str | None:
+        """Why its figure is not one to act on, where it is not (a trial named by number may be any)."""
+        if self.noisy:
+            return f"its windows disagree ({self.record.step_cv:.0%} CV): noisy, not ranked, not a measurement to act on"
+        if self.unsafe:
+            return f"not ranked: {self.unsafe}"
+        if self.record.one_timing and not self.confirmed:
+            return "its figure is one warm-up step's (cut there as far slower than the best so far), not a timed measurement"
+        return None
+
 
 @dataclass(frozen=True)
 class Versus:

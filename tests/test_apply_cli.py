@@ -28,7 +28,7 @@ def known_study(project):
     return make_known_study(project)
 
 
-def make_known_study(project, **spec_overrides):
+def make_known_study(project, cvs=None, **spec_overrides):
     spec_path = write_spec(project, "known", memory={"budget": "10GiB", "headroom": 0.1},
                            search={"batch_size": [8, 16, 32, 64], "precision": ["fp32", "bf16-mixed"]},
                            **spec_overrides)
@@ -42,7 +42,7 @@ def make_known_study(project, **spec_overrides):
         if i == 0:
             trial.set_user_attr("baseline", True)
         rec = {"status": status, "config": config, "throughput": tput or None, "peak_memory": int(peak * GiB),
-               "timing": {"step_s": {"cv": 0.001, "median": batch / tput if tput else None}},
+               "timing": {"step_s": {"cv": (cvs or {}).get(i, 0.001), "median": batch / tput if tput else None}},
                "env": {"device": "Test GPU"}, "error": None, "number": trial.number}
         sweep.tell(trial, rec)
     return project
@@ -67,6 +67,14 @@ def test_budget_picks_the_best_that_fits_a_smaller_card(known_study):
     result = apply("--budget", "6GiB")
     assert result.exit_code == 0, result.output
     assert batch_in(known_study) == 16  # 5 GiB fits 6 GiB with 10% headroom; 8 GiB does not
+
+
+def test_a_trial_named_by_number_whose_figure_is_not_one_to_act_on_is_written_with_a_warning(project):
+    make_known_study(project, cvs={1: 1.54})
+    result = CliRunner().invoke(main, ["apply", "1", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "warning: trial 1: its windows disagree (154% CV): noisy, not ranked, not a measurement to act on" in result.output
+    assert "warning: trial 2" not in CliRunner().invoke(main, ["apply", "2", "--dry-run"]).output
 
 
 def test_refusals_change_nothing(known_study):
