@@ -199,11 +199,12 @@ class Sweep:
         return True
 
     def bar_fell(self, before: dict | None, after: dict | None) -> bool:
-        """The confirmed best is slower, beyond its noise, than the best the search stopped against."""
+        """The confirmed best is slower than the best the search stopped against by more than any run's
+        noise (pareto.MAX_NOISE): that figure was not a lucky draw but a wrong one (a busy machine)."""
         if before is None or after is None:
             return False
         objective = self.spec.objective
-        return pareto.speed(after, objective) < pareto.speed(before, objective) * (1 - pareto.noise(after, objective))
+        return pareto.speed(after, objective) < pareto.speed(before, objective) * (1 - pareto.MAX_NOISE)
 
     def keep_model(self) -> None:
         """The planner's predictions for the configs never measured and one line on why best is best,
