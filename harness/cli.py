@@ -199,8 +199,9 @@ def run_sweep(spec, device, total, deadline, storage_url, results, auto=False) -
         if not isinstance(exc, KeyboardInterrupt):
             raise
         why = str(exc) or "interrupted"
-        to_terminal(lambda: err.print(f"{why}: the running trial was stopped and recorded as interrupted; "
-                                      "re-run the same command to resume", soft_wrap=True))  # one line, however narrow
+        what = ("the running trial was stopped and recorded as interrupted" if progress.running is not None
+                else "no trial was running, nothing measured is lost")  # waiting for quiet, or a confirmation run (freed)
+        to_terminal(lambda: err.print(f"{why}: {what}; re-run the same command to resume", soft_wrap=True))  # one line
         sys.exit(getattr(exc, "exit_code", 130))
 
 

@@ -22,8 +22,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from harness import cli
 from harness.cli import main
-from tests.conftest import FAST_TRIAL, FAULTY_DIR, ROOT
+from tests.conftest import FAST_TRIAL, FAULTY_DIR, ROOT, faulty_spec
 
 GATED = '''
 import os, subprocess, sys
@@ -196,8 +197,8 @@ def test_ctrl_c_stops_the_trial_records_it_interrupted_and_resume_finishes(gated
     _, stderr = sweep.communicate(timeout=30)
     assert sweep.returncode == 130
     lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "interrupted" in lines[0] and "re-run" in lines[0], stderr
-    assert "Traceback" not in stderr
+    assert len(lines) == 1 and "the running trial was stopped and recorded as interrupted" in lines[0], stderr
+    assert "re-run" in lines[0] and "Traceback" not in stderr
     assert wait_until_gone(pgid, limit_s=2) == [] and pid_gone(grandchild)
     before = by_fault(report_rows(gated))
     assert [r["status"] for r in before["none"]] == ["ok"]
@@ -340,3 +341,17 @@ def test_temp_folders_and_files_a_killed_sweep_left_are_removed_by_the_next(gate
                             "--device", "cpu"], cwd=gated, env=env, capture_output=True, text=True, timeout=120)
     assert rerun.returncode == 0, rerun.stderr
     assert not list(tmp.glob("bench-trial-*")) and not list((gated / "results").rglob("*.tmp"))
+
+
+def test_ctrl_c_before_any_trial_does_not_claim_one_was_recorded(tmp_path, faulty_path, monkeypatch):
+    """Ctrl-C while the sweep waited for a quiet machine said "the running trial was stopped and recorded
+    as interrupted", though no trial had started and no study existed yet."""
+    monkeypatch.chdir(tmp_path)
+
+    def waiting(*args, **kwargs):
+        raise KeyboardInterrupt()
+    monkeypatch.setattr(cli, "sweep_into_study", waiting)
+    path = faulty_spec(tmp_path, "early", ["none"], trials=1)
+    result = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
+    assert result.exit_code == 130
+    assert "interrupted: no trial was running, nothing measured is lost; re-run the same command to resume" in result.output
