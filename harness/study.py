@@ -267,7 +267,7 @@ class Sweep:
         return self._planner
 
     def remaining(self) -> bool:
-        storage.fail_stale_trials(self.study)  # first: another host's dead worker's trial must not count as running
+        self.fail_stale_trials()  # first: a dead worker's trial (this host's or another's) must not count as running
         return self.counted() < self.total
 
     # -- phases: eager configs first, compile only for the best eager ones ---------------------------

@@ -6,6 +6,7 @@ uses), so the policy is tested exactly and fast; the real launcher path is cover
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -428,3 +429,28 @@ def test_every_recorded_landscape_is_its_spec_s_whole_grid(spec_path):
     rows = doc["rows"] if isinstance(doc, dict) else doc
     assert sorted(search.key(r["config"]) for r in rows) == sorted(search.key(c) for c in specs.all_configs(spec))
     assert spec.memory_budget and spec.sampler == "grid"
+
+
+def test_a_worker_that_dies_mid_sweep_leaves_no_trial_running_for_the_one_that_goes_on(tmp_path):
+    """Two local workers, one killed with -9 mid-trial: the survivor counted the dead worker's trial as
+    running to the end of its sweep (recovery ran only when a sweep started), measured one trial fewer,
+    and left the row `running` until the next sweep."""
+    spec = make_spec(tmp_path, trials=4)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    gone = {"host": socket.gethostname(), "pid": dead.pid, "started": 0.0}
+
+    class Dying(Runner):
+        def __call__(self, config, number, repeat=False):
+            if len(self.runs) == 1:  # another worker claims a trial, then dies
+                orphan = study.ask()
+                orphan.set_user_attr("config", spec.config({"batch_size": 16, "precision": "fp32", "checkpointing": "none"}))
+                orphan.set_user_attr("worker", gone)
+            return super().__call__(config, number, repeat)
+
+    sweep = sweep_for(spec, tmp_path, runner := Dying())
+    study = sweep.study
+    sweep.run()
+    states = [t.state for t in study.get_trials(deepcopy=False)]
+    assert TrialState.RUNNING not in states
+    assert len({search.key(c) for c in runner.runs}) == 4  # the cap, not one short
