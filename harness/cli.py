@@ -180,8 +180,9 @@ def devices_available(device: str) -> int:
 
 
 def parse_trials(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise UserError(f"--trials {value}: give a positive whole number, or auto")
+    low, high = specs.LIMITS["trials"]
+    if not value.isdigit() or not low <= int(value) <= high:
+        raise UserError(f"--trials {value}: give a whole number from {low} to {high:,}, or auto")
     return int(value)
 
 

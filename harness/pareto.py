@@ -84,7 +84,7 @@ class Standing:
         if self.noisy:
             return f"its windows disagree ({self.record.step_cv:.0%} CV): noisy, not ranked, not a measurement to act on"
         if self.unsafe:
-            return f"not ranked: {self.unsafe}"
+            return f"never chosen as best: {self.unsafe}"
         if self.record.one_timing and not self.confirmed:
             return "its figure is one warm-up step's (cut there as far slower than the best so far), not a timed measurement"
         return None

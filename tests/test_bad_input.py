@@ -272,8 +272,9 @@ def test_bad_trial_options(cwd, args, phrase):
 @pytest.mark.parametrize("args, phrase", [
     (["--device", "nonsense"], "--device 'nonsense': use auto, cpu, cuda or cuda:N"),
     (["--device", "cuda:7"], "--device cuda:7"),
-    (["--trials", "0"], "--trials 0: give a positive whole number, or auto"),
-    (["--trials", "many"], "--trials many: give a positive whole number, or auto"),
+    (["--trials", "0"], "--trials 0: give a whole number from 1 to 1,000,000, or auto"),
+    (["--trials", "many"], "--trials many: give a whole number from 1 to 1,000,000, or auto"),
+    (["--trials", "99999999999999999999999"], "--trials 99999999999999999999999: give a whole number from 1"),
     (["--timeout", "garbage"], "--timeout: cannot read duration 'garbage'"),
     (["--timeout", "0s"], "--timeout: duration must be positive"),
     (["--memory-budget", "garbage"], "--memory-budget: cannot read size 'garbage'"),
