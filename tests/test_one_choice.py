@@ -164,6 +164,15 @@ def test_compile_is_chosen_only_where_it_pays_back_within_the_run_the_target_des
         assert f"the {max_steps:,}-step run config.yaml describes (trainer.max_steps)" in table
 
 
+def test_a_compile_slower_than_eager_is_said_slower_not_a_negative_saving(project):
+    eager = ({"batch_size": 32, "precision": "bf16-mixed", "compile": "off"}, 141.0, 6.0, {})
+    slower = ({"batch_size": 32, "precision": "bf16-mixed", "compile": "default"}, 10.0, 6.0, {"timing": {"compile_s": 69.9}})
+    make_study(project, CLEAR[:1] + [eager, slower], {})
+    table = flat(bench("report", COLUMNS="200").output)
+    assert "compile: trial 2 spent 69.9s compiling, 2973.0 ms/step slower vs trial 1: never pays for itself " \
+           "(slower than eager)" in table
+
+
 def test_apply_warns_about_every_comment_a_change_makes_stale_precision_too(tmp_path):
     from tests.test_apply import target_for
     file = tmp_path / "train.yaml"

@@ -361,13 +361,16 @@ def watch_lines(choice: Choice) -> list[str]:
 def compile_lines(choice: Choice) -> list[str]:
     lines = []
     for p in choice.paybacks:
-        if p.break_even_steps is None:
-            verdict = "never pays for itself (not faster than eager beyond the noise)"
-        else:
+        if p.break_even_steps is not None:
             verdict = (f"pays for itself after {p.break_even_steps:,.0f} steps "
                        f"({'within' if p.pays else 'beyond'} {choice.run_source})")
-        lines.append(f"compile: trial {p.trial} spent {p.compile_s:.1f}s compiling, "
-                     f"{1000 * p.saved_s_per_step:+.1f} ms/step saved vs trial {p.eager}: {verdict}")
+        elif p.saved_s_per_step < 0:
+            verdict = "never pays for itself (slower than eager)"
+        else:
+            verdict = "never pays for itself (not faster than eager beyond the noise)"
+        effect = (f"{1000 * p.saved_s_per_step:.1f} ms/step saved" if p.saved_s_per_step >= 0
+                  else f"{-1000 * p.saved_s_per_step:.1f} ms/step slower")
+        lines.append(f"compile: trial {p.trial} spent {p.compile_s:.1f}s compiling, {effect} vs trial {p.eager}: {verdict}")
     return lines
 
 
