@@ -250,7 +250,8 @@ def test_renders_what_the_study_stores():
     """cli passes study user attrs (no env; workload as a dict) and rows straight from the records."""
     rows = synthetic_rows()[:3]
     rows[0]["tokens_per_s"] = 1234.0  # a bare number is read as the median
-    rows[1]["env"] = {"device": "cpu", "host_memory": 16 * GiB, "device_total": 16 * GiB, "driver": None}
+    rows[1]["env"] = {"device": "cpu", "host_memory": 16 * GiB, "device_total": 16 * GiB, "driver": None,
+                      "cpu_bf16_speedup": 0.5636496711492047, "tf32": {"matmul": "ieee", "cudnn": False}}
     rows[0]["env"] = rows[2]["env"] = None
     rows.append({"number": 3, "status": "running", "throughput": None, "peak_memory": None, "error": None,
                  "config": {"batch_size": 8}, "baseline": False})
@@ -259,6 +260,7 @@ def test_renders_what_the_study_stores():
     page = render_html(rows, study)
     assert "tiny-lm · cpu · 2026-11-03T14:07:00" in page
     assert "<dt>host_memory</dt><dd>16.00 GiB</dd>" in page and "<dt>driver</dt>" not in page
+    assert "<dd>0.564</dd>" in page and "<dd>matmul ieee, cudnn False</dd>" in page  # not a raw float, not a dict
     assert ">1,234<" in page and ">463,360<" in page
     assert 'class="badge st-running"' in page
 

@@ -327,7 +327,13 @@ def _environment(study: dict, choice: Choice) -> str:
 def _env_value(key: str, value: object) -> object:
     # The stamp keeps memory sizes in bytes (device_total, host_memory); people read GiB.
     is_size = isinstance(value, int) and (key.endswith("_total") or key.endswith("memory"))
-    return size(value) if is_size else value
+    if is_size:
+        return size(value)
+    if isinstance(value, float):  # a measured ratio (cpu_bf16_speedup): three figures, not seventeen
+        return f"{value:.3g}"
+    if isinstance(value, dict):  # a setting's parts (tf32's matmul and cudnn): key value, in a line
+        return ", ".join(f"{k} {v}" for k, v in value.items())
+    return value
 
 
 # ---- page template ------------------------------------------------------------------------------
