@@ -450,9 +450,9 @@ class Sweep:
         leaders = sorted(fits, key=lambda r: -pareto.speed(r, self.spec.objective))[:CONFIRM_TOP]
         base = next((r for r in rows if r.get("baseline") and r["status"] == record.OK), None)
         chosen = leaders + ([base] if base and all(base["number"] != r["number"] for r in leaders) else [])
-        if not chosen or chosen == [base]:  # your config leads: nothing measured beat it to confirm
-            return
-        # alone where your config did not run ok: nothing to run it side by side with
+        if not chosen or chosen == [base] or (base is None and len(fits) < 2):
+            return  # your config leads, or one config fits: no choice among configs to confirm
+        # alone where your config did not run ok (or has no trial): nothing to run it side by side with
         self.progress.note("confirming: " + ", ".join(f"#{r['number']}" for r in chosen)
                            + f" run {CONFIRM_ROUNDS} more times" + (" each, interleaved" if len(chosen) > 1 else ""))
         self.confirm_runs(chosen)
