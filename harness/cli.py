@@ -291,8 +291,8 @@ class LiveProgress(studies.Progress):
 
     def started(self, done, total, study):
         if done:
-            self.say(f"resuming: {done} of {total} trials already measured" if done < total else
-                     f"resuming: {done} trials already measured, the {total} asked for; confirmation only")
+            self.say(f"resuming: {done} of {total} trials already measured" if done <= total else
+                     f"resuming: {done} trials already measured, more than the {total} asked for")
 
     def trial_started(self, number, done, total, config, baseline):
         label = " (baseline: your current config)" if baseline else ""

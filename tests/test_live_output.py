@@ -124,3 +124,13 @@ def test_help_shows_whole_command_descriptions():
     flat = " ".join(shown.split())
     for command in main.commands.values():
         assert " ".join(command.help.split("\n\n")[0].split()) in flat
+
+
+def test_a_resume_past_a_smaller_cap_does_not_say_3_of_2(project, monkeypatch):
+    buf = io.StringIO()
+    monkeypatch.setattr(cli, "out", Console(file=buf, width=200, force_terminal=False))
+    progress = LiveProgress(specs.load(write_spec(project)))
+    progress.started(3, 2, "tiny")
+    progress.started(2, 2, "tiny")
+    assert buf.getvalue().splitlines() == ["resuming: 3 trials already measured, more than the 2 asked for",
+                                           "resuming: 2 of 2 trials already measured"]
