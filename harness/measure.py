@@ -241,10 +241,10 @@ def tensor_bytes(tensors) -> int:
     for t in map(local, tensors):
         if not isinstance(t, torch.Tensor) or t.device.type == "meta":
             continue
-        key = storage_key(t)
+        key, size = storage_of(t)
         if key not in seen:
             seen.add(key)
-            total += t.untyped_storage().nbytes()
+            total += size
     return total
 
 
@@ -253,9 +253,10 @@ def local(t):
     return t.to_local() if hasattr(t, "to_local") else t
 
 
-def storage_key(t) -> tuple:
-    t = local(t)
-    return t.untyped_storage().data_ptr(), t.device
+def storage_of(t) -> tuple[tuple, int]:
+    """The tensor's storage as (a key that tells storages apart, its bytes): views of one storage count once."""
+    storage = local(t).untyped_storage()
+    return (storage.data_ptr(), local(t).device), storage.nbytes()
 
 
 def saved_activation_bytes(forward, params=()) -> int:
@@ -276,16 +277,16 @@ class SavedActivations:
     """
 
     def __init__(self, params=()):
-        self.weights = {storage_key(p) for p in params}
+        self.weights = {storage_of(p)[0] for p in params}
         self.saved: dict[tuple, int] = {}
         self.backward_began = False
         self.hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
 
     def pack(self, t):
         if not self.backward_began and isinstance(t, torch.Tensor) and local(t).device.type != "meta":
-            key = storage_key(t)
+            key, size = storage_of(t)
             if key not in self.weights:
-                self.saved[key] = local(t).untyped_storage().nbytes()
+                self.saved[key] = size
         return t
 
     def unpack(self, t):
@@ -314,7 +315,8 @@ class Gradients:
 
     def seen(self, p) -> None:
         if p.grad is not None:
-            self.grads[storage_key(p.grad)] = local(p.grad).untyped_storage().nbytes()
+            key, size = storage_of(p.grad)
+            self.grads[key] = size
 
     def close(self) -> int:
         for handle in self.handles:

@@ -210,7 +210,8 @@ class Sweep:
         """The planner's predictions for the configs never measured and one line on why best is best,
         kept with the study for `bench report` (predictions, never measurements)."""
         if self.spec.sampler == "tpe" and rows_of(self.study):
-            self.study.set_user_attr("model", self.planner().summary(rows_of(self.study), self.best_so_far()))
+            rows = rows_of(self.study)
+            self.study.set_user_attr("model", self.planner(rows).summary(rows, self.best_so_far()))
 
     def plan_next(self) -> bool:
         """With nothing queued, queue what the search measures next; False once it should stop (--trials auto).
@@ -242,8 +243,9 @@ class Sweep:
     def queue_planned(self) -> bool:
         eager = self.eager_phase()
         apart = self.compile_apart()
-        config = self.planner().next(rows_of(self.study), include=lambda c: not apart or c.get("compile", "off") == "off",
-                                     stop=planner.EAGER_STOP_CHANCE if eager else planner.STOP_CHANCE if self.auto else None)
+        rows = rows_of(self.study)
+        config = self.planner(rows).next(rows, include=lambda c: not apart or c.get("compile", "off") == "off",
+                                         stop=planner.EAGER_STOP_CHANCE if eager else planner.STOP_CHANCE if self.auto else None)
         if config is not None:
             self.enqueue(config)
             return True
@@ -256,9 +258,9 @@ class Sweep:
             return False
         return True  # every config is measured or ruled out: the sampler proposes (run() stops when all are)
 
-    def planner(self) -> planner.Planner:
+    def planner(self, rows: list[dict] | None = None) -> planner.Planner:
         # without a budget the wall is the device's memory, as the report's choice takes it: known once a trial ran
-        limit = self.spec.memory_budget or pareto.capacity(rows_of(self.study), None)
+        limit = self.spec.memory_budget or pareto.capacity(rows_of(self.study) if rows is None else rows, None)
         if self._planner is None or self._planner.limit != limit:
             self._planner = planner.Planner(list(all_configs(self.spec)), limit * (1 - self.spec.headroom) if limit else None,
                                             limit, self.device, self.spec.objective,
