@@ -7,6 +7,7 @@ known exactly; the `high: auto` test runs real trials under a real memory limit.
 """
 from __future__ import annotations
 
+import html
 import json
 import math
 import subprocess
@@ -357,6 +358,8 @@ def test_why_names_the_knob_that_buys_the_most_and_the_report_marks_predictions(
     assert all(p["config"] not in [r["config"] for r in rows] for p in kept["predicted"])  # never a measured config
     assert not kept["predicted"] or "PREDICTED" in lines[1]
     assert pareto.speed(best) > 0
+    page = html.unescape(report.render_html(choice, info))
+    assert f"why best: {why}" in page  # the page says it too, in the terminal's words
 
 
 def test_why_does_not_call_a_batch_the_largest_that_fits_when_a_larger_one_fit_and_ran_slower():

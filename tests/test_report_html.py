@@ -1,6 +1,7 @@
 """The HTML report: escaping, self-containment, the plots' parts, and a real headless browser."""
 from __future__ import annotations
 
+import dataclasses
 import html
 import io
 import re
@@ -426,3 +427,27 @@ def test_the_terminal_table_of_a_gpu_sized_study_shows_an_oom_without_a_peak():
     assert "peak GiB" in buf.getvalue() and "17.60" in buf.getvalue()
     oom = next(line for line in buf.getvalue().splitlines() if re.match(r"[│\s]*7\s", line))
     assert "oom" in oom and "26.30" not in oom  # an OOM's peak is not a measurement of the config
+
+
+def test_predictions_get_their_own_card_apart_from_the_measured_table_and_compile_is_weighed():
+    rows = synthetic_rows()
+    unmeasured = {"batch_size": 96, "accumulation": 1, "precision": "bf16-mixed", "checkpointing": "full",
+                  "compile": "default"}
+    model = {"why": "checkpointing=full lets batch 128 fit: +3% over the best without it (#2)",
+             "predicted": [{"config": unmeasured, "speed": 1401.5, "speed_sd": 0.08, "peak_memory": 15.5 * GiB,
+                            "fit_chance": 0.93, "beat_chance": 0.41}]}
+    choice = dataclasses.replace(choose(rows, synthetic_study()), model=model)
+    page = html.unescape(report.render_html(choice, synthetic_study()))
+    story = page.split('<ul class="story">')[1].split("</ul>")[0]
+    assert f"why best: {model['why']}" in story
+    assert "compile: trial 3 spent 41.5s compiling" in story  # the terminal's payback line, in the story
+    card = page.split("Predicted, not measured")[1].split("</section>")[0]
+    assert "~1,402" in card and "×1.08" in card and "~15.50 GiB" in card and "93%" in card and "41%" in card
+    assert "<b>batch_size</b> 96" in card
+    trials = page.split('class="trials sortable"')[1].split("</table>")[0]
+    assert "1,402" not in trials and trials.count("<tr ") == len(rows)  # never a row of the measured table
+
+
+def test_no_predictions_no_card():
+    page = render_html(synthetic_rows(), synthetic_study())
+    assert "Predicted, not measured" not in page

@@ -12,6 +12,7 @@ the choice's, so it equals the terminal's.
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ def render_html(choice: Choice, study: dict) -> str:
                 note=_breakdown_source(choice.best))
         + "</div>",
         _card(f"All trials ({len(choice.rows)})", _table(choice), note="click a column header to sort"),
+        _predicted(choice),
         _card("Where the sweep's time went", _time.html([s.record for s in choice.rows]),
               note="every trial's wall time by phase, summed (harness/report/_time.py says what each phase holds)"),
         _card("Environment", _environment(study, choice)),
@@ -93,6 +95,8 @@ def _story(choice: Choice) -> str:
         return ('<section class="hero bad"><p>No configuration finished inside the budget.</p>'
                 f'<ul class="story">{_items(_terminal.story(choice))}</ul></section>')
     lead = ("Your config stays best" if best.record.baseline else "Best") + f": trial #{esc(best.number)}"
+    # why best is best (the search's model) and what compiling cost: the terminal's lines, word for word
+    said = _terminal.story(choice) + _terminal.why_lines(choice.model) + _terminal.compile_lines(choice)
     cards = [
         _stat("vs your config", *_speedup(choice)),
         _stat(f"best {choice.unit}", f"{rate(best.speed)} {choice.unit}",
@@ -104,7 +108,7 @@ def _story(choice: Choice) -> str:
     ]
     return (
         f'<section class="hero"><p class="lead">{lead} {_config_chips(best.config)}</p>'
-        f'<ul class="story">{_items(_terminal.story(choice))}</ul>'
+        f'<ul class="story">{_items(said)}</ul>'
         f'<div class="stats">{"".join(cards)}</div></section>'
     )
 
@@ -165,6 +169,25 @@ def _tiers(choice: Choice) -> str:
 def _card(title: str, body: str, note: str = "") -> str:
     note_html = f'<span class="note">{esc(note)}</span>' if note else ""
     return f'<section class="card"><h2>{esc(title)}{note_html}</h2>{body}</section>'
+
+
+def _predicted(choice: Choice) -> str:
+    """The configs never measured that the search's model predicts fastest, apart from the measured table
+    and marked as predictions: `bench trial` measures one."""
+    predicted = (choice.model or {}).get("predicted") or []
+    if not predicted:
+        return ""
+    rows = "".join(
+        f'<tr><td>{_config_chips(p["config"])}</td><td class="num">~{esc(rate(p["speed"]))}</td>'
+        f'<td class="num">×{math.exp(p["speed_sd"]):.2f}</td><td class="num">~{esc(size(p["peak_memory"]))}</td>'
+        f'<td class="num">{p["fit_chance"]:.0%}</td><td class="num">{p["beat_chance"]:.0%}</td></tr>'
+        for p in predicted)
+    head = (f"<tr><th>config</th><th class=\"num\">predicted {esc(choice.unit)}</th><th class=\"num\">"
+            "likely within, either way</th><th class=\"num\">predicted peak</th><th class=\"num\">chance it fits</th>"
+            "<th class=\"num\">chance it beats best</th></tr>")
+    return _card("Predicted, not measured", f'<div class="table-wrap"><table class="predicted"><thead>{head}'
+                 f"</thead><tbody>{rows}</tbody></table></div>",
+                 note="the search's model, fit from the trials above; run one with `bench trial`")
 
 
 # ---- the trial table ----------------------------------------------------------------------------
@@ -377,9 +400,9 @@ header .size-warning { margin:0 0 10px; padding:6px 10px; border-radius:8px; bac
 .tier { background:var(--card); border:1px solid var(--line); border-radius:12px; padding:10px 14px; }
 .tier .label { text-transform:uppercase; font-size:12px; letter-spacing:.05em; color:var(--muted); }
 .tier .value { font-size:18px; font-weight:650; margin-bottom:4px; }
-.tier .kv { font-size:12px; background:#f1f3f5; border-radius:6px; padding:0 6px; margin:2px 3px 0 0;
+.tier .kv, .predicted .kv { font-size:12px; background:#f1f3f5; border-radius:6px; padding:0 6px; margin:2px 3px 0 0;
   display:inline-block; }
-.tier .kv b { font-weight:500; color:var(--muted); }
+.tier .kv b, .predicted .kv b { font-weight:500; color:var(--muted); }
 .card { background:var(--card); border:1px solid var(--line); border-radius:14px; padding:16px 18px;
   margin-bottom:18px; min-width:0; }
 .card h2 { font-size:15px; margin:0 0 10px; font-weight:650; }
@@ -427,6 +450,10 @@ table.trials { border-collapse:collapse; width:100%; font-size:12.5px; white-spa
 .trials .num { text-align:right; font-variant-numeric:tabular-nums; }
 .trials tbody tr:hover { background:#f8fafc; }
 .trials tr.best { background:#eef6ff; } .trials tr.baseline { background:#fafaf0; }
+table.predicted { border-collapse:collapse; width:100%; font-size:12.5px; font-style:italic; }
+.predicted th { text-align:left; font-weight:600; color:#4b5563; border-bottom:2px solid var(--line); padding:6px; }
+.predicted td { padding:5px 6px; border-bottom:1px solid #f0f1f3; color:#4b5563; }
+.predicted .num { text-align:right; font-variant-numeric:tabular-nums; }
 .tag { margin-right:4px; background:#eef2ff; color:#3730a3; }
 .tag-best { background:#1f2a44; color:#fff; } .tag-baseline { background:#fef3c7; color:#92400e; }
 .err { color:#912018; }

@@ -249,7 +249,7 @@ def model_lines(model: dict | None, objective: str) -> list[str]:
     """Why best is best, and the configs never measured that the model predicts fastest: predicted, not measured."""
     if not model:
         return []
-    lines = [f"why best: {model['why']}"] if model.get("why") else []
+    lines = why_lines(model)
     if model.get("predicted"):
         lines.append("PREDICTED, not measured (the search's model; run them with `bench trial`):")
         for p in model["predicted"]:
@@ -257,6 +257,10 @@ def model_lines(model: dict | None, objective: str) -> list[str]:
                          f"×{math.exp(p['speed_sd']):.2f} either way), "
                          f"peak ~{gib(p['peak_memory'])}, fits {p['fit_chance']:.0%}, beats best {p['beat_chance']:.0%}")
     return lines
+
+
+def why_lines(model: dict | None) -> list[str]:
+    return [f"why best: {model['why']}"] if model and model.get("why") else []
 
 
 def headline(choice: Choice) -> list[str]:
