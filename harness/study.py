@@ -26,7 +26,7 @@ from harness import storage
 from harness.storage import (JOURNAL, existing_storage, is_stale, open_storage,  # noqa: F401 (open_storage: API)
                              redact, study_dir, worker_id)
 from harness.errors import UserError
-from harness.spec import Dimension, Spec, all_configs
+from harness.spec import Dimension, Spec, all_configs, workload_label
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -368,6 +368,11 @@ class Sweep:
             self.tell_interrupted(trial, config, rec["error"]["message"])
             raise UserError(f"{self.spec.path}: workload.factory: {rec['error']['message']}; fix it and re-run "
                             f"(traceback in {self.log_path(trial.number)})")
+        if rec["status"] in (record.OK, record.DIVERGED) and pareto.speed(rec, self.spec.objective) is None:
+            # tokens/s of a workload whose samples have no length: so would every config be
+            self.tell_interrupted(trial, config, "no tokens/s: the workload reports no tokens_per_sample")
+            raise UserError(f"{self.spec.path}: objective: tokens, but workload {workload_label(self.spec.workload)} reports no "
+                            "tokens_per_sample (its samples have no length); set objective: samples and re-run")
         rec.update(number=trial.number, config=config)
         rec.setdefault("error", None)
         log = self.log_path(trial.number)
@@ -562,9 +567,6 @@ class Sweep:
     # -- telling -----------------------------------------------------------------------------------
     def tell(self, trial: optuna.Trial, rec: dict) -> None:
         speed = pareto.speed(rec, self.spec.objective)
-        if rec["status"] in (record.OK, record.DIVERGED) and speed is None:
-            rec.update(status=record.ERROR, error={"type": "NoTokens", "message": (
-                "objective: tokens, but the workload reports no tokens_per_sample; use objective: samples")})
         status = rec["status"]
         trial.set_user_attr("status", status)
         trial.set_user_attr("record", rec)
@@ -803,7 +805,8 @@ def resumed(spec: Spec, study: optuna.Study, device: str) -> Spec:
     Optuna refuses a categorical knob whose choices change within a study, so a resume keeps the
     choices the study was sampled with (they include the first run's baseline value, which a later
     `bench apply best` may have replaced). A new choice, another memory budget or another kind of
-    device would mix unlike measurements in one study: that needs a new study.
+    device would mix unlike measurements in one study: that needs a new study. Another objective does too,
+    once a trial was measured in the old one; before that it is recorded, the only write here.
     """
     info, name = study.user_attrs, spec.study
     hint = "resume with the study's settings, or start a new study with --study NAME"
@@ -812,7 +815,9 @@ def resumed(spec: Spec, study: optuna.Study, device: str) -> Spec:
                         f"asks for {_budget(spec.memory_budget)}; {hint}")
     if "device" in info and info["device"].split(":")[0] != device.split(":")[0]:
         raise UserError(f"study {name!r} ran on {info['device']}, this run is on {device}; {hint}")
-    if info.get("objective", spec.objective) != spec.objective:
+    # nothing measured yet in the old objective (its first trial found the workload has no tokens): nothing to mix
+    retarget = info.get("objective", spec.objective) != spec.objective
+    if retarget and study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         raise UserError(f"study {name!r} optimizes {info['objective']}/s, this run asks for {spec.objective}/s; {hint}")
     changed = workload_changes(info.get("workload"), spec.workload)
     if changed:
@@ -834,6 +839,8 @@ def resumed(spec: Spec, study: optuna.Study, device: str) -> Spec:
                             f"space ({', '.join(map(str, choices))}) lacks; Optuna cannot change a study's choices: "
                             f"start a new study with --study NAME")
         search[knob] = Dimension(knob, choices=choices)
+    if retarget:
+        study.set_user_attr("objective", spec.objective)
     return replace(spec, search=search)
 
 

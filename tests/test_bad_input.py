@@ -541,3 +541,30 @@ def test_a_budget_above_the_devices_memory_is_warned_in_one_line(cwd):
     assert result.exit_code == 0, result.output
     [warning] = [line for line in result.stderr.splitlines() if line.strip()]
     assert warning.startswith("warning: memory budget") and "more than the" in warning
+
+
+# ---- objective: tokens on a workload whose samples have no length ----------------------------------------
+
+def test_tokens_objective_without_tokens_stops_at_the_first_trial_and_samples_resumes_the_study(cwd):
+    """Every config would end alike, so the first trial says so (exit 2, one line), is never counted as a
+    measurement, and the study it started resumes once the objective is fixed: nothing was measured in
+    tokens/s, so there is nothing to keep the old objective for."""
+    path = write(cwd, "user.yaml", {**GOOD, "objective": "tokens"})
+    assert_user_error(bench("sweep", path, "--device", "cpu"), "user.yaml", "objective: tokens",
+                      "emberformer", "objective: samples")
+    rows = json.loads(bench("report", "--format", "json").stdout)
+    assert [r["status"] for r in rows] == ["interrupted"]
+    write(cwd, "user.yaml", {**GOOD, "objective": "samples"})
+    result = bench("sweep", path, "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(bench("report", "--format", "json").stdout)
+    assert sorted(r["status"] for r in rows if r["status"] != "interrupted") == ["ok", "ok"]
+    assert all(r["speed"]["value"] for r in rows if r["status"] == "ok")
+
+
+def test_a_study_measured_in_tokens_still_refuses_samples(cwd):
+    path = write(cwd, "user.yaml", {**GOOD, "workload": {"name": "gpt", "preset": "tiny"}, "objective": "tokens",
+                                    "trials": 1})
+    assert bench("sweep", path, "--device", "cpu").exit_code == 0
+    write(cwd, "user.yaml", {**GOOD, "workload": {"name": "gpt", "preset": "tiny"}, "objective": "samples"})
+    assert_user_error(bench("sweep", path, "--device", "cpu"), "optimizes tokens/s", "samples/s", "--study")
