@@ -161,6 +161,8 @@ class Trial:
 
     def sample_batch(self, dataset, collate):
         n = int(self.config["batch_size"])
+        if hasattr(dataset, "__len__") and n > len(dataset):  # a synthetic dataset answers any index, slowly
+            raise BatchOverDataset(n, dataset)
         items = [dataset[i] for i in range(n)]
         return (collate or torch.utils.data.default_collate)(items)
 

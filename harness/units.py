@@ -13,6 +13,8 @@ _SIZE_UNITS = {
 }
 _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600}
 MAX_SIZE = 2**60
+MIN_SIZE = 2**20
+"""Every size parsed is a memory budget, and no model trains in under a MiB."""
 _NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
@@ -32,6 +34,8 @@ def parse_size(value: object, where: str) -> int:
     size = int(number * _SIZE_UNITS[unit])
     if size <= 0:
         raise UserError(f"{where}: size must be positive, got {value!r}")
+    if size < MIN_SIZE:  # a memory budget: `12` is 12 bytes, and 12GiB was meant
+        raise UserError(f"{where}: size {value!r} is {size:,} bytes, too small for any model; write the unit, like 12GiB")
     return size
 
 

@@ -111,6 +111,7 @@ BAD_NUMBERS = {
     "loss_tolerance_inf": ("trial: {loss_tolerance: .inf}", "trial.loss_tolerance", "inf"),
     "window_nan": ("trial: {window: .nan}", "trial.window", "finite"),
     "budget_1e30": ("memory: {budget: 1.0e+30}", "memory.budget", "beyond any machine"),
+    "budget_without_unit": ("memory: {budget: 12}", "memory.budget", "12 bytes", "like 12GiB"),
     "budget_nan": ("memory: {budget: .nan}", "memory.budget", "finite"),
     "budget_inf": ("memory: {budget: .inf}", "memory.budget", "finite"),
     "seed_negative": ("seed: -1", "seed must be between 0 and 4294967295"),
@@ -260,6 +261,7 @@ def test_factory_that_cannot_be_imported_stops_the_sweep(cwd, monkeypatch, modul
     (["--set", "checkpointing=[full]"], "checkpointing"),
     (["--timeout", "garbage"], "--timeout"),
     (["--memory-budget", "garbage"], "--memory-budget"),
+    (["--memory-budget", "12"], "--memory-budget: size '12' is 12 bytes, too small for any model; write the unit"),
     (["--device", "nonsense"], "--device 'nonsense'"),
     (["--scenario", "nope"], "no scenario 'nope'"),
 ])

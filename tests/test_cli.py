@@ -311,13 +311,16 @@ def test_a_failed_trials_progress_line_is_one_line_whatever_its_error_message():
     assert cli.outcome(rec) == "oom: MemoryError: std::bad_alloc"
 
 
-def test_a_batch_larger_than_the_dataset_fails_at_once_and_says_so(project):
+@pytest.mark.parametrize("batch", [32, 50_000_000])
+def test_a_batch_larger_than_the_dataset_fails_at_once_and_says_so(project, batch):
     """The loader drops a partial batch, so a batch over the dataset yields none: the first step once
-    looped over empty passes until the trial's timeout (the 512-sample tiny preset at batch 576)."""
+    looped over empty passes until the trial's timeout (the 512-sample tiny preset at batch 576). And
+    the reference pass, before any step, built a batch of that many samples from a synthetic dataset
+    that answers any index (`--set batch_size=100000000` ran on until the timeout)."""
     spec = write_spec(project, workload={"name": "emberformer", "preset": "tiny", "params": {"samples": 16}})
-    result = bench("trial", spec, "--set", "batch_size=32", "--device", "cpu", "--timeout", "60s")
+    result = bench("trial", spec, "--set", f"batch_size={batch}", "--device", "cpu", "--timeout", "60s")
     assert result.exit_code == 1, result.output  # a trial that failed
     record = json.loads(result.output)
     assert record["status"] == "error" and record["error"]["type"] == "BatchOverDataset", record
-    assert "batch_size 32 is more than the dataset's 16 samples" in record["error"]["message"]
+    assert f"batch_size {batch} is more than the dataset's 16 samples" in record["error"]["message"]
     assert record["timing"]["trial_wall_s"] < 30  # not the timeout
