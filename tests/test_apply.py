@@ -326,10 +326,11 @@ def test_create_keys_in_json_follows_the_layout(tmp_path):
 
 
 @pytest.mark.parametrize("name, content, message", [
-    ("config.yaml", "trainer: {precision: 32\n", "not valid YAML"),
+    ("config.yaml", "trainer: {precision: 32\n", "not valid YAML: expected ',' or '}', but got '<stream end>' at line 2"),
     ("config.yaml", "- 1\n- 2\n", "not a mapping"),
-    ("config.yaml", "a: 1\n---\nb: 2\n", "not valid YAML"),
-    ("config.json", '{"trainer": {"precision": 32},}\n', "not valid JSON"),
+    ("config.yaml", "a: 1\n---\nb: 2\n", "not valid YAML: expected a single document .*, but found another document at line 2"),
+    ("config.yaml", "a: 1\nb: 2\na: 3\n", 'not valid YAML: found duplicate key "a" .* at line 3'),
+    ("config.json", '{"trainer": {"precision": 32},}\n', "not valid JSON: .* line 1 column 31"),
     ("config.json", "[1, 2]\n", "not a mapping"),
     ("config.yaml", b"\xff\xfe\x00binary", "not a UTF-8 text file"),
 ])

@@ -46,7 +46,7 @@ def _load_document(path: Path, fmt: str) -> _Document:
     try:
         root = YAML(typ="rt").compose(text)
     except YAMLError as e:  # valid JSON that YAML cannot place, e.g. duplicate keys
-        raise UserError(f"{path}: cannot edit this file in place: {_first_line(e)}") from None
+        raise UserError(f"{path}: cannot edit this file in place: {_problem(e)}") from None
     return _Document(path, fmt, text, data, root, bom)
 
 
@@ -72,7 +72,7 @@ def _parse_data(text: str, fmt: str, path: Path | None = None) -> object:
             warnings.simplefilter("ignore")
             return YAML(typ="safe", pure=True).load(text)
     except (ValueError, YAMLError) as e:
-        raise UserError(f"{path}: not valid {fmt.upper()}: {_first_line(e)}; fix the file or point apply.file "
+        raise UserError(f"{path}: not valid {fmt.upper()}: {_problem(e)}; fix the file or point apply.file "
                         "at the training config") from None
 
 
@@ -86,8 +86,14 @@ def _refuse_duplicates(pairs: list) -> dict:
     return dict(pairs)
 
 
-def _first_line(error: Exception) -> str:
-    return " ".join(str(error).split("\n")[:2]).strip()
+def _problem(error: Exception) -> str:
+    """What the parser found wrong, and where (its message's first lines only name what it was inside)."""
+    problem, mark = getattr(error, "problem", None), getattr(error, "problem_mark", None)
+    if not problem:
+        return str(error).strip().splitlines()[0]
+    if problem.startswith("but ") and getattr(error, "context", None):  # "but found another document"
+        problem = f"{error.context}, {problem}"
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem
 
 
 def _lookup(data: object, key: str) -> object:
