@@ -701,3 +701,20 @@ def test_a_comment_listing_the_choices_is_not_stale_but_one_quoting_the_old_valu
     p = plan(target_for(file, preset="lightning", keys={"batch_size": "data.batch_size"}),
              {"batch_size": 32, "precision": "bf16-mixed"}, PROVENANCE)
     assert len(p.warnings) == 1 and "data.batch_size" in p.warnings[0] and "quotes 8" in p.warnings[0]
+
+
+def test_a_comment_on_the_effective_batch_that_still_holds_is_not_called_stale(tmp_path):
+    """batch 32 x accumulation 1 -> 16 x 2: `# effective batch 32` quotes the old batch size, and is still
+    true. apply says so, and asks the user to check it rather than to update it."""
+    file = tmp_path / "train.yaml"
+    file.write_text("data:\n  batch_size: 32   # effective batch 32\n"
+                    "trainer:\n  precision: 32-true\n  accumulate_grad_batches: 1   # 1: no accumulation\n")
+    target = target_for(file, preset="lightning", keys={"batch_size": "data.batch_size"})
+    p = plan(target, {"batch_size": 16, "accumulation": 2}, PROVENANCE, current_values=read_current(target))
+    batch = next(w for w in p.warnings if "data.batch_size" in w)
+    assert "quotes 32, its old value, and the new effective batch; check" in batch
+    assert "check the comment still holds" in batch and "update the comment" not in batch
+    accumulation = next(w for w in p.warnings if "accumulate_grad_batches" in w)
+    assert "quotes 1, its old value; update the comment" in accumulation  # not an effective batch
+    p = plan(target, {"batch_size": 16, "accumulation": 1}, PROVENANCE, current_values=read_current(target))
+    assert "quotes 32, its old value; update the comment" in p.warnings[0]  # now it is stale

@@ -91,7 +91,7 @@ def plan(target: ApplyTarget, values: dict, provenance: dict, *, to: Path | None
     return Plan(source=target.file, path=destination, old_text=doc.bom + doc.text, new_text=doc.bom + new_text,
                 diff=_diff(doc.text, new_text, target.file, destination), changes=changes,
                 unmapped=unmapped, sidecar=sidecar, sidecar_text=sidecar_text,
-                warnings=tuple(stale_comments(doc, edits, new_text)))
+                warnings=tuple(stale_comments(doc, edits, new_text, _written_effective_batch(values, current_values))))
 
 
 def _assignments(target: ApplyTarget, values: dict, doc: _Document,
@@ -127,6 +127,15 @@ def _knob_assignments(target: ApplyTarget, knob: str, value: object) -> list[_As
         raise UserError(f"{target.file}: {knob}={value} cannot be written: {origin} has no spelling for it in {keys}; "
                         f"add one under apply.keys.{knob}.values, or leave {value} out of the sweep")
     return out
+
+
+def _written_effective_batch(values: dict, current: dict | None) -> int | None:
+    """The global batch after a write that changes the micro-batch, where it is not the micro-batch itself
+    (accumulation or processes) and the file's values are known."""
+    if "batch_size" not in values or current is None:
+        return None
+    total = _effective_batch(values, current)
+    return total if isinstance(total, int) and total != values["batch_size"] else None
 
 
 def _effective_batch(knobs: dict, fallback: dict) -> int | None:
