@@ -643,8 +643,10 @@ class Sweep:
         Without a config (asked from the sampler, killed before it was claimed) nothing is queued: the
         sampler proposes afresh.
         """
+        log = self.log_path(trial.number)  # what the child printed before it stopped, where it got that far
         rec = {"status": record.INTERRUPTED, "config": config or {}, "throughput": None, "peak_memory": None,
-               "number": trial.number, "error": {"type": kind, "message": why}}
+               "number": trial.number, "error": {"type": kind, "message": why},
+               "log": str(log.resolve()) if log and log.is_file() else None}
         trial.set_user_attr("status", record.INTERRUPTED)
         trial.set_user_attr("record", rec)
         if config:  # queued before the FAIL: a kill between the two leaves a RUNNING trial, recovered again

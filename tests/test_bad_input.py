@@ -247,6 +247,7 @@ def test_factory_that_cannot_be_imported_stops_the_sweep(cwd, monkeypatch, modul
     assert "Traceback" in log  # the whole traceback is kept in the trial's log
     rows = json.loads(bench("report", "--format", "json").stdout)
     assert [r["status"] for r in rows] == ["interrupted"]  # never a measurement; runs again on resume
+    assert Path(rows[0]["log"]).read_text() == log  # and the report points at its log
 
 
 # ---- --set and options ---------------------------------------------------------------------------------
