@@ -166,6 +166,20 @@ class Record:
         return {**self.extra, **out}
 
 
+FIGURES = ("throughput", "tokens_per_s", "peak_memory")
+"""The figures every reader compares: a number or nothing."""
+
+
+def figure_problem(rec: dict) -> str | None:
+    """Why a stored record (or confirmation run) cannot be read, or None: a figure that is not a number
+    was written by hand or damaged, and would surface as a TypeError in whichever view read it first."""
+    for name in FIGURES:
+        value = _median(rec.get(name)) if name == "tokens_per_s" else rec.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return f"the record's {name} is {value!r}, not a number"
+    return None
+
+
 def _median(value) -> float | None:
     """Rates were kept as {median, p10, p90}, in the earliest studies as a bare number."""
     return value.get("median") if isinstance(value, dict) else value

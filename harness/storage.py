@@ -30,6 +30,7 @@ import psutil
 import sqlalchemy
 from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, JournalFileOpenLock
 
+from harness import record
 from harness.errors import UserError
 
 JOURNAL = "journal.log"
@@ -359,9 +360,13 @@ def record_problem(entry) -> str | None:
 def bench_attr_problem(name: str, value) -> str | None:
     if name in ("record", "config") and not isinstance(value, dict):
         return f"{name} must be a mapping"
+    if name == "record":
+        return record.figure_problem(value)
     if name == "repeats" and not (isinstance(value, dict) and all(
             isinstance(runs, list) and all(isinstance(run, dict) for run in runs) for runs in value.values())):
         return "repeats must map trial numbers to lists of runs"
+    if name == "repeats":
+        return next(filter(None, (record.figure_problem(run) for runs in value.values() for run in runs)), None)
     if name.startswith("confirm:") and not (isinstance(value, dict) and (value.get("state") != "done"
                                                                          or isinstance(value.get("run"), dict))):
         return f"{name} must be a confirmation run"

@@ -16,6 +16,13 @@ CRAFTED = {
     "no trial id": {"op_code": 8, "worker_id": "w", "user_attr": {"x": 1}},
     "repeats of the wrong type": {"op_code": 2, "worker_id": "w", "study_id": 0, "user_attr": {"repeats": "oops"}},
     "a record that is not a mapping": {"op_code": 8, "worker_id": "w", "trial_id": 0, "user_attr": {"record": [1]}},
+    "a throughput that is not a number": {"op_code": 8, "worker_id": "w", "trial_id": 0,
+                                          "user_attr": {"record": {"status": "ok", "throughput": "fast"}}},
+    "a peak that is not a number": {"op_code": 8, "worker_id": "w", "trial_id": 0,
+                                    "user_attr": {"record": {"status": "ok", "peak_memory": [1]}}},
+    "a confirmation run's figure that is not a number": {
+        "op_code": 2, "worker_id": "w", "study_id": 0,
+        "user_attr": {"repeats": {"0": [{"status": "ok", "throughput": {"median": "fast"}}]}}},
 }
 
 
@@ -35,4 +42,5 @@ def test_a_crafted_journal_record_is_refused_by_file_and_line(study, case):  # n
         assert result.returncode == 2, result.stderr
         [said] = lines(result.stderr)
         assert f"journal.log:{records + 1}:" in said and "Traceback" not in said, said
+        assert "not a number" in said or "not a number" not in case
     assert path.read_bytes() == crafted  # nothing repaired or cut behind the user's back
