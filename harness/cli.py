@@ -20,7 +20,7 @@ from rich.text import Text
 from harness import __version__, apply, knobs, launch, nvml, pareto, report, spec as specs, storage as stores, study as studies
 from harness.errors import UserError
 from harness.record import Record
-from harness.units import gib, parse_duration, parse_size
+from harness.units import gib, parse_duration, parse_size, size
 from harness.workloads import WORKLOADS
 
 out = Console(soft_wrap=True)  # progress lines stay whole in logs and pipes
@@ -243,7 +243,7 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
     if os.environ.get(QUICK_ENV):
         out.print(f"{QUICK_ENV} is set: a quick smoke run (tiny preset, short measurements), not numbers to act on")
     if spec.memory_budget:
-        out.print(f"memory budget {gib(spec.memory_budget)}, headroom {spec.headroom:.0%}")
+        out.print(f"memory budget {size(spec.memory_budget)}, headroom {spec.headroom:.0%}")
         warn_budget_above_device(spec.memory_budget, device)
     sweep = studies.Sweep(spec, study, device, results, total, deadline, progress,
                           claim=stores.claim_lock(storage, results, spec.study), auto=auto)
@@ -253,7 +253,7 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
 def warn_budget_above_device(budget: int, device: str) -> None:
     total = device_memory(device)
     if total and budget > total:
-        err.print(f"warning: memory budget {gib(budget)} is more than the {gib(total)} {device} has; "
+        err.print(f"warning: memory budget {size(budget)} is more than the {size(total)} {device} has; "
                   "trials are limited by the device, not the budget", soft_wrap=True)
 
 

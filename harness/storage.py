@@ -370,6 +370,8 @@ def bench_attr_problem(name: str, value) -> str | None:
     if name.startswith("confirm:") and not (isinstance(value, dict) and (value.get("state") != "done"
                                                                          or isinstance(value.get("run"), dict))):
         return f"{name} must be a confirmation run"
+    if name.startswith("confirm:") and value.get("state") == "done":
+        return record.figure_problem(value["run"])
     return None
 
 

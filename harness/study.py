@@ -375,8 +375,7 @@ class Sweep:
                             "tokens_per_sample (its samples have no length); set objective: samples and re-run")
         rec.update(number=trial.number, config=config)
         rec.setdefault("error", None)
-        log = self.log_path(trial.number)
-        rec["log"] = str(log.resolve()) if log else None  # readable from wherever `bench report` runs
+        rec["log"] = self.log_of(trial.number)
         before = self.best_so_far()
         self.tell(trial, rec)
         best = self.best_so_far()
@@ -564,6 +563,12 @@ class Sweep:
             return None
         return study_dir(self.results, self.spec.study) / "logs" / f"trial-{number:04d}.log"
 
+    def log_of(self, number: int, written: bool = False) -> str | None:
+        """The log path a record names: absolute, readable from wherever `bench report` runs (`written`:
+        only where the child wrote one)."""
+        log = self.log_path(number)
+        return str(log.resolve()) if log and (log.is_file() or not written) else None
+
     # -- telling -----------------------------------------------------------------------------------
     def tell(self, trial: optuna.Trial, rec: dict) -> None:
         speed = pareto.speed(rec, self.spec.objective)
@@ -643,10 +648,9 @@ class Sweep:
         Without a config (asked from the sampler, killed before it was claimed) nothing is queued: the
         sampler proposes afresh.
         """
-        log = self.log_path(trial.number)  # what the child printed before it stopped, where it got that far
         rec = {"status": record.INTERRUPTED, "config": config or {}, "throughput": None, "peak_memory": None,
                "number": trial.number, "error": {"type": kind, "message": why},
-               "log": str(log.resolve()) if log and log.is_file() else None}
+               "log": self.log_of(trial.number, written=True)}  # what the child printed, where it got that far
         trial.set_user_attr("status", record.INTERRUPTED)
         trial.set_user_attr("record", rec)
         if config:  # queued before the FAIL: a kill between the two leaves a RUNNING trial, recovered again
@@ -819,7 +823,8 @@ def resumed(spec: Spec, study: optuna.Study, device: str) -> Spec:
         raise UserError(f"study {name!r} ran on {info['device']}, this run is on {device}; {hint}")
     # nothing measured yet in the old objective (its first trial found the workload has no tokens): nothing to mix
     retarget = info.get("objective", spec.objective) != spec.objective
-    if retarget and study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+    if retarget and any((t.user_attrs.get("record") or {}).get("status") in (record.OK, record.DIVERGED)
+                        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))):
         raise UserError(f"study {name!r} optimizes {info['objective']}/s, this run asks for {spec.objective}/s; {hint}")
     changed = workload_changes(info.get("workload"), spec.workload)
     if changed:

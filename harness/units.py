@@ -35,7 +35,8 @@ def parse_size(value: object, where: str) -> int:
     if size <= 0:
         raise UserError(f"{where}: size must be positive, got {value!r}")
     if size < MIN_SIZE:  # a memory budget: `12` is 12 bytes, and 12GiB was meant
-        raise UserError(f"{where}: size {value!r} is {size:,} bytes, too small for any model; write the unit, like 12GiB")
+        fix = "write the unit, like 12GiB" if unit in ("", "b") else "a memory budget is at least 1MiB"
+        raise UserError(f"{where}: size {value!r} is {size:,} bytes, too small for any model; {fix}")
     return size
 
 

@@ -718,3 +718,9 @@ def test_a_comment_on_the_effective_batch_that_still_holds_is_not_called_stale(t
     assert "quotes 1, its old value; update the comment" in accumulation  # not an effective batch
     p = plan(target, {"batch_size": 16, "accumulation": 1}, PROVENANCE, current_values=read_current(target))
     assert "quotes 32, its old value; update the comment" in p.warnings[0]  # now it is stale
+
+
+def test_a_parse_error_without_a_message_still_names_something():
+    from ruamel.yaml import YAMLError
+    from harness.apply._document import _problem
+    assert _problem(YAMLError()) == "YAMLError"

@@ -263,6 +263,8 @@ def test_factory_that_cannot_be_imported_stops_the_sweep(cwd, monkeypatch, modul
     (["--timeout", "garbage"], "--timeout"),
     (["--memory-budget", "garbage"], "--memory-budget"),
     (["--memory-budget", "12"], "--memory-budget: size '12' is 12 bytes, too small for any model; write the unit"),
+    (["--memory-budget", "900KiB"], "--memory-budget: size '900KiB' is 921,600 bytes, too small for any model; "
+                                     "a memory budget is at least 1MiB"),
     (["--device", "nonsense"], "--device 'nonsense'"),
     (["--scenario", "nope"], "no scenario 'nope'"),
 ])
@@ -563,6 +565,18 @@ def test_tokens_objective_without_tokens_stops_at_the_first_trial_and_samples_re
     rows = json.loads(bench("report", "--format", "json").stdout)
     assert sorted(r["status"] for r in rows if r["status"] != "interrupted") == ["ok", "ok"]
     assert all(r["speed"]["value"] for r in rows if r["status"] == "ok")
+
+
+def test_a_study_whose_only_trial_ran_out_of_memory_still_takes_the_fixed_objective(cwd):
+    """An OOM is told to Optuna as COMPLETE, with a penalty, not a tokens/s figure: it pins nothing."""
+    spec = {**GOOD, "objective": "tokens", "memory": {"budget": "4MiB"}, "search": {"batch_size": [4]}, "trials": 1}
+    path = write(cwd, "user.yaml", spec)
+    assert bench("sweep", path, "--device", "cpu").exit_code == 0
+    rows = json.loads(bench("report", "--format", "json").stdout)
+    assert [r["status"] for r in rows] == ["oom"], rows
+    write(cwd, "user.yaml", {**spec, "objective": "samples", "trials": 2})
+    result = bench("sweep", path, "--device", "cpu")
+    assert "optimizes tokens/s" not in result.output and result.exit_code == 0, result.output
 
 
 def test_a_study_measured_in_tokens_still_refuses_samples(cwd):

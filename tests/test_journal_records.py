@@ -20,6 +20,9 @@ CRAFTED = {
                                           "user_attr": {"record": {"status": "ok", "throughput": "fast"}}},
     "a peak that is not a number": {"op_code": 8, "worker_id": "w", "trial_id": 0,
                                     "user_attr": {"record": {"status": "ok", "peak_memory": [1]}}},
+    "a confirmation record's figure that is not a number": {
+        "op_code": 2, "worker_id": "w", "study_id": 0,
+        "user_attr": {"confirm:0:0": {"state": "done", "run": {"status": "ok", "peak_memory": "big"}}}},
     "a confirmation run's figure that is not a number": {
         "op_code": 2, "worker_id": "w", "study_id": 0,
         "user_attr": {"repeats": {"0": [{"status": "ok", "throughput": {"median": "fast"}}]}}},

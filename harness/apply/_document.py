@@ -90,7 +90,7 @@ def _problem(error: Exception) -> str:
     """What the parser found wrong, and where (its message's first lines only name what it was inside)."""
     problem, mark = getattr(error, "problem", None), getattr(error, "problem_mark", None)
     if not problem:
-        return str(error).strip().splitlines()[0]
+        return (str(error).strip().splitlines() or [type(error).__name__])[0]
     if problem.startswith("but ") and getattr(error, "context", None):  # "but found another document"
         problem = f"{error.context}, {problem}"
     return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem

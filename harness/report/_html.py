@@ -91,12 +91,12 @@ def _story(choice: Choice) -> str:
     """The sweep's story in a few sentences: what won against your config and by how much, with the
     spread and whether it is a tie, how many runs confirmed it, busy periods, and what to run next."""
     best = choice.best
-    if best is None:
-        return ('<section class="hero bad"><p>No configuration finished inside the budget.</p>'
-                f'<ul class="story">{_items(_terminal.story(choice))}</ul></section>')
-    lead = ("Your config stays best" if best.record.baseline else "Best") + f": trial #{esc(best.number)}"
     # why best is best (the search's model) and what compiling cost: the terminal's lines, word for word
     said = _terminal.story(choice) + _terminal.why_lines(choice.model) + _terminal.compile_lines(choice)
+    if best is None:
+        return ('<section class="hero bad"><p>No configuration finished inside the budget.</p>'
+                f'<ul class="story">{_items(said)}</ul></section>')
+    lead = ("Your config stays best" if best.record.baseline else "Best") + f": trial #{esc(best.number)}"
     cards = [
         _stat("vs your config", *_speedup(choice)),
         _stat(f"best {choice.unit}", f"{rate(best.speed)} {choice.unit}",
