@@ -371,8 +371,8 @@ class Sweep:
         if rec["status"] in (record.OK, record.DIVERGED) and pareto.speed(rec, self.spec.objective) is None:
             # tokens/s of a workload whose samples have no length: so would every config be
             self.tell_interrupted(trial, config, "no tokens/s: the workload reports no tokens_per_sample")
-            raise UserError(f"{self.spec.path}: objective: tokens, but workload {workload_label(self.spec.workload)} reports no "
-                            "tokens_per_sample (its samples have no length); set objective: samples and re-run")
+            raise UserError(f"{self.spec.path}: objective: tokens, but workload {workload_label(self.spec.workload)} "
+                            "reports no tokens_per_sample (its samples have no length); set objective: samples and re-run")
         rec.update(number=trial.number, config=config)
         rec.setdefault("error", None)
         rec["log"] = self.log_of(trial.number)
