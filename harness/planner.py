@@ -65,6 +65,9 @@ class Planner:
     max_step_s: float | None = None
     """No config is proposed whose predicted optimizer step takes longer (a trial that cannot finish
     its warm-up inside the stall limit is a lost trial, and on a CPU batch 2048 gets there)."""
+    run_steps: int | None = None
+    """Optimizer steps of the run the apply target describes (None: pareto's assumption): a compile that
+    does not pay back within it is not a candidate, as in the report's choice."""
 
     def fit(self, rows: list[dict]) -> model.Fit:
         return model.fit(searched(rows), self.space, self.device, self.objective, self.limit)
@@ -172,7 +175,7 @@ class Planner:
 
     def choice(self, rows: list[dict]) -> pareto.Choice:
         headroom = 1 - self.usable / self.limit if self.usable and self.limit else 0.0
-        return pareto.choose(rows, self.limit, headroom, self.objective)
+        return pareto.choose(rows, self.limit, headroom, self.objective, run_steps=self.run_steps)
 
     # -- explaining ------------------------------------------------------------------------------
     def summary(self, rows: list[dict], best: dict | None) -> dict:

@@ -156,6 +156,8 @@ class Sweep:
     def __post_init__(self):
         self.runner = self.runner or self.launch
         self._planner = None
+        # read once: the apply target's run length decides whether a compile pays back (harness.pareto)
+        self.run_steps = apply.run_length(self.spec.apply)[0] if self.spec.apply else None
         self.stale = 0  # measured trials since the best last improved
         self.quiet = busy.Quiet(self.device, say=lambda line: self.progress.note(line))
 
@@ -265,7 +267,7 @@ class Sweep:
             self._planner = planner.Planner(list(all_configs(self.spec)), limit * (1 - self.spec.headroom) if limit else None,
                                             limit, self.device, self.spec.objective,
                                             max_step_s=None if self.device.startswith("cuda")
-                                            else cpu_step_limit(self.spec))
+                                            else cpu_step_limit(self.spec), run_steps=self.run_steps)
         return self._planner
 
     def remaining(self) -> bool:
@@ -546,9 +548,7 @@ class Sweep:
     def candidates(self, rows: list[dict]) -> list[dict]:
         """The rows the report's choice may pick as best (harness.pareto.Choice.candidates: a compile
         that does not pay back within the target's run is not one): the ones worth confirming."""
-        steps = apply.run_length(self.spec.apply)[0] if self.spec.apply else None
-        choice = pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, self.spec.objective, run_steps=steps)
-        return [r for r in rows if r["number"] in choice.candidates]
+        return self.planner(rows).candidates(rows)
 
     def claiming(self):
         """Workers take turns from ask to claiming a config, and in recovering stale trials.
