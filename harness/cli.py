@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import functools
+import io
 import json
 import os
 import sys
@@ -431,16 +432,19 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
     rows, info = studies.rows_of(study), studies.study_info(study)
     spec = study_spec(info)
     choice = study_choice(rows, info, spec)
-    if fmt == "table":
-        if out_path:
-            raise UserError("--out takes csv, json or html output; add --format")
-        # COLUMNS or the terminal, read now (80 when piped); the summary wraps at word boundaries
-        console = Console(soft_wrap=True, width=1 << 16) if wide else Console()
-        console.print(report.table(choice, info, None if wide else console.width), crop=False)
-        return
     if fmt == "html":
-        text = report.render_html(choice, {**info, "size_warning": size_warning(spec, rows)})
         out_path = out_path or studies.study_dir(results, name) / "report.html"
+    if out_path:
+        refuse_own_file(out_path, studies.spec_file(info), spec, storage, results, name)
+    if fmt == "table":
+        # COLUMNS or the terminal, read now (80 when piped or written to a file); the summary wraps at word boundaries
+        console = Console(file=io.StringIO() if out_path else None, soft_wrap=wide, width=1 << 16 if wide else None)
+        console.print(report.table(choice, info, None if wide else console.width), crop=False)
+        if not out_path:
+            return
+        text = console.file.getvalue()
+    elif fmt == "html":
+        text = report.render_html(choice, {**info, "size_warning": size_warning(spec, rows)})
     else:
         text = report.to_json(choice) if fmt == "json" else report.to_csv(choice)
     if out_path:
@@ -481,6 +485,20 @@ def pick_study(name: str | None, scenario: str | None, results: Path, storage: s
         return name
     info = studies.study_info(studies.load(studies.existing_storage(storage, results, name), name))
     return specs.load(studies.spec_file(info), scenario).study
+
+
+def refuse_own_file(out_path: Path, spec_path: str, spec, storage: str | None, results: Path, name: str) -> None:
+    """`--out` onto the study's journal or database, its spec or the apply target would replace what
+    the report is made from with the report: refused, since bench report only reads."""
+    own = {"the study's journal": None if storage else studies.study_dir(results, name) / stores.JOURNAL,
+           "the study's database": stores.sqlite_path(storage) if storage else None,
+           "the study's spec": Path(spec_path),
+           "the spec's apply target": spec.apply.file if spec is not None and spec.apply else None}
+    target = out_path.resolve()
+    for what, path in own.items():
+        if path is not None and Path(path).resolve() == target:
+            raise UserError(f"--out {out_path}: that is {what}, which the report reads; write the report "
+                            "to another file")
 
 
 def write_text(path: Path, text: str) -> None:

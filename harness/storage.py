@@ -134,11 +134,26 @@ def remove_stale_temp_files(folder: Path) -> None:
 def existing_storage(url: str | None, results: Path, study: str):
     """Storage to read a study that must exist (report, apply): opens nothing for writing."""
     if url:
+        database = sqlite_path(url)
+        if database is not None and not database.is_file():  # connecting would create an empty one
+            raise UserError(f"--storage {redact(url)}: no database at {database}; check the path (sqlite:/// "
+                            "then a relative path, sqlite://// then an absolute one)")
         return open_database(url, heartbeat=False)
     path = study_dir(results, study) / JOURNAL
     if not path.exists():
         raise UserError(f"no study {study!r} under {results}/; run `bench sweep` first or pass --results/--storage")
     return optuna.storages.JournalStorage(ReadOnlyJournal(path))
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL; None for any other database (or an in-memory one)."""
+    if not url.startswith("sqlite"):
+        return None
+    try:
+        database = sqlalchemy.engine.make_url(url).database
+    except sqlalchemy.exc.ArgumentError:  # open_database says what is wrong with it
+        return None
+    return Path(database) if database and database != ":memory:" else None
 
 
 def open_database(url: str, heartbeat: bool):

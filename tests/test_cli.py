@@ -95,6 +95,25 @@ def test_report_table_and_csv(swept):
     assert {"number", "status", "throughput", "peak_memory", "config.batch_size"} <= set(header)
 
 
+def test_report_out_never_replaces_what_the_report_is_made_from(swept):
+    folder, spec, _ = swept
+    own = [folder / "results" / "tiny" / "journal.log", spec, folder / "examples" / "config.yaml"]
+    before = [path.read_bytes() for path in own]
+    for path, fmt in zip(own, ("json", "html", "table")):
+        result = in_folder(folder, "report", "--format", fmt, "--out", path)
+        assert result.exit_code == 2 and "which the report reads" in result.output, result.output
+    assert [path.read_bytes() for path in own] == before
+    table = in_folder(folder, "report", "--out", folder / "report.txt")  # the table to a file, as printed
+    assert table.exit_code == 0 and "best: trial" in (folder / "report.txt").read_text()
+
+
+def test_report_from_a_sqlite_file_that_is_not_there_creates_none(tmp_path):
+    missing = tmp_path / "none.db"
+    result = bench("report", "--storage", f"sqlite:///{missing}", "--results", tmp_path)
+    assert result.exit_code == 2 and "no database at" in result.output
+    assert not missing.exists()
+
+
 def test_apply_best_keeps_comments_and_backs_up(swept):
     folder, _, _ = swept
     target = folder / "examples" / "config.yaml"
