@@ -199,6 +199,16 @@ def test_read_current_lightning_precision_spellings(tmp_path, spelling, expected
     assert current == {"batch_size": 16, "accumulation": 1, "precision": expected, "nproc": 1}  # trainer.devices: 1
 
 
+@pytest.mark.parametrize("spelling", ["bf16", "'bf16'", "16", "32"])
+def test_a_value_already_there_in_another_spelling_is_left_as_written(tmp_path, spelling):
+    file = copy("lightning.yaml", tmp_path)
+    file.write_text(file.read_text().replace("precision: 32 ", f"precision: {spelling} "))
+    precision = read_current(target_for(file, preset="lightning"))["precision"]
+    p = plan(target_for(file, preset="lightning"), {"batch_size": 32, "precision": precision}, PROVENANCE)
+    assert [change[0] for change in p.changes] == ["data.batch_size"]
+    assert f"precision: {spelling} " in p.new_text
+
+
 @pytest.mark.parametrize("lines, expected", [
     ("fp16: true", {"precision": "fp16-mixed"}),
     ("bf16: true\nfp16: false", {"precision": "bf16-mixed"}),

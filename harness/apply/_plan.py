@@ -87,7 +87,7 @@ def plan(target: ApplyTarget, values: dict, provenance: dict, *, to: Path | None
         new_text = body
         sidecar = destination.with_name(destination.name + SIDECAR_SUFFIX)
         sidecar_text = _sidecar_json(destination, provenance, changes)
-    _verify(doc, new_text, assignments)
+    _verify(doc, new_text, [a for a, _ in edits])
     return Plan(source=target.file, path=destination, old_text=doc.bom + doc.text, new_text=doc.bom + new_text,
                 diff=_diff(doc.text, new_text, target.file, destination), changes=changes,
                 unmapped=unmapped, sidecar=sidecar, sidecar_text=sidecar_text,
@@ -215,12 +215,12 @@ def _apply_edits(doc: _Document, edits: list[tuple[_Assignment, object]]) -> str
     return text
 
 
-def _verify(doc: _Document, new_text: str, assignments: list[_Assignment]) -> None:
-    """Parse the new text and check it holds the old values plus the assignments, and nothing else."""
+def _verify(doc: _Document, new_text: str, edited: list[_Assignment]) -> None:
+    """Parse the new text and check it holds the old values plus the edits, and nothing else (a value
+    already there in another spelling, Lightning's `bf16`, is no edit and stays as written)."""
     expected = copy.deepcopy(doc.data)
-    for a in assignments:
-        if not _already_implied(doc, a):
-            _set(expected, a.key, a.value)
+    for a in edited:
+        _set(expected, a.key, a.value)
     try:
         matches = _parse_data(new_text, doc.format, doc.path) == expected
     except UserError:
