@@ -51,6 +51,9 @@ class Dimension:
     def size(self) -> int:
         return len(self.choices) if self.choices else self.high - self.low + 1
 
+    def admits(self, value) -> bool:
+        return value in self.choices if self.choices else isinstance(value, int) and self.low <= value <= self.high
+
 
 @dataclass(frozen=True)
 class Measure:
@@ -111,6 +114,11 @@ class Spec:
         for dim in self.search.values():
             n *= dim.size()
         return n
+
+    def contains(self, config: dict) -> bool:
+        """`config` is a point of this spec's search space (a resumed study may hold some that are not)."""
+        return (all(config.get(name) == value for name, value in self.fixed.items())
+                and all(dim.admits(config.get(name)) for name, dim in self.search.items()))
 
     def knob_names(self) -> list[str]:
         names = [*self.search, *self.fixed]

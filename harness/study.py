@@ -189,7 +189,8 @@ class Sweep:
             if self.deadline and time.monotonic() > self.deadline:
                 self.progress.note("sweep time limit reached; re-run the same command to continue")
                 return False
-            if len(self.measured_configs()) >= space:
+            # only this space's configs: a resume whose spec narrowed a knob to one value keeps the others' trials
+            if sum(self.spec.contains(t.user_attrs["config"]) for t in self.measured_configs().values()) >= space:
                 self.progress.note(f"all {space} configs of the search space are measured")
                 break
             if duplicates_in_a_row >= MAX_DUPLICATES_IN_A_ROW:

@@ -115,3 +115,20 @@ def test_a_resume_with_another_workload_or_objective_is_refused_and_writes_nothi
     assert journal.read_bytes() == before
     same = faulty_spec(tmp_path, "s", ["none"], trials=2)
     assert CliRunner().invoke(main, ["sweep", str(same), "--device", "cpu"]).exit_code == 0  # the same spec resumes
+
+
+def test_a_resume_that_narrows_a_knob_to_one_value_measures_the_configs_left(tmp_path, faulty_path, monkeypatch):
+    """The sweep counted every measured config against the narrower space: 2 measured at batch 8 made
+    "all 2 configs of the search space are measured" true before either config at batch 16 ran."""
+    monkeypatch.chdir(tmp_path)
+    first = faulty_spec(tmp_path, "s", ["none"], sampler="grid", trials=2,
+                        search={"batch_size": [8, 16], "accumulation": [1, 2], "fault": ["none"]})
+    assert CliRunner().invoke(main, ["sweep", str(first), "--device", "cpu"]).exit_code == 0
+    narrowed = faulty_spec(tmp_path, "s", ["none"], sampler="grid", trials=4,
+                           search={"batch_size": [16], "accumulation": [1, 2], "fault": ["none"]})
+    again = CliRunner().invoke(main, ["sweep", str(narrowed), "--device", "cpu"])
+    assert again.exit_code == 0, again.output
+    study = studies.load(optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(
+        str(tmp_path / "results" / "s" / "journal.log"))), "s")
+    ran = {(r["config"]["batch_size"], r["config"]["accumulation"]) for r in studies.rows_of(study) if r["status"] == "ok"}
+    assert {(16, 1), (16, 2)} <= ran, again.output
