@@ -21,7 +21,7 @@ from rich.text import Text
 from harness import __version__, apply, knobs, launch, nvml, pareto, report, spec as specs, storage as stores, study as studies
 from harness.errors import UserError
 from harness.record import Record
-from harness.units import gib, parse_duration, parse_size, size
+from harness.units import parse_duration, parse_size, size
 from harness.workloads import WORKLOADS
 
 out = Console(soft_wrap=True)  # progress lines stay whole in logs and pipes
@@ -319,7 +319,7 @@ class LiveProgress(studies.Progress):
         self.say(f"    → {outcome(rec)}" if self.headed else f"{self.text}\n    → {outcome(rec)}")
         if best:
             self.say(f"    best so far: #{best['number']} {pareto.speed(best, self.spec.objective):.1f} {self.unit}, "
-                     f"peak {gib(best['peak_memory'])}", style="dim")
+                     f"peak {size(best['peak_memory'])}", style="dim")
             why = self.why_not_best(rec, best)
             if why:
                 self.say(f"    {why}", style="dim")
@@ -367,7 +367,7 @@ def outcome(rec: dict) -> str:
     status = rec["status"]
     if status in ("ok", "diverged") and rec.get("throughput"):
         t, cv = rec.get("timing") or {}, Record.of(rec).step_cv
-        line = (f"{status}: {rec['throughput']:.1f} samples/s, peak {gib(rec['peak_memory'])}, "
+        line = (f"{status}: {rec['throughput']:.1f} samples/s, peak {size(rec['peak_memory'])}, "
                 f"cv {'-' if cv is None else f'{100 * cv:.1f}%'}, {t.get('trial_wall_s', 0):.0f}s")
         if t.get("compile_s"):
             line += f" (compile {t['compile_s']:.0f}s)"
@@ -537,8 +537,6 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     chosen = choice.row_for(which, parse_size(budget, "--budget") if budget else None, name)
     if spec.apply is None:
         raise UserError(f"{info['spec_path']}: has no `apply:` section naming the config file to write; add one")
-    if which == "best" and not budget and choice.kept:  # best is the baseline: its values, if the file changed since
-        out.print(f"keeping your config: {choice.why[0]}", highlight=False, markup=False)
     row = chosen.record
     against = choice.against_baseline(chosen)
     provenance = {"study": name, "trial": row.number, "device": row.env.get("device"),
@@ -547,9 +545,15 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
                   "date": datetime.date.today().isoformat(), "bench_version": __version__}
     current = apply.read_current(spec.apply)
     plan = apply.plan(spec.apply, row.config, provenance, to=to, create_keys=create_keys, current_values=current)
+    if which == "best" and not budget and choice.kept:
+        out.print(f"keeping your config: {choice.why[0]}", highlight=False, markup=False)
+        if plan.changes:
+            out.print(f"{spec.apply.file} no longer holds it (edited since the sweep): the diff below writes "
+                      f"trial {row.number}'s values back", highlight=False, markup=False)
     out.print(f"trial {row.number}: {report.describe(row.config)}  {chosen.speed:.1f} {choice.unit} "
-              f"(median of {chosen.runs} run{'s' if chosen.runs > 1 else ''}), peak {gib(row.peak_memory)}"
-              + (f"; vs your config {against.text(choice.unit)}" if against else ""), highlight=False, markup=False)
+              f"(median of {chosen.runs} run{'s' if chosen.runs > 1 else ''}), peak {size(row.peak_memory)}"
+              + (f"; vs your config as swept (trial {choice.baseline.number}) {against.text(choice.unit)}"
+                 if against else ""), highlight=False, markup=False)
     for warning in [size_warning(spec, rows), chosen.caveat and f"trial {row.number}: {chosen.caveat}"]:
         if warning:
             err.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from harness.errors import UserError
 from harness.record import OK, Record
-from harness.units import gib
+from harness.units import size
 
 TIERS = {"safe": 0.25, "balanced": 0.15, "aggressive": 0.05}
 MIN_NOISE = 0.01  # below 1% nobody should care which config is faster
@@ -93,7 +93,7 @@ class Standing:
 @dataclass(frozen=True)
 class Versus:
     """A config against the baseline: the ratio of their speeds, the spread of the ratios of the runs
-    made side by side (None with one run each), and whether it is within the noise."""
+    made side by side (None without confirmation runs of both), and whether it is within the noise."""
 
     ratio: float
     spread: float | None
@@ -104,7 +104,7 @@ class Versus:
 
     def text(self, unit: str) -> str:
         if self.spread is None:
-            head = f"{self.ratio:.2f}× {unit} (one run each, not confirmed)"
+            head = f"{self.ratio:.2f}× {unit} (not confirmed side by side)"
         else:
             head = f"{self.ratio:.2f}× ± {self.spread:.2f} {unit} over {self.runs} runs each, interleaved"
         return head + (f" — a tie: {self.noise_words()}" if self.tie else "")
@@ -195,7 +195,7 @@ class Choice:
         if budget:
             row = self.under(budget).best
             if row is None:
-                raise UserError(f"--budget {gib(budget)}: no measured config fits with {self.headroom:.0%} headroom; "
+                raise UserError(f"--budget {size(budget)}: no measured config fits with {self.headroom:.0%} headroom; "
                                 "sweep with a smaller search space or a larger budget")
             return self.standing(row.number)
         if which == "best" or which in TIERS:
@@ -475,8 +475,8 @@ def _not_kept_because(choice: Choice) -> str:
     base = choice.baseline
     if base.noisy:
         return f"is not a steady measurement (windows {base.record.step_cv:.0%} CV)"
-    return (f"peaks at {gib(base.peak)} and leaves less than the {choice.headroom:.0%} headroom of the "
-            f"{gib(choice.capacity)} {choice.capacity_label}")
+    return (f"peaks at {size(base.peak)} and leaves less than the {choice.headroom:.0%} headroom of the "
+            f"{size(choice.capacity)} {choice.capacity_label}")
 
 
 def _passed_over_words(choice: Choice) -> str:
@@ -502,7 +502,7 @@ def _with_why(choice: Choice, unpaid: set) -> Choice:
     unit, why = choice.unit, []
     if choice.kept:
         why.append(f"trial {choice.leader.number} is {choice.versus.text(unit)}: your config stays; "
-                   "`bench apply best` changes nothing")
+                   "`bench apply best` keeps its values")
     elif choice.versus is not None and choice.versus.tie and choice.best is not None:
         why.append(f"trial {choice.best.number} ties with your config within the noise, but your config "
                    f"{_not_kept_because(choice)}: trial {choice.best.number} is best")
@@ -539,11 +539,11 @@ def why_not(row, best, budget: int | None, headroom: float, objective: str = "sa
         return f"#{rec.number}'s windows disagree ({rec.step_cv:.0%} CV): noisy, not ranked"
     cap = capacity([rec, top], budget)
     if cap and rec.peak_memory > cap * (1 - headroom):
-        return (f"#{rec.number} is faster but its peak {gib(rec.peak_memory)} leaves less than the "
-                f"{headroom:.0%} headroom of {gib(cap)}")
+        return (f"#{rec.number} is faster but its peak {size(rec.peak_memory)} leaves less than the "
+                f"{headroom:.0%} headroom of {size(cap)}")
     if faster(rec, top, objective):
         return None  # it will be best once the choice is made again
     gap, bound = (mine - theirs) / mine, max(noise(rec, objective), noise(top, objective))
     return (f"#{rec.number} is {gap:.1%} faster, within the measured noise (±{bound:.1%}): a tie goes to "
-            f"the config with more headroom (#{top.number} peaks at {gib(top.peak_memory)}, "
-            f"#{rec.number} at {gib(rec.peak_memory)})")
+            f"the config with more headroom (#{top.number} peaks at {size(top.peak_memory)}, "
+            f"#{rec.number} at {size(rec.peak_memory)})")

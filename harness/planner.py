@@ -183,7 +183,7 @@ class Planner:
         measured (predicted, never measurements) and one line on why `best` is best."""
         rows = searched(rows)
         open_ = self.open_configs(rows)
-        out = {"predicted": [], "why": self.why(rows, best)}
+        out = {"predicted": [], "why": self.why(rows, best), "why_for": best["number"] if best else None}
         if not open_ or not rows:
             return out
         scored = self.score(open_, rows, self.fit(rows))

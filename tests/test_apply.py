@@ -486,6 +486,13 @@ def test_reapplying_replaces_the_provenance_comment_instead_of_stacking(tmp_path
     assert body(text)[0] == "# Emberformer: wildfire spread forecasting (LightningCLI config)"
 
 
+def test_a_peak_under_a_gib_is_written_in_mib(tmp_path):
+    """0.08 and 0.09 GiB read alike; the table says 85.1 and 95.7 MiB, so does the header now."""
+    file = copy("lightning.yaml", tmp_path)
+    p = plan(target_for(file, preset="lightning"), {"batch_size": 32}, {**PROVENANCE, "peak_memory": 85.1 * 2**20})
+    assert "peak memory 85.1 MiB" in p.new_text.splitlines()[1]
+
+
 def test_json_sidecar_is_replaced_on_reapply(tmp_path):
     file = copy("deepspeed.json", tmp_path)
     target = target_for(file, preset="deepspeed")

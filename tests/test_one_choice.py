@@ -84,8 +84,8 @@ def test_every_view_states_the_same_best_speedup_and_tie(project):
     assert "best: trial 1" in table and f"{said} samples/s over 3 runs each, interleaved" in table
     assert "Best: trial #1" in page and said in page and "a tie" not in page and "141 samples/s" in page
     assert [r["best"] for r in grid] == ["False", "True", "False"] and grid[1]["speed"] == "141.0"
-    assert "trial 1:" in dry and f"vs your config {said}" in dry
-    assert f"# bench apply: vs your previous config: {said} samples/s over 3 runs each, interleaved" in \
+    assert "trial 1:" in dry and f"vs your config as swept (trial 0) {said}" in dry
+    assert f"# bench apply: vs your config as swept: {said} samples/s over 3 runs each, interleaved" in \
         bench("apply", "best", "--dry-run").output
     assert "a tie" not in table + dry
     spec = specs.load(project / "one.yaml")
@@ -110,6 +110,25 @@ def test_a_tie_with_the_users_config_is_not_applied_and_every_view_says_so(proje
     result = bench("apply", "best")
     assert result.exit_code == 0 and "keeping your config" in result.output and "nothing written" in result.output
     assert (project / CONFIG).read_text() == before and not list((project / "examples").glob("*.bench-backup-*"))
+
+
+def test_a_kept_tie_names_whom_the_models_line_is_about_and_apply_says_when_it_writes_your_config_back(project):
+    """With a tie kept, "why best:" explained the leader, and `bench apply best` said it "changes nothing"
+    above a diff that wrote the swept values back over a file edited since."""
+    make_study(project, [({"batch_size": 8, "precision": "fp32"}, 100.0, 2.0, {}),
+                         ({"batch_size": 32, "precision": "bf16-mixed"}, 103.0, 6.0, {})],
+               {1: [100.0, 106.0], 0: [101.0, 99.0]})
+    study = studies.load(studies.open_storage(None, project / "results", "one"), "one")
+    study.set_user_attr("model", {"predicted": [], "why": "batch 32 is the fastest of its family", "why_for": 1})
+    table, page, rows, grid, dry = views(project)
+    assert "why trial #1 leads: batch 32" in table and "why trial #1 leads: batch 32" in page
+    assert "why best" not in table + page
+    assert "changes nothing" not in table + page + dry
+    config = project / CONFIG
+    config.write_text(config.read_text().replace("batch_size: 8", "batch_size: 64"))
+    result = flat(bench("apply", "best").output)
+    assert "keeping your config" in result and "no longer holds it" in result and "wrote" in result
+    assert "batch_size: 8" in config.read_text()
 
 
 def test_a_config_whose_loss_rose_is_never_best_but_shown_as_fastest_but_unsafe(project):

@@ -353,7 +353,7 @@ def test_why_names_the_knob_that_buys_the_most_and_the_report_marks_predictions(
     assert choice.model["why"] == why
     best_row = next(r for r in json.loads(report.to_json(choice)) if r["best"])
     assert best_row["model"]["why"] == why  # on the best row of `--format json`
-    lines = report.model_lines(kept, "samples")
+    lines = report.model_lines(choice)
     assert lines[0] == f"why best: {why}"
     assert all(p["config"] not in [r["config"] for r in rows] for p in kept["predicted"])  # never a measured config
     assert not kept["predicted"] or "PREDICTED" in lines[1]

@@ -15,7 +15,7 @@ from harness.apply._document import _Document, _load_document, _lookup, _parse_d
 from harness.apply._edit import _insert_keys, _replace_value
 from harness.apply._keymaps import ABSENT, FORMATS, PRESETS, ApplyTarget, KeyMap, LrRule
 from harness.errors import UserError
-from harness.units import gib
+from harness.units import size
 
 PROVENANCE_MARK = "# bench apply:"
 SIDECAR_SUFFIX = ".bench.json"
@@ -295,12 +295,12 @@ def _provenance_lines(provenance: dict) -> list[str]:
     if "throughput" in p:
         measured.append(f"{p.pop('throughput'):.1f} {p.pop('unit', 'samples/s')}")
     if "peak_memory" in p:
-        measured.append(f"peak memory {gib(p.pop('peak_memory'))}")
+        measured.append(f"peak memory {size(p.pop('peak_memory'))}")
     lines = [" ".join(w for w in written if w)]
     if measured:
         lines.append("measured " + ", ".join(measured))
     if "vs_baseline" in p:
-        lines.append(f"vs your previous config: {p.pop('vs_baseline')}")
+        lines.append(f"vs your config as swept: {p.pop('vs_baseline')}")
     if p:
         lines.append(", ".join(f"{k}={v}" for k, v in p.items()))
     return [f"{PROVENANCE_MARK} {line}" for line in lines]

@@ -92,7 +92,7 @@ def _story(choice: Choice) -> str:
     spread and whether it is a tie, how many runs confirmed it, busy periods, and what to run next."""
     best = choice.best
     # why best is best (the search's model) and what compiling cost: the terminal's lines, word for word
-    said = _terminal.story(choice) + _terminal.why_lines(choice.model) + _terminal.compile_lines(choice)
+    said = _terminal.story(choice) + _terminal.why_lines(choice) + _terminal.compile_lines(choice)
     if best is None:
         return ('<section class="hero bad"><p>No configuration finished inside the budget.</p>'
                 f'<ul class="story">{_items(said)}</ul></section>')
@@ -129,7 +129,7 @@ def _speedup(choice: Choice) -> tuple[str, str]:
     if v is None:
         return "-", "no baseline measured" if choice.baseline is None or not choice.baseline.speed else "best is your config"
     spread = f" ± {v.spread:.2f}" if v.spread is not None else ""
-    runs = f"{v.runs} interleaved runs each" if v.spread is not None else "one run each, not confirmed"
+    runs = f"{v.runs} interleaved runs each" if v.spread is not None else "not confirmed side by side"
     return f"{v.ratio:.2f}×{spread}", (f"a tie: {v.noise_words()}; " if v.tie else "") + \
         f"trial #{choice.leader.number} vs #{choice.baseline.number}, {runs}"
 

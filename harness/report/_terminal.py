@@ -23,7 +23,7 @@ from rich.text import Text
 from harness import busy, failures, knobs, pareto
 from harness.pareto import Choice, Standing
 from harness.report import _time
-from harness.units import gib, size
+from harness.units import size
 
 JSON_KEYS = ("number", "status", "config", "throughput", "peak_memory", "tokens_per_s", "memory", "timing", "flops",
              "loss", "env", "error", "workload", "adapter", "log", "reused", "start", "repeats", "skip", "busy",
@@ -224,7 +224,7 @@ def summary_lines(choice: Choice, info: dict) -> list[str]:
     counts = Counter("noisy" if s.noisy else s.record.status for s in choice.rows)
     lines = ["trials: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())]
     if choice.capacity:
-        lines.append(f"capacity: {gib(choice.capacity)} ({choice.capacity_label}), "
+        lines.append(f"capacity: {size(choice.capacity)} ({choice.capacity_label}), "
                      f"required headroom {choice.headroom:.0%}")
     lines += headline(choice)
     lines += story(choice)[1:]
@@ -234,33 +234,44 @@ def summary_lines(choice: Choice, info: dict) -> list[str]:
         where = f"tensors measured in trial {reused['trial']}, same build and shape" if reused else "measured tensors"
         lines.append("best's memory: " + ", ".join(f"{k} {size(v)}" for k, v in best.record.memory["breakdown"].items())
                      + f" ({where}; the rest of the {size(best.peak)} peak is allocator, runtime and data)")
-    lines.extend(model_lines(choice.model, choice.objective))
+    lines.extend(model_lines(choice))
     lines.extend(compile_lines(choice))
     lines.extend(_time.lines([s.record for s in choice.rows]))
     lines.extend(watch_lines(choice))
     lines.append("tiers (headroom of capacity: " + ", ".join(f"{n} {h:.0%}" for n, h in pareto.TIERS.items()) + "):")
     for name, tier in choice.tiers.items():
         lines.append(f"  {name:<10} " + (f"trial {tier.number}: {tier.speed:.1f} {choice.unit}, "
-                                         f"peak {gib(tier.peak)}" if tier else "nothing fits"))
+                                         f"peak {size(tier.peak)}" if tier else "nothing fits"))
     return lines
 
 
-def model_lines(model: dict | None, objective: str) -> list[str]:
+def model_lines(choice: Choice) -> list[str]:
     """Why best is best, and the configs never measured that the model predicts fastest: predicted, not measured."""
+    model, objective = choice.model, choice.objective
     if not model:
         return []
-    lines = why_lines(model)
+    lines = why_lines(choice)
     if model.get("predicted"):
         lines.append("PREDICTED, not measured (the search's model; run them with `bench trial`):")
         for p in model["predicted"]:
             lines.append(f"  {describe(p['config'])}  ~{p['speed']:.1f} {objective}/s (likely within "
                          f"×{math.exp(p['speed_sd']):.2f} either way), "
-                         f"peak ~{gib(p['peak_memory'])}, fits {p['fit_chance']:.0%}, beats best {p['beat_chance']:.0%}")
+                         f"peak ~{size(p['peak_memory'])}, fits {p['fit_chance']:.0%}, beats best {p['beat_chance']:.0%}")
     return lines
 
 
-def why_lines(model: dict | None) -> list[str]:
-    return [f"why best: {model['why']}"] if model and model.get("why") else []
+def why_lines(choice: Choice) -> list[str]:
+    """The model's line on the trial the sweep ended with in the lead: "why best" while it is best; the
+    leader's, named, where a tie kept your config; nothing once another trial leads (a later resume)."""
+    model = choice.model
+    if not model or not model.get("why"):
+        return []
+    about = model.get("why_for")  # absent in studies from before it was kept
+    if about is None or (choice.best is not None and about == choice.best.number):
+        return [f"why best: {model['why']}"]
+    if choice.leader is not None and about == choice.leader.number:
+        return [f"why trial #{about} leads: {model['why']}"]
+    return []
 
 
 def headline(choice: Choice) -> list[str]:
@@ -271,16 +282,16 @@ def headline(choice: Choice) -> list[str]:
     if best is None:
         return ["best: none — no measured config qualifies; see the statuses above and why below"]
     lines = [f"best: trial {best.number}  {describe(best.config)}  {best.speed:.1f} {choice.unit} "
-             f"(median of {best.runs} run{'s' if best.runs > 1 else ''}), peak {gib(best.peak)}"
+             f"(median of {best.runs} run{'s' if best.runs > 1 else ''}), peak {size(best.peak)}"
              + ("  — your current config" if best.record.baseline else "")]
     if choice.versus is not None:
-        kept = ", so your config stays (`bench apply best` changes nothing)" if choice.kept else ""
+        kept = ", so your config stays (`bench apply best` keeps its values)" if choice.kept else ""
         lines.append(f"{'leader' if choice.kept else 'vs baseline'} (trial {leader.number} vs trial {base.number}): "
-                     f"{choice.versus.text(choice.unit)}{kept}, memory {signed_gib(leader.peak - base.peak)}")
+                     f"{choice.versus.text(choice.unit)}{kept}, memory {signed_size(leader.peak - base.peak)}")
     elif base is not None and not base.speed:
         lines.append(f"baseline (trial {base.number}) ended {base.record.status}: nothing to compare against")
     if choice.capacity:
-        lines.append(f"headroom left: {1 - best.peak / choice.capacity:.0%} of {gib(choice.capacity)}")
+        lines.append(f"headroom left: {1 - best.peak / choice.capacity:.0%} of {size(choice.capacity)}")
     return lines
 
 
@@ -290,7 +301,7 @@ def story(choice: Choice) -> list[str]:
     best, base, leader, v, unit = choice.best, choice.baseline, choice.leader, choice.versus, choice.unit
     lines = []
     if v is not None:
-        verdict = (f"a tie {v.noise_words()}, so your config stays; `bench apply best` changes nothing"
+        verdict = (f"a tie {v.noise_words()}, so your config stays; `bench apply best` keeps its values"
                    if choice.kept else f"a tie {v.noise_words()}" if v.tie else "beyond the noise")
         lines.append(f"trial #{leader.number} against your config (#{base.number}): {v.text(unit).split(' — ')[0]}: "
                      f"{verdict}")
@@ -382,5 +393,5 @@ def describe(config: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in config.items())
 
 
-def signed_gib(delta: float) -> str:
-    return ("+" if delta >= 0 else "-") + gib(abs(delta))
+def signed_size(delta: float) -> str:
+    return ("+" if delta >= 0 else "-") + size(abs(delta))
