@@ -173,7 +173,14 @@ class Choice:
     @property
     def kept(self) -> bool:
         """The leader ties with the baseline: the user's config stays."""
-        return self.best is not None and self.leader is not None and self.best is not self.leader
+        return self.best is not None and self.leader is not None and self.best is not self.leader \
+            and self.best is self.baseline
+
+    @property
+    def sure_over_tie(self) -> bool:
+        """The leader ties with the baseline, and best is another config that beats it beyond the noise."""
+        return self.best is not None and self.leader is not None and self.best is not self.leader \
+            and self.best is not self.baseline and self.versus is not None and self.versus.tie
 
     def standing(self, number: int) -> Standing | None:
         return next((s for s in self.rows if s.number == number), None)
@@ -435,10 +442,19 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
     leader = pick([r for r in usable if fits(r, headroom)], objective, cap)
     base_ok = base if base is not None and base in steady else None
 
-    def kept(row, h):  # a pick tied with the user's config (which fits as well) keeps the user's config
+    def kept(row, h):
+        """A pick tied with the user's config (which fits as well) keeps the user's config, unless another
+        config beats it beyond the noise of runs made side by side: ties are not transitive, and a
+        confirmed 1.24x must not be lost to a 1.34x whose runs spread too wide to count."""
         tie = row is not None and base_ok is not None and row is not base_ok and fits(base_ok, h) \
             and versus(row, base_ok, objective).tie
-        return base_ok if tie else row
+        if not tie:
+            return row
+        return pick([r for r in usable if fits(r, h) and sure_win(r)], objective, cap) or base_ok
+
+    def sure_win(row) -> bool:
+        v = versus(row, base_ok, objective) if row is not base_ok else None
+        return v is not None and v.spread is not None and not v.tie and v.ratio > 1
     tiers = {name: kept(pick([r for r in usable if fits(r, h)], objective, cap), h) for name, h in TIERS.items()}
     against = versus(leader, base, objective) if leader is not None and base in ok and leader is not base else None
     best = kept(leader, headroom)
@@ -503,6 +519,10 @@ def _with_why(choice: Choice, unpaid: set) -> Choice:
     if choice.kept:
         why.append(f"trial {choice.leader.number} is {choice.versus.text(unit)}: your config stays; "
                    "`bench apply best` keeps its values")
+    elif choice.sure_over_tie:
+        sure = choice.against_baseline(choice.best)
+        why.append(f"trial {choice.leader.number} leads but ties with your config within the noise; trial "
+                   f"{choice.best.number} is {sure.text(unit)}, beyond the noise: trial {choice.best.number} is best")
     elif choice.versus is not None and choice.versus.tie and choice.best is not None:
         why.append(f"trial {choice.best.number} ties with your config within the noise, but your config "
                    f"{_not_kept_because(choice)}: trial {choice.best.number} is best")

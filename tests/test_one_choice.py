@@ -131,6 +131,23 @@ def test_a_kept_tie_names_whom_the_models_line_is_about_and_apply_says_when_it_w
     assert "batch_size: 8" in config.read_text()
 
 
+def test_a_sure_win_is_best_where_the_faster_leader_only_ties_with_your_config(project):
+    """Ties are not transitive: the leader's runs spread too wide to beat your config, another config's
+    runs beat it clearly. Every view kept the user's config and never named the sure win."""
+    make_study(project, [({"batch_size": 8, "precision": "fp32"}, 100.0, 2.0, {}),
+                         ({"batch_size": 32, "precision": "bf16-mixed"}, 134.0, 3.0, {}),
+                         ({"batch_size": 16, "precision": "bf16-mixed"}, 124.0, 4.0, {})],
+               {0: [99.0, 101.0], 1: [100.0, 170.0], 2: [123.0, 125.0]})
+    table, page, rows, grid, dry = views(project)
+    marks = {r["number"]: (r["best"], r["leader"], r["vs_baseline"] and r["vs_baseline"]["tie"]) for r in rows}
+    assert marks == {0: (False, False, None), 1: (False, True, True), 2: (True, False, False)}, marks
+    said = "trial 1 leads but ties with your config within the noise; trial 2 is 1.24× ±"
+    assert said in table and said in page
+    assert "vs baseline (trial 2 vs trial 0): 1.24× ±" in table and "trial #2 vs #0" in page
+    assert "trial 2:" in dry and "vs your config as swept (trial 0) 1.24× ±" in dry and "keeping your config" not in dry
+    assert "your config stays" not in table + page
+
+
 def test_a_config_whose_loss_rose_is_never_best_but_shown_as_fastest_but_unsafe(project):
     make_study(project, CLEAR[:2] + [({"batch_size": 32, "precision": "bf16-true"}, 190.0, 3.0,
                                       {"loss": {"first": 4.81, "last": 4.875}})], {})

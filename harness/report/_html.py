@@ -125,13 +125,15 @@ def _stat(label: str, value: str, detail: str) -> str:
 
 
 def _speedup(choice: Choice) -> tuple[str, str]:
-    v = choice.versus
+    # best against your config; the leader's where it is best or your config stays (its tie is the news)
+    who = choice.best if choice.sure_over_tie else choice.leader
+    v = choice.against_baseline(choice.best) if choice.sure_over_tie else choice.versus
     if v is None:
         return "-", "no baseline measured" if choice.baseline is None or not choice.baseline.speed else "best is your config"
     spread = f" ± {v.spread:.2f}" if v.spread is not None else ""
     runs = f"{v.runs} interleaved runs each" if v.spread is not None else "not confirmed side by side"
     return f"{v.ratio:.2f}×{spread}", (f"a tie: {v.noise_words()}; " if v.tie else "") + \
-        f"trial #{choice.leader.number} vs #{choice.baseline.number}, {runs}"
+        f"trial #{who.number} vs #{choice.baseline.number}, {runs}"
 
 
 def _memory_change(best: Standing, baseline: Standing | None) -> str:

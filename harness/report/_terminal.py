@@ -286,8 +286,11 @@ def headline(choice: Choice) -> list[str]:
              + ("  — your current config" if best.record.baseline else "")]
     if choice.versus is not None:
         kept = ", so your config stays (`bench apply best` keeps its values)" if choice.kept else ""
-        lines.append(f"{'leader' if choice.kept else 'vs baseline'} (trial {leader.number} vs trial {base.number}): "
+        lines.append(f"{'vs baseline' if leader is best else 'leader'} (trial {leader.number} vs trial {base.number}): "
                      f"{choice.versus.text(choice.unit)}{kept}, memory {signed_size(leader.peak - base.peak)}")
+        if choice.sure_over_tie:
+            lines.append(f"vs baseline (trial {best.number} vs trial {base.number}): "
+                         f"{choice.against_baseline(best).text(choice.unit)}, memory {signed_size(best.peak - base.peak)}")
     elif base is not None and not base.speed:
         lines.append(f"baseline (trial {base.number}) ended {base.record.status}: nothing to compare against")
     if choice.capacity:
