@@ -203,7 +203,8 @@ class _Column:
 
 def _columns(choice: Choice) -> list[_Column]:
     """Measured columns carry their unit in the title; knob columns are the knobs' own names. The
-    objective's column is the choice's figure (the confirmed median); the other rate is the trial's own."""
+    objective's column is the choice's figure (the confirmed median); the other rates and the step time are
+    the trial's own run, and say so."""
     rows = choice.rows
     knobs = sorted({k for r in rows for k in r.config}, key=lambda k: (rank(k), k))
     chosen = _Column(choice.unit, True, _speed_cell)
@@ -216,16 +217,17 @@ def _columns(choice: Choice) -> list[_Column]:
         chosen, other,
         _Column("peak memory (GiB)", True, lambda r: _num(r.peak, _gib)),
         *(_Column(_knob_title(k), _numeric_knob(rows, k), _knob_cell(k)) for k in knobs),
-        _Column("TFLOP/s", True, _flops_cell),
-        _Column("MFU", True, _mfu_cell),  # only where the device has a known peak: dropped when all blank
-        _Column("step time (ms)", True, _step_cell),
+        _Column("TFLOP/s (this run)", True, _flops_cell),
+        _Column("MFU (this run)", True, _mfu_cell),  # only where the device has a known peak: dropped when all blank
+        _Column("step time (ms, this run)", True, _step_cell),
         _Column("compile time (s)", True, lambda r: _num(r.record.timing.get("compile_s"), _seconds)),
         _Column("notes", False, _notes_cell),
     ]
 
 
 MEASURED_TITLES = {"#", "status", "samples/s", "tokens/s", "tokens/s (this run)", "samples/s (this run)",
-                   "peak memory (GiB)", "TFLOP/s", "MFU", "step time (ms)", "compile time (s)", "notes"}
+                   "peak memory (GiB)", "TFLOP/s (this run)", "MFU (this run)", "step time (ms, this run)",
+                   "compile time (s)", "notes"}
 
 
 def _knob_title(knob: str) -> str:
