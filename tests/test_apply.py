@@ -512,6 +512,26 @@ def test_a_symlinked_target_stays_a_symlink(tmp_path):
     assert load(real.read_text())["batch_size"] == 64
 
 
+def test_a_hard_linked_target_is_written_through_every_name(tmp_path):
+    """A rename gave the target a new inode: the other name kept the old values, without a word."""
+    file = copy("plain.yaml", tmp_path)
+    other = tmp_path / "also.yaml"
+    os.link(file, other)
+    original = file.read_bytes()
+    backup = write(plan(target_for(file), {"batch_size": 64}, PROVENANCE))
+    assert load(other.read_text())["batch_size"] == 64 and other.read_bytes() == file.read_bytes()
+    assert backup.read_bytes() == original
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+def test_the_owner_of_the_target_and_its_backup_is_kept_when_root_applies(tmp_path):
+    file = copy("plain.yaml", tmp_path)
+    os.chown(file, 1000, 1000)
+    backup = write(plan(target_for(file), {"batch_size": 64}, PROVENANCE))
+    assert (file.stat().st_uid, file.stat().st_gid) == (1000, 1000)
+    assert (backup.stat().st_uid, backup.stat().st_gid) == (1000, 1000)
+
+
 def test_crlf_line_ends_are_kept(tmp_path):
     file = tmp_path / "win.yaml"
     file.write_bytes(b"# trained on Windows\r\nbatch_size: 8\r\nprecision: fp32\r\n")

@@ -2,6 +2,7 @@
 refusals that leave every file as it was."""
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
@@ -29,7 +30,10 @@ def write(plan: Plan) -> Path | None:
     _check_writable(destination)
     backup = _backup(destination) if destination.exists() else None
     try:
-        _atomic_write(destination, plan.new_text.encode("utf-8"), _mode_for(destination))
+        if destination.exists() and destination.stat().st_nlink > 1:
+            _write_in_place(destination, plan.new_text.encode("utf-8"))
+        else:
+            _atomic_write(destination, plan.new_text.encode("utf-8"), _mode_for(destination), _owner(destination))
     except OSError as e:
         if backup is not None:
             backup.unlink(missing_ok=True)
@@ -83,7 +87,7 @@ def _backup(path: Path) -> Path:
         n += 1
         backup = path.with_name(f"{path.name}{BACKUP_INFIX}{stamp}-{n}")
     try:
-        _atomic_write(backup, path.read_bytes(), _mode_for(path))
+        _atomic_write(backup, path.read_bytes(), _mode_for(path), _owner(path))
     except OSError as e:
         raise UserError(f"{path}: could not write the backup {backup.name} ({e.strerror}); "
                         "the file is unchanged") from None
@@ -107,7 +111,25 @@ def _mode_for(path: Path) -> int:
     return 0o666 & ~umask
 
 
-def _atomic_write(path: Path, data: bytes, mode: int) -> None:
+def _owner(path: Path) -> tuple[int, int] | None:
+    """The existing file's owner and group, which the new file keeps (root applying to a user's file)."""
+    if not path.exists():
+        return None
+    st = path.stat()
+    return st.st_uid, st.st_gid
+
+
+def _write_in_place(path: Path, data: bytes) -> None:
+    """A file with other hard links is rewritten in place, as editors do: a rename would leave the other
+    names holding the old text. Not atomic, so the backup taken just before is the way back."""
+    with open(path, "r+b") as f:
+        f.write(data)
+        f.truncate()
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _atomic_write(path: Path, data: bytes, mode: int, owner: tuple[int, int] | None = None) -> None:
     """Readers see the old bytes or the new ones, never a mix; a crash leaves the old file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -115,6 +137,9 @@ def _atomic_write(path: Path, data: bytes, mode: int) -> None:
             f.write(data)
             f.flush()
             os.fchmod(f.fileno(), mode)
+            if owner is not None and owner != (os.geteuid(), os.getegid()):
+                with contextlib.suppress(PermissionError):  # only root may give a file away
+                    os.fchown(f.fileno(), *owner)
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
