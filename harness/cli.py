@@ -24,6 +24,8 @@ from harness.record import Record
 from harness.units import parse_duration, parse_size, size
 from harness.workloads import WORKLOADS
 
+MIN_COLUMNS = 40
+"""The narrowest table `bench report` prints, whatever COLUMNS says (one value per line fits in it)."""
 out = Console(soft_wrap=True)  # progress lines stay whole in logs and pipes
 err = Console(stderr=True)
 
@@ -439,6 +441,8 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
     if fmt == "table":
         # COLUMNS or the terminal, read now (80 when piped or written to a file); the summary wraps at word boundaries
         console = Console(file=io.StringIO() if out_path else None, soft_wrap=wide, width=1 << 16 if wide else None)
+        if console.width < MIN_COLUMNS:  # COLUMNS=0 printed nothing, COLUMNS=1 a column of letters
+            console.width = MIN_COLUMNS
         console.print(report.table(choice, info, None if wide else console.width), crop=False)
         if not out_path:
             return

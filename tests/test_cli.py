@@ -298,6 +298,16 @@ def test_report_fits_the_terminal_and_never_cuts_a_number(swept, monkeypatch, co
     assert "checkpointing" in wide.output and "% mem" in wide.output
 
 
+@pytest.mark.parametrize("columns", ["0", "1"])
+def test_a_terminal_narrower_than_any_table_gets_the_narrowest_one(swept, monkeypatch, columns):
+    folder, _, _ = swept
+    monkeypatch.setenv("COLUMNS", columns)
+    result = in_folder(folder, "report")
+    lines = result.output.splitlines()
+    assert result.exit_code == 0 and "best: trial" in result.output and 10 < len(lines) < 200, len(lines)
+    assert max(map(len, lines)) <= 40
+
+
 def test_narrow_table_abbreviates_and_drops_columns_but_keeps_every_number():
     import io
     from rich.console import Console
