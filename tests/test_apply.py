@@ -247,11 +247,21 @@ def test_read_current_plain_and_an_unknown_spelling(tmp_path):
         read_current(target_for(file))
 
 
+@pytest.mark.parametrize("value", ['"16"', "16.0", "0", "-8", "true"])
+def test_a_batch_size_bench_cannot_read_says_what_to_write(tmp_path, value):
+    file = copy("plain.yaml", tmp_path)
+    file.write_text(file.read_text().replace("batch_size: 32", f"batch_size: {value}"))
+    with pytest.raises(UserError, match=r"is not a batch_size bench can read: write a positive whole number"):
+        read_current(target_for(file))
+
+
 @pytest.mark.parametrize("content, message", [
     (None, "file not found"),
     ("trainer: [1, 2\n", "not valid YAML"),
-    ("- a\n- b\n", "not a mapping"),
-    ("just some words\n", "not a mapping"),
+    ("- a\n- b\n", "top level is a list, not a mapping"),
+    ("just some words\n", "top level is a single string, not a mapping"),
+    ("", "the file is empty .*write your config's keys"),
+    ("# only a comment\n", "the file is empty"),
 ])
 def test_read_current_refuses_what_is_not_a_yaml_mapping(tmp_path, content, message):
     file = tmp_path / "config.yaml"
@@ -263,6 +273,14 @@ def test_read_current_refuses_what_is_not_a_yaml_mapping(tmp_path, content, mess
 
 # ---------------------------------------------------------------------------------------------
 # learning-rate rule
+
+
+def test_lr_rule_without_a_batch_in_the_file_names_the_key_it_looked_for(tmp_path):
+    file = copy("lightning.yaml", tmp_path)
+    file.write_text(file.read_text().replace("  batch_size: 16     # per GPU\n", ""))
+    target = target_for(file, preset="lightning", lr={"key": "optimizer.lr", "scale": "linear"})
+    with pytest.raises(UserError, match=r"batch size is unknown \(no data.batch_size in the file\)"):
+        plan(target, {"batch_size": 32}, PROVENANCE, create_keys=True)
 
 
 def test_lr_linear_scaling_is_in_the_diff(tmp_path):

@@ -40,8 +40,12 @@ def _load_document(path: Path, fmt: str) -> _Document:
     bom = BOM if text.startswith(BOM) else ""
     text = text[len(bom):]
     data = _parse_data(text, fmt, path)
+    if data is None:
+        raise UserError(f"{path}: the file is empty (or only comments); bench writes into a config of key: value "
+                        "pairs: write your config's keys in it, or point apply.file at your config")
     if not isinstance(data, dict):
-        raise UserError(f"{path}: the top level is a {type(data).__name__}, not a mapping of keys; "
+        what = {list: "a list", str: "a single string"}.get(type(data), "a single value")
+        raise UserError(f"{path}: the top level is {what}, not a mapping of keys; "
                         "bench writes into a config of key: value pairs")
     try:
         root = YAML(typ="rt").compose(text)
@@ -204,6 +208,9 @@ def _checked_knob_value(doc: _Document, knob: str, found: dict[str, object], val
         valid = value is not None and (choices is None or value in choices)
     if not valid:
         shown = ", ".join(f"{k}: {json.dumps(v, default=str)}" for k, v in found.items() if v is not ABSENT)
+        if knob in ("batch_size", "accumulation"):
+            raise UserError(f"{doc.path}: {shown} is not a {knob} bench can read: write a positive whole number, "
+                            f"unquoted (e.g. 8), or set apply.keys.{knob}: null to leave it out")
         raise UserError(f"{doc.path}: cannot tell which {knob} `{shown}` means; map its spelling under "
                         f"apply.keys.{knob}.values, or set apply.keys.{knob}: null to leave it out")
     return value

@@ -107,7 +107,7 @@ def _assignments(target: ApplyTarget, values: dict, doc: _Document,
     current = current_values if current_values is not None else \
         _read_knobs(target, doc, ("batch_size", "accumulation", "nproc"))
     if target.lr is not None:
-        out += _lr_assignment(target.lr, doc, values, current)
+        out += _lr_assignment(target.lr, doc, values, current, [m.key for m in target.keys.get("batch_size", ())])
     if target.preset == "deepspeed":
         out += _deepspeed_total(target, doc, values, current)
     return out
@@ -147,12 +147,14 @@ def _effective_batch(knobs: dict, fallback: dict) -> int | None:
             * knobs.get("nproc", fallback.get("nproc", 1)))
 
 
-def _lr_assignment(rule: LrRule, doc: _Document, values: dict, current: dict) -> list[_Assignment]:
+def _lr_assignment(rule: LrRule, doc: _Document, values: dict, current: dict, batch_keys: list[str]) -> list[_Assignment]:
     """The learning rate rescaled for the new effective batch; nothing when that batch is unchanged."""
     old_batch, new_batch = _effective_batch(current, {}), _effective_batch(values, current)
     if old_batch is None:
-        raise UserError(f"{doc.path}: apply.lr: the current batch size is unknown (no batch_size key in the file), "
-                        "so the learning rate cannot be rescaled; map batch_size or remove apply.lr")
+        where = f"no {' or '.join(batch_keys)} in the file" if batch_keys else "batch_size is not mapped"
+        raise UserError(f"{doc.path}: apply.lr: the current batch size is unknown ({where}), so the learning rate "
+                        "cannot be rescaled from it; write that key into the file, map apply.keys.batch_size to the "
+                        "key your file uses, or remove apply.lr")
     if new_batch == old_batch:
         return []
     lr = _lookup(doc.data, rule.key)
