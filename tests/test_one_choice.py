@@ -146,6 +146,7 @@ def test_a_sure_win_is_best_where_the_faster_leader_only_ties_with_your_config(p
     assert "vs baseline (trial 2 vs trial 0): 1.24× ±" in table and "trial #2 vs #0" in page
     assert "trial 2:" in dry and "vs your config as swept (trial 0) 1.24× ±" in dry and "keeping your config" not in dry
     assert "your config stays" not in table + page
+    assert rows[2]["tier"] == "safe" and rows[2]["tiers"] == ["safe", "balanced", "aggressive"]  # JSON held only one
 
 
 def test_a_config_whose_loss_rose_is_never_best_but_shown_as_fastest_but_unsafe(project):

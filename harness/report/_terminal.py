@@ -43,7 +43,8 @@ def marks(s: Standing, choice: Choice) -> dict:
     against = pareto.versus(s.record, choice.baseline.record, choice.objective) \
         if choice.baseline and s.speed and choice.baseline.speed and s is not choice.baseline else None
     return {"pareto": s.pareto, "best": s.best, "leader": choice.leader is s, "baseline": s.record.baseline,
-            "tier": s.tier, "noisy": s.noisy, "unsafe": s.unsafe,
+            "tier": s.tier, "tiers": [name for name, t in choice.tiers.items() if t is s],
+            "noisy": s.noisy, "unsafe": s.unsafe,
             "speed": {"value": s.speed, "unit": choice.unit, "runs": s.runs, "noise": s.noise} if s.speed else None,
             "vs_baseline": against.__dict__ if against else None,
             **({"model": choice.model} if s.best and choice.model else {})}
