@@ -329,6 +329,14 @@ def assert_untouched(file: Path, original: bytes, before: set[str]):
     assert files_in(file.parent) == before
 
 
+def test_every_absent_key_is_named_in_one_refusal(tmp_path):
+    file = copy("lightning.yaml", tmp_path)
+    target = target_for(file, preset="lightning", keys={"checkpointing": "model.activation.checkpoint",
+                                                         "compile": "model.compile_mode"})
+    with pytest.raises(UserError, match=r"keys model\.activation\.checkpoint .*; model\.compile_mode .*not in the file"):
+        plan(target, {"checkpointing": "full", "compile": "default"}, PROVENANCE)
+
+
 def test_absent_key_is_refused_then_created_with_create_keys(tmp_path):
     file = copy("lightning.yaml", tmp_path)
     original, before = file.read_bytes(), files_in(tmp_path)

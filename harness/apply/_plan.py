@@ -183,21 +183,24 @@ def _deepspeed_total(target: ApplyTarget, doc: _Document, values: dict, current:
 
 def _edits(doc: _Document, assignments: list[_Assignment], create_keys: bool) -> list[tuple[_Assignment, object]]:
     """The assignments that change the file, each with its old value (ABSENT: the key is created)."""
-    edits = []
+    edits, missing = [], []
     for a in assignments:
         if _already_implied(doc, a):
             continue
         old = _lookup(doc.data, a.key)
         if old is ABSENT:
-            if not create_keys:
-                raise UserError(f"{doc.path}: key {a.key} (from {a.origin}) is not in the file; add it, map the knob "
-                                "to the key your file uses, or pass --create-keys to add it")
+            missing.append(f"{a.key} (from {a.origin})")
         elif isinstance(old, (dict, list)):
             raise UserError(f"{doc.path}: {a.key} (from {a.origin}) holds a {type(old).__name__}, not a single value; "
                             "map the knob to the key inside it")
         elif _same(a.map.canonical(old), a.value):
             continue  # same setting, maybe spelled another way (Lightning `16` is "16-mixed")
         edits.append((a, old))
+    if missing and not create_keys:  # all of them at once, not one per try
+        keys = "; ".join(missing)
+        raise UserError(f"{doc.path}: {'key' if len(missing) == 1 else 'keys'} {keys} not in the file; add "
+                        f"{'it' if len(missing) == 1 else 'them'}, map the knob to the key your file uses, or pass "
+                        "--create-keys to add them")
     return edits
 
 
