@@ -84,10 +84,12 @@ def relative(path: Path) -> str | None:
 
 
 def spec_file(info: dict) -> str:
-    """The study's spec on this machine: where it was swept, else the same path inside the current folder."""
-    if Path(info["spec_path"]).exists() or not info.get("spec_relative"):
-        return info["spec_path"]
-    return info["spec_relative"]
+    """The study's spec on this machine: at its path inside the current folder (this checkout or copy of
+    the project, whose apply target is the one to write), else where it was swept."""
+    relative_now = info.get("spec_relative")
+    if relative_now and Path(relative_now).is_file():
+        return relative_now
+    return info["spec_path"]
 
 
 def make_sampler(spec: Spec) -> optuna.samplers.BaseSampler:

@@ -129,3 +129,16 @@ def test_apply_from_another_checkout_finds_the_spec_relative_to_it(known_study, 
     result = apply("best")
     assert result.exit_code == 0, result.output
     assert batch_in(elsewhere) == 32
+
+
+def test_apply_from_a_copy_of_the_project_writes_the_copy_and_leaves_the_original_alone(known_study, tmp_path_factory,
+                                                                                      monkeypatch):
+    """The sweeping folder still existed, so its absolute spec path won and the original's config was written."""
+    import shutil
+    copy = tmp_path_factory.mktemp("copy") / "project"
+    shutil.copytree(known_study, copy)
+    before = batch_in(known_study)
+    monkeypatch.chdir(copy)
+    result = apply("best")
+    assert result.exit_code == 0, result.output
+    assert batch_in(copy) == 32 and batch_in(known_study) == before
