@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import itertools
 import json
 import random
 import socket
@@ -446,8 +447,9 @@ class Sweep:
         the record says it ran busy; running it again would measure the same load)."""
         stayed_busy = self.quiet.wait(f"trial {number}" + (" (confirmation run)" if repeat else ""))
         before = busy.snapshot(self.device)
+        log = self.confirmation_log_path(number) if repeat else self.log_path(number)
         rec = launch.run(self.job(config, number, repeat), launch.Limits(self.spec.trial_timeout_s, self.spec.stall_s),
-                         self.log_path(number), on_beat=self.progress.trial_phase)
+                         log, on_beat=self.progress.trial_phase)
         rec["busy"] = stayed_busy or busy.verdict(before, busy.snapshot(self.device))
         return rec
 
@@ -565,6 +567,21 @@ class Sweep:
         if self.results is None:
             return None
         return study_dir(self.results, self.spec.study) / "logs" / f"trial-{number:04d}.log"
+
+    def confirmation_log_path(self, number: int) -> Path | None:
+        """A confirmation run's own log beside its trial's (which it replaced): the next free
+        trial-NNNN-confirm-K.log, created here so that two workers never pick the same K."""
+        if self.results is None:
+            return None
+        folder = study_dir(self.results, self.spec.study) / "logs"
+        folder.mkdir(parents=True, exist_ok=True)
+        for run in itertools.count(1):
+            path = folder / f"trial-{number:04d}-confirm-{run}.log"
+            try:
+                path.open("x").close()
+                return path
+            except FileExistsError:
+                continue
 
     def log_of(self, number: int, written: bool = False) -> str | None:
         """The log path a record names: absolute, readable from wherever `bench report` runs (`written`:

@@ -1,6 +1,8 @@
 """Study-side knob correctness (issue #12): the objective's throughput everywhere, OOMs told
 honestly, resumes that keep one study comparable."""
 
+import re
+
 import optuna
 import pytest
 from click.testing import CliRunner
@@ -132,3 +134,23 @@ def test_a_resume_that_narrows_a_knob_to_one_value_measures_the_configs_left(tmp
         str(tmp_path / "results" / "s" / "journal.log"))), "s")
     ran = {(r["config"]["batch_size"], r["config"]["accumulation"]) for r in studies.rows_of(study) if r["status"] == "ok"}
     assert {(16, 1), (16, 2)} <= ran, again.output
+
+
+def test_a_confirmation_run_keeps_its_own_log_and_leaves_the_trials(tmp_path, faulty_path, monkeypatch):
+    """Confirmation runs wrote their output over their trial's log: trial 0's own output was gone."""
+    import os
+    (tmp_path / "printer.py").write_text(
+        "import os, sys\nfrom faulty import build as _build\n\n"
+        "def build(params):\n    print(f'BUILT pid={os.getpid()}', file=sys.stderr, flush=True)\n    return _build(params)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ["PYTHONPATH"]]))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    path = faulty_spec(tmp_path, "s", ["none"], trials=2, search={"batch_size": [8, 16], "fault": ["none"]},
+                       workload={"factory": "printer:build", "params": {"fault": "none", "at_step": 3}})
+    result = CliRunner().invoke(main, ["sweep", str(path), "--device", "cpu"])
+    assert result.exit_code == 0 and "confirmation run 2 of 2" in result.output, result.output
+    logs = tmp_path / "results" / "s" / "logs"
+    pids = {log.name: re.findall(r"BUILT pid=(\d+)", log.read_text()) for log in logs.glob("trial-*.log")}
+    assert {"trial-0000.log", "trial-0000-confirm-1.log", "trial-0000-confirm-2.log"} <= set(pids), pids
+    assert all(len(set(found)) == 1 for found in pids.values()), pids  # one process's output per log
+    assert len({found[0] for found in pids.values()}) == len(pids), pids  # and every log another process's
