@@ -170,13 +170,21 @@ FIGURES = ("throughput", "tokens_per_s", "peak_memory")
 """The figures every reader compares: a number or nothing."""
 
 
+FIGURE_LIMIT = 2.0 ** 60
+"""Above any real figure (an exbibyte of memory, 10^18 samples/s); 1e308 overflowed the noise's arithmetic."""
+
+
 def figure_problem(rec: dict) -> str | None:
     """Why a stored record (or confirmation run) cannot be read, or None: a figure that is not a number
     was written by hand or damaged, and would surface as a TypeError in whichever view read it first."""
     for name in FIGURES:
         value = _median(rec.get(name)) if name == "tokens_per_s" else rec.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             return f"the record's {name} is {value!r}, not a number"
+        if not 0 < value < FIGURE_LIMIT:  # NaN fails this too
+            return f"the record's {name} is {value!r}, not a measurement (a positive number below 2**60)"
     return None
 
 

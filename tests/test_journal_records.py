@@ -26,17 +26,27 @@ CRAFTED = {
     "a confirmation run's figure that is not a number": {
         "op_code": 2, "worker_id": "w", "study_id": 0,
         "user_attr": {"repeats": {"0": [{"status": "ok", "throughput": {"median": "fast"}}]}}},
+    "a throughput of 1e308 (it overflowed the noise's arithmetic)": {
+        "op_code": 8, "worker_id": "w", "trial_id": 0, "user_attr": {"record": {"status": "ok", "throughput": 1e308}}},
+    "a negative throughput": {"op_code": 8, "worker_id": "w", "trial_id": 0,
+                              "user_attr": {"record": {"status": "ok", "throughput": -5}}},
+    "a confirmation run's infinite throughput": {
+        "op_code": 2, "worker_id": "w", "study_id": 0,
+        "user_attr": {"confirm:0:0": {"state": "done", "run": {"status": "ok", "throughput": float("inf")}}}},
 }
+RAW = {"a peak that is NaN": '{"op_code": 8, "worker_id": "w", "trial_id": 0, '
+                             '"user_attr": {"record": {"status": "ok", "peak_memory": NaN}}}'}
 
 
 def deep(n: int) -> bytes:
     return b"[" * n + b"]" * n
 
 
-@pytest.mark.parametrize("case", [*CRAFTED, "100 000-deep JSON"])
+@pytest.mark.parametrize("case", [*CRAFTED, *RAW, "100 000-deep JSON"])
 def test_a_crafted_journal_record_is_refused_by_file_and_line(study, case):  # noqa: F811 (fixture)
     path = journal(study)
-    line = deep(100_000) if case not in CRAFTED else json.dumps(CRAFTED[case]).encode()
+    line = (json.dumps(CRAFTED[case]).encode() if case in CRAFTED else RAW[case].encode() if case in RAW
+            else deep(100_000))
     records = path.read_bytes().count(b"\n")
     crafted = path.read_bytes() + line + b"\n"
     path.write_bytes(crafted)
@@ -46,4 +56,6 @@ def test_a_crafted_journal_record_is_refused_by_file_and_line(study, case):  # n
         [said] = lines(result.stderr)
         assert f"journal.log:{records + 1}:" in said and "Traceback" not in said, said
         assert "not a number" in said or "not a number" not in case
+        if any(word in case for word in ("1e308", "negative", "infinite", "NaN")):
+            assert "not a measurement" in said, said
     assert path.read_bytes() == crafted  # nothing repaired or cut behind the user's back
