@@ -405,15 +405,19 @@ class Sweep:
         """
         with self.claiming():
             trial = self.study.ask()
-            # suggest() even for enqueued trials: it records their fixed params with distributions,
-            # so the sampler sees every trial (baseline, grid, compile and frontier probes included).
-            params = suggest(trial, self.spec, eager_only=self.eager_phase() and "config" not in trial.user_attrs)
-            config = trial.user_attrs.get("config") or self.spec.config(params)
-            trial.set_user_attr("config", config)
-            if not trial.user_attrs.get("baseline") and self.baseline_pending(config):
-                trial.set_user_attr("baseline", True)  # the baseline's config, measured by this trial instead
-            trial.set_user_attr("worker", worker_id())  # last: the claim
-            previous = self.measured_configs(besides=trial.number).get(search.key(config))
+            try:
+                # suggest() even for enqueued trials: it records their fixed params with distributions,
+                # so the sampler sees every trial (baseline, grid, compile and frontier probes included).
+                params = suggest(trial, self.spec, eager_only=self.eager_phase() and "config" not in trial.user_attrs)
+                config = trial.user_attrs.get("config") or self.spec.config(params)
+                trial.set_user_attr("config", config)
+                if not trial.user_attrs.get("baseline") and self.baseline_pending(config):
+                    trial.set_user_attr("baseline", True)  # the baseline's config, measured by this trial instead
+                trial.set_user_attr("worker", worker_id())  # last: the claim
+                previous = self.measured_configs(besides=trial.number).get(search.key(config))
+            except KeyboardInterrupt:  # Ctrl-C while claiming: interrupted now, as the CLI says, not at the next resume
+                self.tell_interrupted(trial, trial.user_attrs.get("config"), "interrupted by the user (Ctrl-C)")
+                raise
         return trial, config, previous
 
     def baseline_pending(self, config: dict) -> bool:

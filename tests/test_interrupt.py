@@ -355,3 +355,28 @@ def test_ctrl_c_before_any_trial_does_not_claim_one_was_recorded(tmp_path, fault
     result = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
     assert result.exit_code == 130
     assert "interrupted: no trial was running, nothing measured is lost; re-run the same command to resume" in result.output
+
+
+def test_ctrl_c_while_a_trial_is_claimed_records_it_interrupted_not_running(tmp_path, faulty_path, monkeypatch):
+    """Ctrl-C between ask and claim said "recorded as interrupted" and left the trial running until a resume."""
+    import optuna
+    from harness import study as studies
+    monkeypatch.chdir(tmp_path)
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt()
+    monkeypatch.setattr(studies, "suggest", ctrl_c)
+    path = faulty_spec(tmp_path, "claim", ["none"], trials=1)
+    result = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
+    assert result.exit_code == 130, result.output
+    study = studies.load(optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(
+        str(tmp_path / "results" / "claim" / "journal.log"))), "claim")
+    states = [(t.state, t.user_attrs.get("status")) for t in study.get_trials(deepcopy=False)]
+    assert (optuna.trial.TrialState.FAIL, "interrupted") in states, states
+    assert not any(state == optuna.trial.TrialState.RUNNING for state, _ in states), states
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(faulty_path))
+    monkeypatch.setenv("PYTHONPATH", str(faulty_path))
+    again = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
+    assert again.exit_code == 0 and "left running by a process that died" not in again.output, again.output
