@@ -203,8 +203,10 @@ def run_sweep(spec, device, total, deadline, storage_url, results, auto=False) -
         if not isinstance(exc, KeyboardInterrupt):
             raise
         why = str(exc) or "interrupted"
+        confirming = getattr(exc, "confirmation", None)
         what = ("the running trial was stopped and recorded as interrupted" if progress.running is not None
-                else "no trial was running, nothing measured is lost")  # waiting for quiet, or a confirmation run (freed)
+                else f"the confirmation run of #{confirming} was stopped; it runs again, nothing measured is lost"
+                if confirming is not None else "no trial was running, nothing measured is lost")  # waiting for quiet
         to_terminal(lambda: err.print(f"{why}: {what}; re-run the same command to resume", soft_wrap=True))  # one line
         sys.exit(getattr(exc, "exit_code", 130))
 

@@ -496,8 +496,9 @@ class Sweep:
             row, round_ = slot
             try:
                 rec = self.runner(row["config"], row["number"], repeat=True)  # a warm compile cache is fine here
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as stop:
                 self.study.set_user_attr(confirm_key(row["number"], round_), {"state": "free"})
+                stop.confirmation = row["number"]  # what the CLI's one line says was stopped
                 raise
             if rec["status"] == record.INTERRUPTED:  # stopped from outside: the run is free to run again
                 self.study.set_user_attr(confirm_key(row["number"], round_), {"state": "free"})

@@ -380,3 +380,20 @@ def test_ctrl_c_while_a_trial_is_claimed_records_it_interrupted_not_running(tmp_
     monkeypatch.setenv("PYTHONPATH", str(faulty_path))
     again = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
     assert again.exit_code == 0 and "left running by a process that died" not in again.output, again.output
+
+
+def test_ctrl_c_during_a_confirmation_run_says_that_run_was_stopped(tmp_path, faulty_path, monkeypatch):
+    """It said "no trial was running" while a confirmation run's child was measuring."""
+    from harness import study as studies
+    monkeypatch.chdir(tmp_path)
+
+    def stopped_when_confirming(self, config, number, repeat=False):  # steady figures, whatever the machine's load
+        if repeat:
+            raise KeyboardInterrupt()
+        return {"status": "ok", "throughput": 100.0 * config["batch_size"], "peak_memory": 2**20 * config["batch_size"],
+                "timing": {"step_s": {"cv": 0.005}}}
+    monkeypatch.setattr(studies.Sweep, "launch", stopped_when_confirming)
+    path = faulty_spec(tmp_path, "confirming", ["none"], trials=2, search={"batch_size": [8, 16], "fault": ["none"]})
+    result = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
+    assert result.exit_code == 130, result.output
+    assert "the confirmation run of #1 was stopped; it runs again" in result.output, result.output
