@@ -294,10 +294,12 @@ class LiveProgress(studies.Progress):
     def say(self, text: str, **style) -> None:
         out.print(text, markup=False, highlight=False, soft_wrap=not out.is_terminal, **style)
 
-    def started(self, done, total, study):
+    def started(self, done, total, study, running=0):
         if done:
-            self.say(f"resuming: {done} of {total} trials already measured" if done <= total else
-                     f"resuming: {done} trials already measured, more than the {total} asked for")
+            what = "already measured" if not running else \
+                f"already measured or running ({running} running in another worker)"
+            self.say(f"resuming: {done} of {total} trials {what}" if done <= total else
+                     f"resuming: {done} trials {what}, more than the {total} asked for")
 
     def trial_started(self, number, done, total, config, baseline):
         label = " (baseline: your current config)" if baseline else ""

@@ -130,7 +130,7 @@ def create(spec: Spec, storage, device: str) -> optuna.Study:
 class Progress:
     """What the sweep tells its display; the CLI supplies the printing."""
 
-    def started(self, done: int, total: int, study: str) -> None: ...
+    def started(self, done: int, total: int, study: str, running: int = 0) -> None: ...
     def trial_started(self, number: int, done: int, total: int, config: dict, baseline: bool) -> None: ...
     def trial_phase(self, heartbeat: dict | None) -> None: ...
     def trial_finished(self, number: int, rec: dict, best: dict | None) -> None: ...
@@ -167,7 +167,8 @@ class Sweep:
     def run(self) -> None:
         launch.prestart()  # the warm trial server imports torch while the study gets ready
         self.fail_stale_trials()
-        self.progress.started(self.counted(), self.total, self.spec.study)
+        running = len(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+        self.progress.started(self.counted(), self.total, self.spec.study, running)
         self.quiet.wait("the sweep starts", longest=2 * busy.EACH_WAIT_S, run=False)
         for _ in range(1 + RESEARCHES):
             if not self.search():

@@ -132,5 +132,8 @@ def test_a_resume_past_a_smaller_cap_does_not_say_3_of_2(project, monkeypatch):
     progress = LiveProgress(specs.load(write_spec(project)))
     progress.started(3, 2, "tiny")
     progress.started(2, 2, "tiny")
+    progress.started(1, 5, "tiny", running=1)
     assert buf.getvalue().splitlines() == ["resuming: 3 trials already measured, more than the 2 asked for",
-                                           "resuming: 2 of 2 trials already measured"]
+                                           "resuming: 2 of 2 trials already measured",
+                                           "resuming: 1 of 5 trials already measured or running "
+                                           "(1 running in another worker)"]
