@@ -121,5 +121,5 @@ class Quiet:
         """The sweep's last word on load, when any run had to be measured on a busy machine."""
         if not self.busy_runs:
             return None
-        return (f"{self.busy_runs} run(s) were measured on a busy machine: the answer is noise where they "
+        return (f"{self.busy_runs} run(s) started on a busy machine: the answer is noise where their figures "
                 "decide it; run the same command again when the machine is quiet")

@@ -67,7 +67,7 @@ def test_a_machine_that_stays_busy_is_measured_in_bounded_time_and_called_noise(
     assert "machine busy before the sweep starts" in text and "still busy after" in text
     assert "no waiting left (BENCH_QUIET_WAIT): measuring anyway, its figures will be noise" in text
     assert rows[0]["busy"]["busy_cores"] == 1.9
-    assert "measured on a busy machine: the answer is noise" in lines[-1]
+    assert "started on a busy machine: the answer is noise" in lines[-1]
     choice = report.annotate(rows, {"name": "load"})
     assert any("the machine was busy during 1 of 1 trials: #0" in line for line in report.story(choice))
     assert "when the machine is quiet" in report.next_step(choice)

@@ -229,3 +229,20 @@ def test_old_records_read_through_the_typed_record():
     assert rec.version == 1 and rec.tokens_per_s == 512.0 and rec.runs("tokens") == [512.0, 600.0]
     assert rec.extra == {"cuda_graphs": False} and rec.to_dict()["cuda_graphs"] is False
     assert Record.of({**old, "version": VERSION}).version == VERSION
+
+
+@pytest.mark.parametrize("status, said", [
+    ("interrupted", "nothing ran to a result yet: run the same `bench sweep` to resume"),
+    ("crash", "no trial trained: fix the error the statuses show"),
+])
+def test_a_study_with_nothing_measured_says_what_to_do_next_and_claims_no_quiet_machine(status, said):
+    """An interrupted first trial read "no config fits ... try smaller batch sizes" and "the machine was
+    quiet for every trial", though nothing had run."""
+    from harness import report
+    config = {"batch_size": 8, "precision": "fp32"}
+    rows = [{"number": n, "status": status, "config": config, "throughput": None, "peak_memory": None,
+             "baseline": n == 0, "error": {"type": "X", "message": "exited with code 3"}} for n in range(3)]
+    choice = report.annotate(rows, {"name": "s", "memory_budget": GiB, "headroom": 0.1})
+    assert report.next_step(choice).startswith(said)
+    quiet = any("quiet for every trial" in line for line in report.story(choice))
+    assert quiet == (status == "crash")  # a crash ran, and the machine was checked for it; an interrupted try did not

@@ -20,7 +20,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from harness import busy, failures, knobs, pareto
+from harness import busy, failures, knobs, pareto, record
 from harness.pareto import Choice, Standing
 from harness.report import _time
 from harness.units import size
@@ -319,7 +319,7 @@ def story(choice: Choice) -> list[str]:
         lines.append(f"trial #{leader.number}'s {leader.speed:.1f} {unit} is the median of {leader.runs} run"
                      + (f"s (its trial and {leader.runs - 1} confirmation run{'s' if leader.runs > 2 else ''})"
                         if leader.runs > 1 else ", not confirmed"))
-    lines.append(busy_story(choice))
+    lines += [line for line in [busy_story(choice)] if line]
     lines += [line for line in [wall_story(choice)] if line]
     lines += [line for line in choice.why if not (choice.kept and line == choice.why[0])]
     lines.append("next: " + next_step(choice))
@@ -337,8 +337,16 @@ def wall_story(choice: Choice) -> str | None:
             "it fits, with no room for a longer input: the next smaller batch leaves some")
 
 
-def busy_story(choice: Choice) -> str:
-    busy_rows = [s for s in choice.rows if s.record.busy or any(r.busy for r in s.record.repeats)]
+def ran(choice: Choice) -> list[Standing]:
+    """Trials whose child ran to a result (not interrupted, skipped or still running)."""
+    return [s for s in choice.rows if s.record.status not in (record.INTERRUPTED, record.SKIPPED, "running")]
+
+
+def busy_story(choice: Choice) -> str | None:
+    ran_rows = ran(choice)
+    busy_rows = [s for s in ran_rows if s.record.busy or any(r.busy for r in s.record.repeats)]
+    if not ran_rows:
+        return None  # nothing ran to be quiet or busy for
     if not busy_rows:
         return "the machine was quiet for every trial (load, CPU steal and other GPU processes checked each time)"
     worst = max((s.record.busy for s in busy_rows if s.record.busy), key=lambda b: b.get("load1", 0), default=None)
@@ -352,6 +360,10 @@ def next_step(choice: Choice) -> str:
     busy_rows = [s for s in choice.rows if s.record.busy]
     if noisy or len(busy_rows) * 2 > len(choice.rows):
         return "run `bench sweep` again when the machine is quiet: noisy or busy trials are not measurements to act on"
+    if not ran(choice):
+        return "nothing ran to a result yet: run the same `bench sweep` to resume"
+    if choice.best is None and not any(s.record.status in (record.OK, record.OOM, record.DIVERGED) for s in choice.rows):
+        return "no trial trained: fix the error the statuses show (each trial's log is named in its record), then sweep again"
     if choice.best is None:
         return "no config fits: see the statuses, try smaller batch sizes or a larger memory budget"
     if choice.kept or choice.best.record.baseline:
