@@ -436,12 +436,13 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
     name = pick_study(study_name, scenario, results, storage)
     study = studies.load(studies.existing_storage(storage, results, name), name)
     rows, info = studies.rows_of(study), studies.study_info(study)
-    spec = study_spec(info)
+    spec_path = spec_path_of(info, storage, results)
+    spec = study_spec(spec_path, info)
     choice = study_choice(rows, info, spec)
     if fmt == "html":
         out_path = out_path or studies.study_dir(results, name) / "report.html"
     if out_path:
-        refuse_own_file(out_path, studies.spec_file(info), spec, storage, results, name)
+        refuse_own_file(out_path, spec_path, spec, storage, results, name)
     if fmt == "table":
         # COLUMNS or the terminal, read now (80 when piped or written to a file); the summary wraps at word boundaries
         console = Console(file=io.StringIO() if out_path else None, soft_wrap=wide, width=1 << 16 if wide else None)
@@ -462,12 +463,28 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
         click.echo(text)
 
 
-def study_spec(info: dict):
+def spec_path_of(info: dict, storage: str | None, results: Path) -> str | None:
+    """studies.spec_file, told whether the study's journal is under the current folder."""
+    here = storage is None and Path(results).resolve().is_relative_to(Path.cwd().resolve())
+    return studies.spec_file(info, here)
+
+
+def required_spec(info: dict, storage: str | None, results: Path, scenario: str | None):
+    path = spec_path_of(info, storage, results)
+    if path is None:
+        raise UserError(f"study {info['name']!r} names no spec (it was not made by `bench sweep`); "
+                        "report and apply need a study bench swept")
+    return specs.load(path, scenario)
+
+
+def study_spec(spec_path: str | None, info: dict):
     """The spec the study was swept from, as it reads now; None when it is gone or no longer loads
     (the report still shows what was measured)."""
+    if spec_path is None:
+        return None
     try:
-        return specs.load(studies.spec_file(info), info.get("scenario"))
-    except (UserError, OSError, KeyError):
+        return specs.load(spec_path, info.get("scenario"))
+    except (UserError, OSError):
         return None
 
 
@@ -492,15 +509,15 @@ def pick_study(name: str | None, scenario: str | None, results: Path, storage: s
     if not scenario:
         return name
     info = studies.study_info(studies.load(studies.existing_storage(storage, results, name), name))
-    return specs.load(studies.spec_file(info), scenario).study
+    return required_spec(info, storage, results, scenario).study
 
 
-def refuse_own_file(out_path: Path, spec_path: str, spec, storage: str | None, results: Path, name: str) -> None:
+def refuse_own_file(out_path: Path, spec_path: str | None, spec, storage: str | None, results: Path, name: str) -> None:
     """`--out` onto the study's journal or database, its spec or the apply target would replace what
     the report is made from with the report: refused, since bench report only reads."""
     own = {"the study's journal": None if storage else studies.study_dir(results, name) / stores.JOURNAL,
            "the study's database": stores.sqlite_path(storage) if storage else None,
-           "the study's spec": Path(spec_path),
+           "the study's spec": spec_path,
            "the spec's apply target": spec.apply.file if spec is not None and spec.apply else None}
     target = out_path.resolve()
     for what, path in own.items():
@@ -540,11 +557,11 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     name = pick_study(study_name, scenario, results, storage)
     study = studies.load(studies.existing_storage(storage, results, name), name)
     rows, info = studies.rows_of(study), studies.study_info(study)
-    spec = specs.load(studies.spec_file(info), info.get("scenario"))
+    spec = required_spec(info, storage, results, info.get("scenario"))
     choice = study_choice(rows, info, spec)
     chosen = choice.row_for(which, parse_size(budget, "--budget") if budget else None, name)
     if spec.apply is None:
-        raise UserError(f"{info['spec_path']}: has no `apply:` section naming the config file to write; add one")
+        raise UserError(f"{spec.path}: has no `apply:` section naming the config file to write; add one")
     row = chosen.record
     against = choice.against_baseline(chosen)
     provenance = {"study": name, "trial": row.number, "device": row.env.get("device"),

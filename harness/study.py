@@ -84,13 +84,15 @@ def relative(path: Path) -> str | None:
         return None
 
 
-def spec_file(info: dict) -> str:
-    """The study's spec on this machine: at its path inside the current folder (this checkout or copy of
-    the project, whose apply target is the one to write), else where it was swept."""
-    relative_now = info.get("spec_relative")
-    if relative_now and Path(relative_now).is_file():
-        return relative_now
-    return info["spec_path"]
+def spec_file(info: dict, here: bool = False) -> str | None:
+    """The study's spec on this machine: where it was swept, unless the same path relative to the sweep's
+    folder is here and either that is gone (another machine's checkout) or the study's results are under
+    the current folder (`here`: a copy of the project, whose own apply target is the one to write).
+    None for a study `bench sweep` did not make."""
+    relative, swept = info.get("spec_relative"), info.get("spec_path")
+    if relative and Path(relative).is_file() and (here or not swept or not Path(swept).exists()):
+        return relative
+    return swept
 
 
 def make_sampler(spec: Spec) -> optuna.samplers.BaseSampler:

@@ -142,3 +142,31 @@ def test_apply_from_a_copy_of_the_project_writes_the_copy_and_leaves_the_origina
     result = apply("best")
     assert result.exit_code == 0, result.output
     assert batch_in(copy) == 32 and batch_in(known_study) == before
+
+
+def test_apply_from_another_project_with_the_same_spec_name_writes_the_swept_project(known_study, tmp_path_factory,
+                                                                                      monkeypatch):
+    """Read through --results from another project whose spec has the same relative path: the study's
+    own project is written, not the one the command happens to run in."""
+    import shutil
+    other = tmp_path_factory.mktemp("other") / "project"
+    (other / "examples").mkdir(parents=True)
+    shutil.copy(known_study / "known.yaml", other / "known.yaml")
+    shutil.copy(known_study / "examples" / "config.yaml", other / "examples" / "config.yaml")
+    before = batch_in(other)
+    monkeypatch.chdir(other)
+    result = apply("best", "--results", str(known_study / "results"))
+    assert result.exit_code == 0, result.output
+    assert batch_in(known_study) == 32 and batch_in(other) == before
+
+
+def test_report_of_a_study_bench_did_not_make_is_shown_without_a_spec(tmp_path, monkeypatch):
+    import optuna
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite:///{tmp_path / 'plain.db'}"
+    optuna.create_study(study_name="plain", storage=url).optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+    page = CliRunner().invoke(main, ["report", "plain", "--storage", url, "--format", "html", "--out",
+                                     str(tmp_path / "r.html")])
+    assert page.exit_code == 0, page.output
+    refused = apply("best", "--study", "plain", "--storage", url)
+    assert refused.exit_code == 2 and "names no spec" in refused.output
