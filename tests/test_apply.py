@@ -436,6 +436,27 @@ def test_target_edited_after_the_plan_is_refused(tmp_path):
     assert_untouched(file, original, before)
 
 
+def test_a_failed_in_place_write_puts_the_backup_back(tmp_path, monkeypatch):
+    """A hard-linked target is written in place, not atomically: a write that fails half-way once left part
+    of the new text, deleted the backup and said the file was unchanged."""
+    file = copy("lightning.yaml", tmp_path)
+    os.link(file, tmp_path / "also.yaml")
+    p = plan(target_for(file, preset="lightning"), {"batch_size": 64}, PROVENANCE)
+    original = file.read_bytes()
+    real_fsync, calls = os.fsync, []
+
+    def disk_full_on_the_target(fd):  # the backup's fsync, its folder's, then the target's
+        calls.append(fd)
+        if os.fstat(fd).st_ino == file.stat().st_ino and len(calls) < 4:
+            raise OSError(28, "No space left on device")
+        return real_fsync(fd)
+    monkeypatch.setattr(_write.os, "fsync", disk_full_on_the_target)
+    with pytest.raises(UserError, match="No space left on device.*unchanged"):
+        write(p)
+    assert file.read_bytes() == original and (tmp_path / "also.yaml").read_bytes() == original
+    assert not list(tmp_path.glob("*bench-backup*"))
+
+
 def test_a_failed_replace_leaves_the_original_and_no_backup_or_temp_file(tmp_path, monkeypatch):
     file = copy("lightning.yaml", tmp_path)
     p = plan(target_for(file, preset="lightning"), {"batch_size": 64}, PROVENANCE)

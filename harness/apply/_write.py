@@ -29,19 +29,26 @@ def write(plan: Plan) -> Path | None:
     _check_source_unchanged(plan)
     _check_writable(destination)
     backup = _backup(destination) if destination.exists() else None
+    in_place = backup is not None and destination.stat().st_nlink > 1
     try:
-        if destination.exists() and destination.stat().st_nlink > 1:
+        if in_place:
             _write_in_place(destination, plan.new_text.encode("utf-8"))
         else:
             _atomic_write(destination, plan.new_text.encode("utf-8"), _mode_for(destination), _owner(destination))
     except OSError as e:
+        if in_place:  # not atomic: the file may hold part of the new text until the backup is put back
+            try:
+                _write_in_place(destination, backup.read_bytes())
+            except OSError:
+                raise UserError(f"{destination}: could not write it ({e.strerror}) and it may be partly written; "
+                                f"its backup {backup} holds what it held: copy it back") from None
         if backup is not None:
             backup.unlink(missing_ok=True)
         raise UserError(f"{destination}: could not write it ({e.strerror}); the file is unchanged") from None
     _tidy(destination)
     if plan.sidecar is not None:
         try:
-            _atomic_write(plan.sidecar, plan.sidecar_text.encode("utf-8"), _mode_for(plan.sidecar))
+            _atomic_write(plan.sidecar, plan.sidecar_text.encode("utf-8"), _mode_for(plan.sidecar), _owner(plan.sidecar))
         except OSError as e:
             raise UserError(f"{destination} was written, but its provenance file {plan.sidecar} could not be "
                             f"({e.strerror})") from None
@@ -138,7 +145,7 @@ def _atomic_write(path: Path, data: bytes, mode: int, owner: tuple[int, int] | N
             f.flush()
             os.fchmod(f.fileno(), mode)
             if owner is not None and owner != (os.geteuid(), os.getegid()):
-                with contextlib.suppress(PermissionError):  # only root may give a file away
+                with contextlib.suppress(OSError):  # only root may give a file away; some filesystems never
                     os.fchown(f.fileno(), *owner)
             os.fsync(f.fileno())
         os.replace(tmp, path)
