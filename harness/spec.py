@@ -116,9 +116,11 @@ class Spec:
         return n
 
     def contains(self, config: dict) -> bool:
-        """`config` is a point of this spec's search space (a resumed study may hold some that are not)."""
-        return (all(config.get(name) == value for name, value in self.fixed.items())
-                and all(dim.admits(config.get(name)) for name, dim in self.search.items()))
+        """`config` is a point of this spec's search space (a resumed study may hold some that are not):
+        the config its searched values make is itself (fixed knobs, derived and dropped ones included)."""
+        params = {name: config.get(name) for name in self.search}
+        return (all(dim.admits(params[name]) for name, dim in self.search.items())
+                and self.config(params) == config)
 
     def knob_names(self) -> list[str]:
         names = [*self.search, *self.fixed]

@@ -154,3 +154,16 @@ def test_a_confirmation_run_keeps_its_own_log_and_leaves_the_trials(tmp_path, fa
     assert {"trial-0000.log", "trial-0000-confirm-1.log", "trial-0000-confirm-2.log"} <= set(pids), pids
     assert all(len(set(found)) == 1 for found in pids.values()), pids  # one process's output per log
     assert len({found[0] for found in pids.values()}) == len(pids), pids  # and every log another process's
+
+
+def test_every_config_of_a_space_is_in_it_even_where_a_knob_is_dropped(tmp_path):
+    """reshard_after_forward is dropped from a ddp config: comparing knob by knob left it out of its space."""
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"study": "s", "workload": {"name": "emberformer", "preset": "tiny"}, "trials": 2,
+                                    "search": {"batch_size": [8], "parallel": ["ddp", "fsdp"],
+                                               "reshard_after_forward": [False], "nproc": [2]}}))
+    spec = specs.load(path)
+    configs = list(studies.all_configs(spec))
+    assert len(configs) == spec.space_size() == 2 and all(spec.contains(c) for c in configs)
+    assert not spec.contains({**configs[0], "batch_size": 16})
