@@ -199,6 +199,11 @@ def test_columns_have_unique_titles_with_units_and_mfu_only_with_a_peak(page):
             r["flops"] = {"tflops": 0.4, "mfu": None}  # a CPU: no nominal peak, so no MFU
     cpu_titles = re.findall(r"<th [^>]*>([^<]*)</th>", render_html(rows, synthetic_study()))
     assert "TFLOP/s (this run)" in cpu_titles and "MFU (this run)" not in cpu_titles
+    for r in rows:  # a small model: every peak under a GiB reads in MiB (85.1 and 95.7, not 0.08 and 0.09 GiB)
+        if r["peak_memory"]:
+            r["peak_memory"] = r["peak_memory"] // 128
+    small = render_html(rows, synthetic_study())
+    assert "peak memory (MiB)" in re.findall(r"<th [^>]*>([^<]*)</th>", small) and "72.8<" in small
 
 
 def test_tiles_name_the_objective_unit(page):

@@ -215,7 +215,7 @@ def _columns(choice: Choice) -> list[_Column]:
         _Column("#", True, lambda r: _num(r.number, str)),
         _Column("status", False, _status_cell),
         chosen, other,
-        _Column("peak memory (GiB)", True, lambda r: _num(r.peak, _gib)),
+        _peak_column(rows),
         *(_Column(_knob_title(k), _numeric_knob(rows, k), _knob_cell(k)) for k in knobs),
         _Column("TFLOP/s (this run)", True, _flops_cell),
         _Column("MFU (this run)", True, _mfu_cell),  # only where the device has a known peak: dropped when all blank
@@ -226,7 +226,7 @@ def _columns(choice: Choice) -> list[_Column]:
 
 
 MEASURED_TITLES = {"#", "status", "samples/s", "tokens/s", "tokens/s (this run)", "samples/s (this run)",
-                   "peak memory (GiB)", "TFLOP/s (this run)", "MFU (this run)", "step time (ms, this run)",
+                   "peak memory (GiB)", "peak memory (MiB)", "TFLOP/s (this run)", "MFU (this run)", "step time (ms, this run)",
                    "compile time (s)", "notes"}
 
 
@@ -235,8 +235,11 @@ def _knob_title(knob: str) -> str:
     return f"{knob} (knob)" if knob in MEASURED_TITLES else knob
 
 
-def _gib(value: float) -> str:
-    return f"{value / 1024**3:.2f}"
+def _peak_column(rows) -> _Column:
+    """Peaks in MiB where every one is under a GiB (85 and 95 MiB both read 0.09 GiB), else in GiB."""
+    if max((r.peak for r in rows if r.peak is not None), default=0) < 1024**3:
+        return _Column("peak memory (MiB)", True, lambda r: _num(r.peak, lambda v: f"{v / 1024**2:,.1f}"))
+    return _Column("peak memory (GiB)", True, lambda r: _num(r.peak, lambda v: f"{v / 1024**3:.2f}"))
 
 
 def _num(value, fmt) -> tuple[str, str]:
