@@ -11,7 +11,8 @@ shown, never chosen), its compile pays back within the training run (`Payback`),
 leaves the requested headroom of the capacity (the budget, else the device's memory). Differences
 smaller than the measured noise of two configs are ties; a tie goes to the config with more
 headroom where headroom is scarce (one above 75% of the capacity), else to the faster. A leader
-tied with the baseline is no reason to change the user's config: then best is the baseline.
+tied with the baseline is no reason to change the user's config: then best is the baseline, unless
+another candidate beats the baseline beyond the noise of side-by-side runs (ties are not transitive).
 Tiers pick the same way under stricter headroom: the guides' "safe / balanced / aggressive".
 """
 from __future__ import annotations
@@ -137,7 +138,8 @@ class Choice:
     rows: tuple[Standing, ...]
     """Every trial, by number."""
     best: Standing | None
-    """What the measurements justify: the leader, or the baseline when the leader ties with it."""
+    """What the measurements justify: the leader; where the leader ties with the baseline, a candidate
+    that surely beats the baseline, else the baseline."""
     leader: Standing | None
     """The fastest candidate (ties within the noise broken by pick's rule)."""
     baseline: Standing | None

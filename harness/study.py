@@ -682,7 +682,8 @@ class Sweep:
         trial.set_user_attr("status", record.INTERRUPTED)
         trial.set_user_attr("record", rec)
         if config:  # queued before the FAIL: a kill between the two leaves a RUNNING trial, recovered again
-            requeue(self.study, trial.params or sampler_params(self.spec, config), {**trial.user_attrs, "config": config})
+            # its params from the config: a trial stopped inside suggest() holds only some of them
+            requeue(self.study, sampler_params(self.spec, config), {**trial.user_attrs, "config": config})
         self.study.tell(trial, state=TrialState.FAIL)
 
     def fail_stale_trials(self) -> None:

@@ -233,7 +233,7 @@ def test_old_records_read_through_the_typed_record():
 
 @pytest.mark.parametrize("status, said", [
     ("interrupted", "nothing ran to a result yet: run the same `bench sweep` to resume"),
-    ("crash", "no trial trained: fix the error the statuses show"),
+    ("crash", "no trial trained: see the statuses"),
 ])
 def test_a_study_with_nothing_measured_says_what_to_do_next_and_claims_no_quiet_machine(status, said):
     """An interrupted first trial read "no config fits ... try smaller batch sizes" and "the machine was

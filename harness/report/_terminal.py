@@ -351,19 +351,20 @@ def busy_story(choice: Choice) -> str | None:
         return "the machine was quiet for every trial (load, CPU steal and other GPU processes checked each time)"
     worst = max((s.record.busy for s in busy_rows if s.record.busy), key=lambda b: b.get("load1", 0), default=None)
     where = f" (at worst {busy.describe(worst)})" if worst else ""
-    return (f"the machine was busy during {len(busy_rows)} of {len(choice.rows)} trials: "
+    return (f"the machine was busy during {len(busy_rows)} of {len(ran_rows)} trials: "
             + ", ".join(f"#{s.number}" for s in busy_rows) + f"{where}; their figures may be low")
 
 
 def next_step(choice: Choice) -> str:
-    noisy = [s for s in choice.rows if s.noisy]
-    busy_rows = [s for s in choice.rows if s.record.busy]
-    if noisy or len(busy_rows) * 2 > len(choice.rows):
+    noisy, ran_rows = [s for s in choice.rows if s.noisy], ran(choice)
+    busy_rows = [s for s in ran_rows if s.record.busy]
+    if noisy or len(busy_rows) * 2 > len(ran_rows):
         return "run `bench sweep` again when the machine is quiet: noisy or busy trials are not measurements to act on"
-    if not ran(choice):
+    if not ran_rows:
         return "nothing ran to a result yet: run the same `bench sweep` to resume"
-    if choice.best is None and not any(s.record.status in (record.OK, record.OOM, record.DIVERGED) for s in choice.rows):
-        return "no trial trained: fix the error the statuses show (each trial's log is named in its record), then sweep again"
+    if choice.best is None and not any(s.record.status in (record.OK, record.OOM, record.DIVERGED) for s in ran_rows):
+        return ("no trial trained: see the statuses (a timeout wants a longer trial.timeout; an error or crash, "
+                "the log its record names), then sweep again")
     if choice.best is None:
         return "no config fits: see the statuses, try smaller batch sizes or a larger memory budget"
     if choice.kept or choice.best.record.baseline:
