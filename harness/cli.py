@@ -445,7 +445,8 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
         refuse_own_file(out_path, spec_path, spec, storage, results, name)
     if fmt == "table":
         # COLUMNS or the terminal, read now (80 when piped or written to a file); the summary wraps at word boundaries
-        console = Console(file=io.StringIO() if out_path else None, soft_wrap=wide, width=1 << 16 if wide else None)
+        console = Console(file=io.StringIO() if out_path else None, soft_wrap=wide, width=1 << 16 if wide else None,
+                          color_system=None if out_path else "auto")  # a file gets no escape codes, FORCE_COLOR or not
         if console.width < MIN_COLUMNS:  # COLUMNS=0 printed nothing, COLUMNS=1 a column of letters
             console.width = MIN_COLUMNS
         console.print(report.table(choice, info, None if wide else console.width), crop=False)

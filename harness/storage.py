@@ -150,10 +150,13 @@ def sqlite_path(url: str) -> Path | None:
     if not url.startswith("sqlite"):
         return None
     try:
-        database = sqlalchemy.engine.make_url(url).database
+        parsed = sqlalchemy.engine.make_url(url)
     except sqlalchemy.exc.ArgumentError:  # open_database says what is wrong with it
         return None
-    return Path(database) if database and database != ":memory:" else None
+    database = parsed.database
+    if not database or database == ":memory:" or parsed.query.get("uri"):  # a file: URI is SQLite's to read
+        return None
+    return Path(database)
 
 
 def open_database(url: str, heartbeat: bool):

@@ -577,7 +577,7 @@ class Sweep:
         return study_dir(self.results, self.spec.study) / "logs" / f"trial-{number:04d}.log"
 
     def confirmation_log_path(self, number: int) -> Path | None:
-        """A confirmation run's own log beside its trial's (which it replaced): the next free
+        """A confirmation run's own log beside its trial's, which keeps the trial's output: the next free
         trial-NNNN-confirm-K.log, created here so that two workers never pick the same K."""
         if self.results is None:
             return None

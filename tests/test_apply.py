@@ -260,8 +260,8 @@ def test_a_batch_size_bench_cannot_read_says_what_to_write(tmp_path, value):
     ("trainer: [1, 2\n", "not valid YAML"),
     ("- a\n- b\n", "top level is a list, not a mapping"),
     ("just some words\n", "top level is a single string, not a mapping"),
-    ("", "the file is empty .*write your config's keys"),
-    ("# only a comment\n", "the file is empty"),
+    ("", "the file holds no keys .*write your config's keys"),
+    ("# only a comment\n", "the file holds no keys"),
 ])
 def test_read_current_refuses_what_is_not_a_yaml_mapping(tmp_path, content, message):
     file = tmp_path / "config.yaml"

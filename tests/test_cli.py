@@ -103,8 +103,14 @@ def test_report_out_never_replaces_what_the_report_is_made_from(swept):
         result = in_folder(folder, "report", "--format", fmt, "--out", path)
         assert result.exit_code == 2 and "which the report reads" in result.output, result.output
     assert [path.read_bytes() for path in own] == before
-    table = in_folder(folder, "report", "--out", folder / "report.txt")  # the table to a file, as printed
-    assert table.exit_code == 0 and "best: trial" in (folder / "report.txt").read_text()
+    import os
+    os.environ["FORCE_COLOR"] = "1"
+    try:  # the table to a file, as printed, without escape codes
+        table = in_folder(folder, "report", "--out", folder / "report.txt")
+    finally:
+        del os.environ["FORCE_COLOR"]
+    text = (folder / "report.txt").read_text()
+    assert table.exit_code == 0 and "best: trial" in text and "\x1b[" not in text
 
 
 def test_report_from_a_sqlite_file_that_is_not_there_creates_none(tmp_path):
@@ -112,6 +118,9 @@ def test_report_from_a_sqlite_file_that_is_not_there_creates_none(tmp_path):
     result = bench("report", "--storage", f"sqlite:///{missing}", "--results", tmp_path)
     assert result.exit_code == 2 and "no database at" in result.output
     assert not missing.exists()
+    from harness.storage import sqlite_path
+    assert sqlite_path(f"sqlite:///{missing}") == missing and sqlite_path("sqlite:///:memory:") is None
+    assert sqlite_path("sqlite:///file:x.db?mode=ro&uri=true") is None  # SQLite's own URI: not a path to check
 
 
 def test_apply_best_keeps_comments_and_backs_up(swept):

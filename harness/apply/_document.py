@@ -41,8 +41,8 @@ def _load_document(path: Path, fmt: str) -> _Document:
     text = text[len(bom):]
     data = _parse_data(text, fmt, path)
     if data is None:
-        raise UserError(f"{path}: the file is empty (or only comments); bench writes into a config of key: value "
-                        "pairs: write your config's keys in it, or point apply.file at your config")
+        raise UserError(f"{path}: the file holds no keys (it is empty, only comments, or null); bench writes into a "
+                        "config of key: value pairs: write your config's keys in it, or point apply.file at your config")
     if not isinstance(data, dict):
         what = {list: "a list", str: "a single string"}.get(type(data), "a single value")
         raise UserError(f"{path}: the top level is {what}, not a mapping of keys; "

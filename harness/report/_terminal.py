@@ -369,7 +369,7 @@ def next_step(choice: Choice) -> str:
         return "no config fits: see the statuses, try smaller batch sizes or a larger memory budget"
     if choice.kept or choice.best.record.baseline:
         return "keep your config; to look further, widen the search space (larger batches, other precisions)"
-    if choice.leader is not None and choice.leader.runs < 3 and len(choice.candidates) > 1:
+    if choice.best.runs < 3 and len(choice.candidates) > 1:
         return f"`bench apply best` writes trial #{choice.best.number}; it is not confirmed: `bench sweep` again confirms it"
     return f"`bench apply best` writes trial #{choice.best.number} into your config"
 
