@@ -29,14 +29,15 @@ def common_error(rows: list[dict]) -> dict | None:
     return measured[-1].get("error") if len(signatures) == 1 else None
 
 
-def hopeless(rows: list[dict]) -> dict | None:
-    """common_error, once enough trials have failed alike that the rest would too."""
+def hopeless(rows: list[dict], enough: int = SAME_ERROR_STOPS_AFTER) -> dict | None:
+    """common_error, once `enough` trials have failed alike that the rest would too."""
     measured = [r for r in rows if r.get("status") not in IN_FLIGHT_OR_NOT_RUN]
-    return common_error(rows) if len(measured) >= SAME_ERROR_STOPS_AFTER else None
+    return common_error(rows) if len(measured) >= enough else None
 
 
 def signature(error: dict) -> tuple:
-    return error.get("type"), first_line(error)
+    """The error's type and first line with its numbers blanked: a shape error names each batch size."""
+    return error.get("type"), re.sub(r"\d+", "#", first_line(error))
 
 
 def first_line(error: dict) -> str:

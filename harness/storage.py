@@ -390,6 +390,9 @@ def bench_attr_problem(name: str, value) -> str | None:
         return f"{name} must be a confirmation run"
     if name.startswith("confirm:") and value.get("state") == "done":
         return record.figure_problem(value["run"])
+    if name in ("superseded", "stopped_on_error") and not (
+            isinstance(value, list) and all(isinstance(n, int) and not isinstance(n, bool) for n in value)):
+        return f"{name} must be a list of trial numbers"
     return None
 
 

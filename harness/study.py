@@ -169,6 +169,7 @@ class Sweep:
     def run(self) -> None:
         launch.prestart()  # the warm trial server imports torch while the study gets ready
         self.fail_stale_trials()
+        self.retry_what_stopped_the_last_sweep()
         running = len(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
         self.progress.started(self.counted(), self.total, self.spec.study, running)
         self.quiet.wait("the sweep starts", longest=2 * busy.EACH_WAIT_S, run=False)
@@ -391,8 +392,12 @@ class Sweep:
         improved = best is not None and (before is None or best["number"] != before["number"])
         self.stale = 0 if improved else self.stale + 1
         self.progress.trial_finished(trial.number, rec, best)
-        if best is None and (same := failures.hopeless(rows_of(self.study))):  # every config would fail alike
-            raise UserError(failures.stop_message(same, failures.SAME_ERROR_STOPS_AFTER, rec["log"]))
+        rows = rows_of(self.study)
+        enough = min(failures.SAME_ERROR_STOPS_AFTER, self.spec.space_size())  # a space of two fails alike at two
+        if best is None and (same := failures.hopeless(rows, enough)):  # every config would fail alike
+            # the next sweep runs these configs again: the user was told to fix the code and re-run
+            self.study.set_user_attr("stopped_on_error", [r["number"] for r in rows if r["status"] == record.ERROR])
+            raise UserError(failures.stop_message(same, enough, rec["log"]))
         return True
 
     # -- the ledger: a trial's life is asked -> claimed -> measured | interrupted (re-queued) ----------
@@ -686,6 +691,22 @@ class Sweep:
             requeue(self.study, sampler_params(self.spec, config), {**trial.user_attrs, "config": config})
         self.study.tell(trial, state=TrialState.FAIL)
 
+    def retry_what_stopped_the_last_sweep(self) -> None:
+        """The trials that stopped the last sweep with one error in the user's code are set aside
+        (superseded: no view shows them, none counts) and their configs queued again: after "fix it and
+        re-run the same command", the fixed code is what gets measured."""
+        with self.claiming():
+            stopped = self.study.user_attrs.get("stopped_on_error") or []
+            if not stopped:
+                return
+            trials = {t.number: t for t in self.study.get_trials(deepcopy=False)}
+            for number in stopped:
+                attrs = trials[number].user_attrs
+                requeue(self.study, sampler_params(self.spec, attrs["config"]), attrs)
+            self.study.set_user_attr("superseded", sorted(set(superseded(self.study)) | set(stopped)))
+            self.study.set_user_attr("stopped_on_error", [])  # last: a kill before it retries again, nothing lost
+        self.progress.note(f"running again the {len(stopped)} config(s) that stopped the last sweep with an error")
+
     def fail_stale_trials(self) -> None:
         """RUNNING trials no live worker holds: interrupted, re-queued (recover_trials)."""
         with self.claiming():
@@ -712,7 +733,8 @@ class Sweep:
 
     def counted(self) -> int:
         """Trials that count toward the total: measured (not duplicates, not interrupted) or running."""
-        done = sum(1 for t in self.finished() if "duplicate_of" not in t.user_attrs
+        aside = superseded(self.study)
+        done = sum(1 for t in self.finished() if "duplicate_of" not in t.user_attrs and t.number not in aside
                    and not interrupted(t) and t.user_attrs.get("status") != record.SKIPPED)
         running = len(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))  # other workers'
         return done + running
@@ -722,9 +744,9 @@ class Sweep:
 
         `besides`: a trial just claimed, left out so that another worker's claim of its config is seen.
         """
-        out = {}
+        out, aside = {}, superseded(self.study)
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)):
-            if interrupted(t) or "duplicate_of" in t.user_attrs or t.number == besides:
+            if interrupted(t) or "duplicate_of" in t.user_attrs or t.number == besides or t.number in aside:
                 continue
             if "config" in t.user_attrs:
                 out.setdefault(search.key(t.user_attrs["config"]), t)
@@ -917,11 +939,16 @@ def enqueue_grid(study: optuna.Study, spec: Spec) -> None:
 
 # ---- reading -------------------------------------------------------------------------------------
 
+def superseded(study: optuna.Study) -> set[int]:
+    """Trials that stopped a sweep with an error in the user's code, since run again (retry_what_stopped...)."""
+    return set(study.user_attrs.get("superseded") or [])
+
+
 def rows_of(study: optuna.Study) -> list[dict]:
     """One row per trial for reports: the stored record plus number, baseline and duplicate marks."""
-    rows, repeats = [], confirmation_runs(study.user_attrs)
+    rows, repeats, aside = [], confirmation_runs(study.user_attrs), superseded(study)
     for t in study.get_trials(deepcopy=False):
-        if t.state in (TrialState.WAITING,):
+        if t.state in (TrialState.WAITING,) or t.number in aside:
             continue
         rec = dict(t.user_attrs.get("record") or {})
         if "duplicate_of" in t.user_attrs:

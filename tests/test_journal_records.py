@@ -33,6 +33,8 @@ CRAFTED = {
     "a confirmation run's infinite throughput": {
         "op_code": 2, "worker_id": "w", "study_id": 0,
         "user_attr": {"confirm:0:0": {"state": "done", "run": {"status": "ok", "throughput": float("inf")}}}},
+    "superseded trials that are not numbers": {"op_code": 2, "worker_id": "w", "study_id": 0,
+                                               "user_attr": {"superseded": ["3"]}},
 }
 RAW = {"a peak that is NaN": '{"op_code": 8, "worker_id": "w", "trial_id": 0, '
                              '"user_attr": {"record": {"status": "ok", "peak_memory": NaN}}}'}

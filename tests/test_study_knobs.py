@@ -1,6 +1,7 @@
 """Study-side knob correctness (issue #12): the objective's throughput everywhere, OOMs told
 honestly, resumes that keep one study comparable."""
 
+import json
 import re
 
 import optuna
@@ -167,3 +168,43 @@ def test_every_config_of_a_space_is_in_it_even_where_a_knob_is_dropped(tmp_path)
     configs = list(studies.all_configs(spec))
     assert len(configs) == spec.space_size() == 2 and all(spec.contains(c) for c in configs)
     assert not spec.contains({**configs[0], "batch_size": 16})
+
+
+def test_after_a_stop_on_one_error_the_fixed_code_runs_the_failed_configs_again(tmp_path, faulty_path, monkeypatch):
+    """"fix it there and re-run the same command" ran nothing: the three failed configs stayed errors."""
+    import os
+    flag = tmp_path / "broken"
+    flag.write_text("")
+    (tmp_path / "mine.py").write_text(
+        "import os\nfrom faulty import build as _build\n\n"
+        f"def build(params):\n    if os.path.exists({str(flag)!r}):\n        raise RuntimeError('boom in build')\n"
+        "    return _build(params)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ["PYTHONPATH"]]))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    path = faulty_spec(tmp_path, "fix", ["none"], trials=3, search={"batch_size": [8, 16, 32], "fault": ["none"]},
+                       workload={"factory": "mine:build", "params": {"fault": "none", "at_step": 3}})
+    first = CliRunner().invoke(main, ["sweep", str(path), "--device", "cpu"])
+    assert first.exit_code == 2 and "the first 3 trials all failed with RuntimeError: boom in build" in first.output
+    flag.unlink()  # the fix
+    again = CliRunner().invoke(main, ["sweep", str(path), "--device", "cpu"])
+    assert again.exit_code == 0 and "running again the 3 config(s)" in again.output, again.output
+    rows = json.loads(CliRunner().invoke(main, ["report", "--format", "json"]).output)
+    assert sorted(r["status"] for r in rows) == ["ok"] * 3 and sum(r["baseline"] for r in rows) == 1, rows
+
+
+def test_a_space_smaller_than_three_that_fails_alike_stops_too(tmp_path, faulty_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = faulty_spec(tmp_path, "two", ["raise"], trials=2, search={"batch_size": [8, 16], "fault": ["raise"]})
+    result = CliRunner().invoke(main, ["sweep", str(path), "--device", "cpu"])
+    assert result.exit_code == 2 and "the first 2 trials all failed with" in result.output, result.output
+
+
+def test_errors_that_differ_only_in_their_numbers_are_one_error():
+    """A batch function of the wrong width fails at every batch size, naming each: it never stopped."""
+    from harness import failures
+    rows = [{"status": "error", "error": {"type": "RuntimeError", "message":
+             f"mat1 and mat2 shapes cannot be multiplied ({b}x33 and 32x64)"}} for b in (128, 32, 64)]
+    assert failures.hopeless(rows) is not None
+    rows[2]["error"]["message"] = "expected scalar type Float but found Half"
+    assert failures.hopeless(rows) is None
