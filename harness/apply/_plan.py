@@ -114,7 +114,7 @@ def _assignments(target: ApplyTarget, values: dict, doc: _Document,
 
 
 def _knob_assignments(target: ApplyTarget, knob: str, value: object) -> list[_Assignment]:
-    from_preset = target.keys.get(knob) is PRESETS[target.preset].get(knob)
+    from_preset = target.keys.get(knob) == PRESETS[target.preset].get(knob)
     origin = f"preset {target.preset}, knob {knob}" if from_preset else f"apply.keys.{knob}"
     out = []
     for m in target.keys.get(knob, ()):
@@ -198,9 +198,10 @@ def _edits(doc: _Document, assignments: list[_Assignment], create_keys: bool) ->
         edits.append((a, old))
     if missing and not create_keys:  # all of them at once, not one per try
         keys = "; ".join(missing)
-        raise UserError(f"{doc.path}: {'key' if len(missing) == 1 else 'keys'} {keys} not in the file; add "
-                        f"{'it' if len(missing) == 1 else 'them'}, map the knob to the key your file uses, or pass "
-                        "--create-keys to add them")
+        them = "it" if len(missing) == 1 else "them"
+        raise UserError(f"{doc.path}: {'key' if len(missing) == 1 else 'keys'} {keys} not in the file; add {them}, "
+                        f"map the knob to the key your file uses (apply.keys.KNOB: null leaves it out), or pass "
+                        f"--create-keys to add {them}")
     return edits
 
 
