@@ -116,9 +116,12 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
     # a database study writes nothing under the current folder; trial logs only where --results says
     logs = results if not storage or click.get_current_context().get_parameter_source("results").name != "DEFAULT" else None
     # every scenario is checked against the device before the first trial runs
-    for spec in [device_spec(spec, device) for spec in load_specs(spec_path, scenarios, study_name, memory_budget)]:
-        run_sweep(spec, device, fixed_total or spec.trials, deadline, storage, logs, auto=fixed_total is None)
-    out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
+    found = [run_sweep(spec, device, fixed_total or spec.trials, deadline, storage, logs, auto=fixed_total is None)
+             for spec in [device_spec(spec, device) for spec in load_specs(spec_path, scenarios, study_name, memory_budget)]]
+    if any(found):
+        out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
+    else:
+        out.print("next: [bold]bench report[/bold] to see why no config measured a speed (statuses, errors, logs)")
 
 
 def load_specs(path: Path, scenarios: tuple, study_name: str | None, memory_budget: str | None) -> list:
@@ -189,12 +192,13 @@ def parse_trials(value: str) -> int:
     return int(value)
 
 
-def run_sweep(spec, device, total, deadline, storage_url, results, auto=False) -> None:
-    """Sweep one spec. Ctrl-C, SIGTERM and SIGHUP stop the running trial and record it interrupted."""
+def run_sweep(spec, device, total, deadline, storage_url, results, auto=False) -> bool:
+    """Sweep one spec; True when some config measured a speed. Ctrl-C, SIGTERM and SIGHUP stop the running
+    trial and record it interrupted."""
     progress = LiveProgress(spec)
     try:
         with launch.stop_signals_interrupt():
-            sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto)
+            return sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto)
     except (KeyboardInterrupt, UserError, OSError) as exc:
         to_terminal(progress.stop)  # a running spinner keeps the terminal's cursor hidden: stop it before any message
         if isinstance(exc, OSError) and stores.is_no_space(exc):
@@ -226,7 +230,7 @@ def to_terminal(write) -> bool:
         return False
 
 
-def sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto) -> None:
+def sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto) -> bool:
     current = apply.read_current(spec.apply) if spec.apply else {}
     base = spec.baseline(current)
     for knob, line in (apply.not_found(spec.apply, current, spec.knob_names()) if spec.apply else {}).items():
@@ -253,6 +257,7 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
     sweep = studies.Sweep(spec, study, device, results, total, deadline, progress,
                           claim=stores.claim_lock(storage, results, spec.study), auto=auto)
     sweep.run()
+    return any(r["status"] == "ok" for r in studies.rows_of(study))
 
 
 def warn_budget_above_device(budget: int, device: str) -> None:

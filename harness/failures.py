@@ -54,12 +54,15 @@ def users_frame(error: dict) -> str | None:
 
 
 def describe(error: dict) -> str:
-    """The error as one line: type, message, and where in the user's code it was raised."""
+    """The error as one line: type, message, and where in the user's code it was raised (bench's own
+    refusals, UserFacingError, are their message alone: the type names bench's class, not your bug)."""
     at = users_frame(error)
-    return f"{error.get('type')}: {first_line(error)}" + (f" (at {at})" if at else "")
+    head = first_line(error) if error.get("type") == "UserFacingError" else f"{error.get('type')}: {first_line(error)}"
+    return head + (f" (at {at})" if at else "")
 
 
 def stop_message(error: dict, failed: int, log: str | None) -> str:
     fix = "fix it there" if users_frame(error) else "fix the cause the traceback shows"
-    return (f"stopped: the first {failed} trials all failed with {describe(error)}; every config would fail "
+    which = f"the first {failed} trials all failed" if failed > 1 else "the only config failed"
+    return (f"stopped: {which} with {describe(error)}; every config would fail "
             f"the same way: {fix} and re-run the same command{f' (traceback: {log})' if log else ''}")

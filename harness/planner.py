@@ -134,10 +134,11 @@ class Planner:
         return (samples / slow <= self.max_step_s).astype(float)
 
     def saver_needed(self, configs: list[dict], rows: list[dict], fitted: model.Fit) -> np.ndarray:
-        """0 for a config with a memory saver (checkpointing) whose twin without it probably fits at the
-        same batch: the twin is as large and faster, so the saver cannot win there."""
+        """0 for a config with a memory saver (checkpointing) whose twin without it is in the space and
+        probably fits at the same batch: the twin is as large and faster, so the saver cannot win there."""
         twins = [{**c, **{k: off for k, off in search.MEMORY_SAVERS.items() if k in c}} for c in configs]
-        saving = np.array([twin != c for twin, c in zip(twins, configs)])
+        searchable = {search.key(c) for c in self.space}
+        saving = np.array([twin != c and search.key(twin) in searchable for twin, c in zip(twins, configs)])
         if not saving.any():
             return np.ones(len(configs))
         twin_fits = self.fit_chance(twins, rows, fitted.predict(twins))

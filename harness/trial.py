@@ -145,8 +145,10 @@ class Trial:
             raise UserFacingError("the optimizer knob picks AdamW's kernels; this workload brings its own "
                                   "optimizer (configure_optimizers): search optimizer: default only")
         if self.config.get("checkpointing", "none") != "none" and not (self.wl.blocks or self.wl.checkpoint):
-            raise UserFacingError("checkpointing needs the workload to name its repeated blocks (Workload.blocks); "
-                                  "set checkpointing: none or add blocks to the factory")
+            why = self.wl.about.get("blocks_reason")  # the model form: what bench looked for in your model
+            raise UserFacingError("checkpointing needs repeated blocks to wrap" + (f", and your model has none ({why})"
+                                  if why else " (Workload.blocks)") + "; search checkpointing: none only"
+                                  + ("" if why else ", or name the blocks in the factory's Workload"))
 
     def count_flops(self):
         """FLOPs of one micro-batch, counted once on a meta-device copy: no memory, no recompute."""

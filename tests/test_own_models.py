@@ -124,6 +124,40 @@ def test_the_model_form_needs_its_three_pieces(tmp_path, monkeypatch):
     assert result.exit_code == 2 and "workload.batch is missing" in result.output
 
 
+MLP = """\
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self, width=16):
+        super().__init__()
+        self.inp, self.out = nn.Linear(8, width), nn.Linear(width, 2)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.inp(x)))
+
+
+def make_batch(batch_size):
+    return torch.randn(batch_size, 8), torch.randint(0, 2, (batch_size,))
+"""
+
+
+def test_checkpointing_a_model_without_repeated_blocks_says_why_in_its_own_terms(tmp_path, monkeypatch):
+    """It said to "add blocks to the factory" to a spec with no factory, and the stop line named
+    bench's UserFacingError as if it were the user's exception."""
+    folder = copy_example("unet", tmp_path, monkeypatch, search={"batch_size": [8], "checkpointing": ["full"]})
+    (folder / "mlp.py").write_text(MLP)
+    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
+    spec["workload"] = {"model": "mlp:MLP", "loss": "torch.nn.functional:cross_entropy", "batch": "mlp:make_batch",
+                        "path": ".", "params": {"width": 16}}
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    result = run("sweep", "sweep.yaml", "--device", "cpu")
+    stop = next(line for line in result.output.splitlines() if "stopped:" in line)
+    assert result.exit_code == 2 and "your model has none (no nn.ModuleList/Sequential holds two blocks" in stop
+    assert "search checkpointing: none only" in stop and "factory" not in stop and "UserFacingError" not in stop
+
+
 # ---- a LightningCLI project: module + datamodule + trainer from config.yaml, trained in lightning.Trainer ---
 
 SMALL_CHARLM = """\
