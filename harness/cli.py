@@ -575,7 +575,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
                   "vs_baseline": against.text(choice.unit) if against else None,
                   "date": datetime.date.today().isoformat(), "bench_version": __version__}
     current = apply.read_current(spec.apply)
-    plan = apply.plan(spec.apply, to_write(row.config, current, choice), provenance, to=to, create_keys=create_keys,
+    plan = apply.plan(spec.apply, to_write(row.config, current, spec.knob_names()), provenance, to=to, create_keys=create_keys,
                       current_values=current)
     if which == "best" and not budget and choice.kept:
         out.print(f"keeping your config: {choice.why[0]}", highlight=False, markup=False)
@@ -612,11 +612,11 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
         out.print(f"wrote hardware profile {profile.path}", markup=False)
 
 
-def to_write(config: dict, current: dict, choice) -> dict:
-    """The knob values apply writes: not one the file does not hold at the value your config ran with
-    (the sweep read it from its default, so writing it changes nothing, and the key may not exist)."""
-    base = choice.baseline.config if choice.baseline is not None else {}
-    return {k: v for k, v in config.items() if k in current or k not in base or base[k] != v}
+def to_write(config: dict, current: dict, named: list[str]) -> dict:
+    """The knob values apply writes: every knob the spec names (searched or pinned), and the others only
+    where the file holds them (a knob the spec never mentions and the file does not set was measured
+    at bench's default, not chosen: there is nothing to write, and no key to write it to)."""
+    return {k: v for k, v in config.items() if k in current or k in named}
 
 
 # ---- workloads, doctor ---------------------------------------------------------------------------

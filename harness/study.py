@@ -376,7 +376,8 @@ class Sweep:
             return True
         if (rec.get("error") or {}).get("type") == "FactoryImportError":  # every config would fail alike: stop
             self.tell_interrupted(trial, config, rec["error"]["message"])
-            raise UserError(f"{self.spec.path}: workload.factory: {rec['error']['message']}; fix it and re-run "
+            where = "workload.factory" if "factory" in self.spec.workload else "workload"  # the message names the import
+            raise UserError(f"{self.spec.path}: {where}: {rec['error']['message']}; fix it and re-run "
                             f"(traceback in {self.log_path(trial.number)})")
         if rec["status"] in (record.OK, record.DIVERGED) and pareto.speed(rec, self.spec.objective) is None:
             # tokens/s of a workload whose samples have no length: so would every config be

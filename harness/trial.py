@@ -268,7 +268,11 @@ class Trial:
     def fp32_loss(self, model, batch) -> float:
         buffers = [(b, b.clone()) for b in model.buffers()]  # keep BatchNorm stats as they were
         with torch.no_grad():
-            loss = float(self.wl.loss(model, batch))
+            out = self.wl.loss(model, batch)
+            if isinstance(out, torch.Tensor) and out.numel() != 1:
+                raise UserFacingError(f"the loss returned a tensor of shape {tuple(out.shape)}, not one number: "
+                                      "reduce it (e.g. reduction='mean', or .mean())")
+            loss = float(out)
             for b, saved in buffers:
                 b.copy_(saved)
         return loss

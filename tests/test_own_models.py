@@ -158,6 +158,25 @@ def test_checkpointing_a_model_without_repeated_blocks_says_why_in_its_own_terms
     assert "search checkpointing: none only" in stop and "factory" not in stop and "UserFacingError" not in stop
 
 
+@pytest.mark.parametrize("change, said", [
+    (("return torch.randn(batch_size, 8), torch.randint(0, 2, (batch_size,))", "return torch.randn(batch_size, 8)"),
+     "workload.batch mlp:make_batch returned a Tensor; it must return (inputs, targets)"),
+    (("def make_batch", "def per_sample(out, y):\n    return torch.nn.functional.cross_entropy(out, y, reduction='none')\n\n\n"
+      "def make_batch"), "the loss returned a tensor of shape (8,), not one number: reduce it"),
+])
+def test_a_batch_or_loss_of_the_wrong_shape_is_said_in_the_model_forms_terms(tmp_path, monkeypatch, change, said):
+    """They surfaced as the loss's own complaints ("expected target dtype ...", "only one element tensors ...")."""
+    folder = copy_example("unet", tmp_path, monkeypatch, search={"batch_size": [8]})
+    (folder / "mlp.py").write_text(MLP.replace(*change))
+    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
+    loss = "mlp:per_sample" if "per_sample" in change[1] else "torch.nn.functional:cross_entropy"
+    spec["workload"] = {"model": "mlp:MLP", "loss": loss, "batch": "mlp:make_batch", "path": ".", "params": {}}
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    result = run("trial", "sweep.yaml", "--device", "cpu", "--set", "batch_size=8")
+    record = json.loads(result.output[result.output.index("{"):])
+    assert record["status"] == "error" and said in record["error"]["message"], record["error"]
+
+
 # ---- a LightningCLI project: module + datamodule + trainer from config.yaml, trained in lightning.Trainer ---
 
 SMALL_CHARLM = """\

@@ -29,9 +29,19 @@ def adapter(section: dict):
         model = call_with(model_cls, params)
         blocks, about = find_blocks(model)
         return Workload(model=model, dataset=BatchDataset(batch_fn, params), collate=first_item,
-                        loss=lambda m, batch: loss_fn(forward(m, batch[0]), batch[1]),
+                        loss=lambda m, batch: loss_fn(forward(m, inputs_and_targets(batch, section)[0]), batch[1]),
                         blocks=blocks, about=about, lr=float(params.get("lr", 1e-3)))
     return build
+
+
+def inputs_and_targets(batch, section: dict) -> tuple:
+    """The batch function's (inputs, targets); anything else is said in its terms, not as the loss's
+    complaint about a tensor it was handed in their place."""
+    if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        return batch
+    from harness.trial import UserFacingError  # the child's refusal type; trial imports this module
+    got = f"a {type(batch).__name__}" + (f" of {len(batch)}" if isinstance(batch, (tuple, list)) else "")
+    raise UserFacingError(f"workload.batch {section['batch']} returned {got}; it must return (inputs, targets)")
 
 
 def forward(model, inputs):
