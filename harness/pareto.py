@@ -29,7 +29,7 @@ MAX_NOISE = 0.10  # a very noisy trial (a loaded machine) must not tie with one 
 NOISY_CV = 0.5
 """A trial whose measured windows' step times vary more than this (coefficient of variation) is
 `noisy`: its median says little (a loaded machine gave CVs of 70-108%), so it is never ranked."""
-BUSY_NOISE = "noisy: the machine was busy; sweep again when it is quiet"
+BUSY_NOISE = "noisy: their timed windows disagree (most often a busy machine); sweep again when it is quiet"
 """Why `bench apply best` finds no best when every trial was noisy (one line, exit 2)."""
 LOSS_SLACK = 0.01
 """A config whose loss rose over its trial by more than the baseline's own rise (if it rose) plus

@@ -185,7 +185,7 @@ class Planner:
         rows = searched(rows)
         open_ = self.open_configs(rows)
         out = {"predicted": [], "why": self.why(rows, best), "why_for": best["number"] if best else None}
-        if not open_ or not rows:
+        if not open_ or not pareto.measured(rows, self.objective):  # no speed measured: nothing to scale a prediction
             return out
         scored = self.score(open_, rows, self.fit(rows))
         likely, shown = [], set()
@@ -248,7 +248,8 @@ class Planner:
     def effect_words(effect: dict, batch: int, alt: dict) -> str:
         words = []
         per_sample = effect["t"] - 1
-        if abs(per_sample) >= 0.02:
+        # beyond 4x either way the fit is extrapolating from a few points, not describing a measurement
+        if abs(per_sample) >= 0.02 and 0.25 <= effect["t"] <= 4:
             words.append(f"{'costs' if per_sample > 0 else 'saves'} {abs(per_sample):.0%} per sample")
         if effect["O"] < 0.9:
             words.append(f"cuts the fixed cost per step by {1 - effect['O']:.0%}")

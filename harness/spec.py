@@ -305,8 +305,8 @@ def check_factory(factory, paths: list[str], where: str, at: str = "workload.fac
     finally:
         sys.path[:] = saved
     if found is None:
-        raise UserError(f"{where}: {at}: cannot find module {module!r}; "
-                        "install your package or add its folder to PYTHONPATH")
+        raise UserError(f"{where}: {at}: cannot find module {module!r}; set workload.path to its folder "
+                        "(relative to the spec), install your package, or add its folder to PYTHONPATH")
 
 
 def workload_label(workload: dict) -> str:

@@ -451,7 +451,7 @@ def test_apply_best_works_on_the_same_study(applied):
     folder, rows, target = applied
     result = bench("apply", "best")
     if rows["none"]["noisy"]:  # a loaded machine made the one ok trial noisy: nothing qualifies, and apply says why
-        assert_user_error(result, "noisy: the machine was busy")
+        assert_user_error(result, "noisy: their timed windows disagree")
         return
     assert result.exit_code == 0, result.output
     assert yaml.safe_load(target.read_text())["train"]["batch_size"] == rows["none"]["config"]["batch_size"]

@@ -210,7 +210,7 @@ def test_custom_model_example_sweeps_and_applies_through_the_cli(tmp_path, monke
     applied = bench("apply", "best")
     if best is None:  # a loaded machine made every trial noisy: apply refuses in one line and says why
         assert all(r["noisy"] for r in rows if r["status"] == "ok"), rows
-        assert applied.exit_code == 2 and "noisy: the machine was busy" in applied.output
+        assert applied.exit_code == 2 and "noisy: their timed windows disagree" in applied.output
         return
     assert applied.exit_code == 0, applied.output
     data = yaml.safe_load((folder / "train.yaml").read_text())
@@ -272,7 +272,7 @@ def test_no_size_warning_when_the_target_matches_what_was_measured(project):
     spec = write_spec(project, trials=1)
     assert bench("sweep", spec, "--device", "cpu").exit_code == 0
     dry = bench("apply", "best", "--dry-run")
-    noisy = dry.exit_code == 2 and "noisy: the machine was busy" in dry.output  # a loaded machine: nothing to apply
+    noisy = dry.exit_code == 2 and "noisy: their timed windows disagree" in dry.output  # a loaded machine: nothing to apply
     assert (dry.exit_code == 0 or noisy) and "warning" not in dry.stderr, dry.output
 
 

@@ -436,3 +436,22 @@ def test_the_bar_to_beat_is_the_report_s_leader_and_without_a_budget_the_wall_is
     sweep.run()
     plan = sweep.planner()
     assert plan.limit == device_total and plan.usable == pytest.approx(0.9 * device_total)
+
+
+def test_no_prediction_is_kept_from_trials_that_measured_no_speed():
+    """Three errors and nothing else: the report printed "~0.7 samples/s ... beats best 100%" for configs
+    never run, scaled from nothing."""
+    configs = space()
+    rows = [{"number": i, "status": "error", "config": c, "throughput": None, "peak_memory": None,
+             "error": {"type": "RuntimeError", "message": "boom"}} for i, c in enumerate(configs[:3])]
+    plan = planner.Planner(configs, usable=2 * 2**30, limit=2 * 2**30 / 0.9, device="cpu")
+    assert plan.summary(rows, None)["predicted"] == []
+    assert plan.summary([row(0, configs[0])], None)["predicted"]  # one speed measured: predictions again
+
+
+def test_a_per_sample_effect_the_fit_extrapolates_past_4x_is_not_put_into_words():
+    """"bf16-mixed saves 97% per sample: +70% over the best without it" contradicted itself."""
+    words = planner.Planner.effect_words({"t": 0.03, "O": 1.0, "A": 1.0}, 32, {"config": {"batch_size": 32}})
+    assert "per sample" not in words
+    assert "costs 30% per sample" in planner.Planner.effect_words({"t": 1.3, "O": 1.0, "A": 1.0}, 32,
+                                                                 {"config": {"batch_size": 32}})
