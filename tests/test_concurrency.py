@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -73,7 +74,9 @@ def test_three_workers_share_one_study_without_losing_or_repeating_a_trial(tmp_p
     assert sorted(config_of(r) for r in rows) == sorted((b, w) for b in SPACE["batch_size"] for w in SPACE["width"])
     assert all(r["status"] == "ok" and r["throughput"] > 0 for r in rows)
     assert runs == len(rows) == 6
-    assert len(list((tmp_path / "results" / "shared" / "logs").glob("trial-*.log"))) == 6
+    logs = tmp_path / "results" / "shared" / "logs"
+    assert len(list(logs.glob("trial-????.log"))) == 6  # each confirmation run beside them in its own log
+    assert all(re.fullmatch(r"trial-\d{4}(-confirm-\d+)?\.log", log.name) for log in logs.iterdir())
     assert sum(r["baseline"] for r in rows) == 1
 
 
