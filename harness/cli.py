@@ -116,8 +116,9 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
     # a database study writes nothing under the current folder; trial logs only where --results says
     logs = results if not storage or click.get_current_context().get_parameter_source("results").name != "DEFAULT" else None
     # every scenario is checked against the device before the first trial runs
+    specs_to_run = [device_spec(spec, device) for spec in load_specs(spec_path, scenarios, study_name, memory_budget)]
     found = [run_sweep(spec, device, fixed_total or spec.trials, deadline, storage, logs, auto=fixed_total is None)
-             for spec in [device_spec(spec, device) for spec in load_specs(spec_path, scenarios, study_name, memory_budget)]]
+             for spec in specs_to_run]
     if any(found):
         out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
     else:
@@ -518,7 +519,8 @@ def pick_study(name: str | None, scenario: str | None, results: Path, storage: s
     return required_spec(info, storage, results, scenario).study
 
 
-def refuse_own_file(out_path: Path, spec_path: str | None, spec, storage: str | None, results: Path, name: str) -> None:
+def refuse_own_file(out_path: Path, spec_path: str | None, spec, storage: str | None, results: Path,
+                    name: str) -> None:
     """`--out` onto the study's journal or database, its spec or the apply target would replace what
     the report is made from with the report: refused, since bench report only reads."""
     own = {"the study's journal": None if storage else studies.study_dir(results, name) / stores.JOURNAL,
@@ -575,8 +577,8 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
                   "vs_baseline": against.text(choice.unit) if against else None,
                   "date": datetime.date.today().isoformat(), "bench_version": __version__}
     current = apply.read_current(spec.apply)
-    plan = apply.plan(spec.apply, to_write(row.config, current, spec.knob_names()), provenance, to=to, create_keys=create_keys,
-                      current_values=current)
+    plan = apply.plan(spec.apply, to_write(row.config, current, spec.knob_names()), provenance, to=to,
+                      create_keys=create_keys, current_values=current)
     if which == "best" and not budget and choice.kept:
         out.print(f"keeping your config: {choice.why[0]}", highlight=False, markup=False)
         if plan.changes:

@@ -147,7 +147,8 @@ def _effective_batch(knobs: dict, fallback: dict) -> int | None:
             * knobs.get("nproc", fallback.get("nproc", 1)))
 
 
-def _lr_assignment(rule: LrRule, doc: _Document, values: dict, current: dict, batch_keys: list[str]) -> list[_Assignment]:
+def _lr_assignment(rule: LrRule, doc: _Document, values: dict, current: dict,
+                   batch_keys: list[str]) -> list[_Assignment]:
     """The learning rate rescaled for the new effective batch; nothing when that batch is unchanged."""
     old_batch, new_batch = _effective_batch(current, {}), _effective_batch(values, current)
     if old_batch is None:

@@ -48,7 +48,8 @@ def write(plan: Plan) -> Path | None:
     _tidy(destination)
     if plan.sidecar is not None:
         try:
-            _atomic_write(plan.sidecar, plan.sidecar_text.encode("utf-8"), _mode_for(plan.sidecar), _owner(plan.sidecar))
+            _atomic_write(plan.sidecar, plan.sidecar_text.encode("utf-8"), _mode_for(plan.sidecar),
+                          _owner(plan.sidecar))
         except OSError as e:
             raise UserError(f"{destination} was written, but its provenance file {plan.sidecar} could not be "
                             f"({e.strerror})") from None

@@ -226,8 +226,8 @@ def _columns(choice: Choice) -> list[_Column]:
 
 
 MEASURED_TITLES = {"#", "status", "samples/s", "tokens/s", "tokens/s (this run)", "samples/s (this run)",
-                   "peak memory (GiB)", "peak memory (MiB)", "TFLOP/s (this run)", "MFU (this run)", "step time (ms, this run)",
-                   "compile time (s)", "notes"}
+                   "peak memory (GiB)", "peak memory (MiB)", "TFLOP/s (this run)", "MFU (this run)",
+                   "step time (ms, this run)", "compile time (s)", "notes"}
 
 
 def _knob_title(knob: str) -> str:
