@@ -10,6 +10,7 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import replace
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def user_errors(fn):
             return fn(*args, **kwargs)
         except UserError as exc:
             if click.get_current_context().find_root().params.get("debug"):
-                raise
+                traceback.print_exc()  # the traceback asked for, and still the user's error's exit code
             say_error(str(exc))
     return wrapper
 

@@ -194,10 +194,11 @@ def test_unreadable_spec_bytes(cwd):
     assert nothing_written(cwd)
 
 
-def test_debug_shows_the_traceback(cwd):
+def test_debug_shows_the_traceback_and_still_exits_2(cwd):
     write(cwd, "bad.yaml", {**GOOD, "serach": {}})
-    with pytest.raises(UserError, match="did you mean 'search'"):
-        bench("--debug", "sweep", "bad.yaml")
+    result = bench("--debug", "sweep", "bad.yaml")
+    assert result.exit_code == 2 and "did you mean 'search'" in result.stderr
+    assert "Traceback" in result.stderr and "harness/spec" in result.stderr
 
 
 # ---- YAML is loaded safely --------------------------------------------------------------------------
