@@ -329,7 +329,8 @@ class LiveProgress(studies.Progress):
     def trial_finished(self, number, rec, best):
         self.stop()
         self.running = None
-        self.say(f"    → {outcome(rec)}" if self.headed else f"{self.text}\n    → {outcome(rec)}")
+        said = outcome(rec, self.spec.objective)
+        self.say(f"    → {said}" if self.headed else f"{self.text}\n    → {said}")
         if best:
             self.say(f"    best so far: #{best['number']} {pareto.speed(best, self.spec.objective):.1f} {self.unit}, "
                      f"peak {size(best['peak_memory'])}", style="dim")
@@ -376,11 +377,13 @@ class RunningTrial:
                     no_wrap=True, overflow="ellipsis")
 
 
-def outcome(rec: dict) -> str:
+def outcome(rec: dict, objective: str = "samples") -> str:
     status = rec["status"]
     if status in ("ok", "diverged") and rec.get("throughput"):
         t, cv = rec.get("timing") or {}, Record.of(rec).step_cv
-        line = (f"{status}: {rec['throughput']:.1f} samples/s, peak {size(rec['peak_memory'])}, "
+        rate = pareto.speed(rec, objective) or rec["throughput"]  # the figure "best so far" compares
+        unit = objective if pareto.speed(rec, objective) else "samples"
+        line = (f"{status}: {rate:.1f} {unit}/s, peak {size(rec['peak_memory'])}, "
                 f"cv {'-' if cv is None else f'{100 * cv:.1f}%'}, {t.get('trial_wall_s', 0):.0f}s")
         if t.get("compile_s"):
             line += f" (compile {t['compile_s']:.0f}s)"

@@ -362,3 +362,12 @@ def test_a_batch_larger_than_the_dataset_fails_at_once_and_says_so(project, batc
     assert record["status"] == "error" and record["error"]["type"] == "BatchOverDataset", record
     assert f"batch_size {batch} is more than the dataset's 16 samples" in record["error"]["message"]
     assert record["timing"]["trial_wall_s"] < 30  # not the timeout
+
+
+def test_a_trials_progress_line_is_in_the_objectives_unit():
+    """With objective: tokens the trial lines said samples/s and "best so far" said tokens/s."""
+    from harness import cli
+    rec = {"status": "ok", "throughput": 12.5, "tokens_per_s": {"median": 1600.0}, "peak_memory": 2**20,
+           "timing": {"step_s": {"cv": 0.01}, "trial_wall_s": 3}}
+    assert cli.outcome(rec, "tokens").startswith("ok: 1600.0 tokens/s, peak 1.0 MiB")
+    assert cli.outcome(rec).startswith("ok: 12.5 samples/s")
