@@ -393,13 +393,18 @@ class Sweep:
         improved = best is not None and (before is None or best["number"] != before["number"])
         self.stale = 0 if improved else self.stale + 1
         self.progress.trial_finished(trial.number, rec, best)
-        rows = rows_of(self.study)
-        enough = min(failures.SAME_ERROR_STOPS_AFTER, self.spec.space_size())  # a space of two fails alike at two
-        if best is None and (same := failures.hopeless(rows, enough)):  # every config would fail alike
-            # the next sweep runs these configs again: the user was told to fix the code and re-run
-            self.study.set_user_attr("stopped_on_error", [r["number"] for r in rows if r["status"] == record.ERROR])
-            raise UserError(failures.stop_message(same, enough, rec["log"]))
+        if best is None:
+            self.stop_if_every_config_fails_alike(rec["log"])
         return True
+
+    def stop_if_every_config_fails_alike(self, log: str | None) -> None:
+        """Nothing trained and the first trials (every config, in a smaller space) failed with one error in
+        the user's code: stop, and have the next sweep run them again (the user was told to fix it and re-run)."""
+        rows = rows_of(self.study)
+        enough = min(failures.SAME_ERROR_STOPS_AFTER, self.spec.space_size())
+        if same := failures.hopeless(rows, enough):
+            self.study.set_user_attr("stopped_on_error", [r["number"] for r in rows if r["status"] == record.ERROR])
+            raise UserError(failures.stop_message(same, enough, log))
 
     # -- the ledger: a trial's life is asked -> claimed -> measured | interrupted (re-queued) ----------
     # Every step below is one write to the study. A sweep killed between any two of them leaves a state
@@ -702,8 +707,9 @@ class Sweep:
                 return
             trials = {t.number: t for t in self.study.get_trials(deepcopy=False)}
             for number in stopped:
-                attrs = trials[number].user_attrs
-                requeue(self.study, sampler_params(self.spec, attrs["config"]), attrs)
+                attrs = trials[number].user_attrs if number in trials else {}
+                if attrs.get("config"):
+                    requeue(self.study, sampler_params(self.spec, attrs["config"]), attrs)
             self.study.set_user_attr("superseded", sorted(set(superseded(self.study)) | set(stopped)))
             self.study.set_user_attr("stopped_on_error", [])  # last: a kill before it retries again, nothing lost
         self.progress.note(f"running again the {len(stopped)} config(s) that stopped the last sweep with an error")
