@@ -123,7 +123,7 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
     if any(found):
         out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
     else:
-        out.print("next: [bold]bench report[/bold] to see why no config measured a speed (statuses, errors, logs)")
+        out.print("next: [bold]bench report[/bold] to see why no config qualifies as best (statuses, noise, errors)")
 
 
 def load_specs(path: Path, scenarios: tuple, study_name: str | None, memory_budget: str | None) -> list:
@@ -195,7 +195,7 @@ def parse_trials(value: str) -> int:
 
 
 def run_sweep(spec, device, total, deadline, storage_url, results, auto=False) -> bool:
-    """Sweep one spec; True when some config measured a speed. Ctrl-C, SIGTERM and SIGHUP stop the running
+    """Sweep one spec; True when some config qualifies as best. Ctrl-C, SIGTERM and SIGHUP stop the running
     trial and record it interrupted."""
     progress = LiveProgress(spec)
     try:
@@ -259,7 +259,7 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
     sweep = studies.Sweep(spec, study, device, results, total, deadline, progress,
                           claim=stores.claim_lock(storage, results, spec.study), auto=auto)
     sweep.run()
-    return any(r["status"] == "ok" for r in studies.rows_of(study))
+    return sweep.best_so_far() is not None
 
 
 def warn_budget_above_device(budget: int, device: str) -> None:
@@ -475,9 +475,8 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
 
 
 def spec_path_of(info: dict, storage: str | None, results: Path) -> str | None:
-    """studies.spec_file, told whether the study's journal is under the current folder."""
-    here = storage is None and Path(results).resolve().is_relative_to(Path.cwd().resolve())
-    return studies.spec_file(info, here)
+    """studies.spec_file, told which project holds the study's journal (the results folder's parent)."""
+    return studies.spec_file(info, None if storage else Path(results).resolve().parent)
 
 
 def required_spec(info: dict, storage: str | None, results: Path, scenario: str | None):
@@ -536,6 +535,10 @@ def refuse_own_file(out_path: Path, spec_path: str | None, spec, storage: str | 
         if path is not None and Path(path).resolve() == target:
             raise UserError(f"--out {out_path}: that is {what}, which the report reads; write the report "
                             "to another file")
+    folder = studies.study_dir(results, name).resolve()
+    if not storage and target.is_relative_to(folder) and not target.name.startswith("report"):
+        raise UserError(f"--out {out_path}: inside the study's folder only report files go (its journal, "
+                        "logs, locks and caches are bench's); write the report elsewhere or as report.*")
 
 
 def write_text(path: Path, text: str) -> None:
@@ -585,9 +588,9 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
                       create_keys=create_keys, current_values=current)
     if which == "best" and not budget and choice.kept:
         out.print(f"keeping your config: {choice.why[0]}", highlight=False, markup=False)
-        if plan.changes:
-            out.print(f"{spec.apply.file} no longer holds it (edited since the sweep): the diff below writes "
-                      f"trial {row.number}'s values back", highlight=False, markup=False)
+    if row.baseline and plan.changes and to is None:
+        out.print(f"{spec.apply.file} no longer holds your config as swept (edited since): the diff below writes "
+                  f"trial {row.number}'s values back", highlight=False, markup=False)
     out.print(f"trial {row.number}: {report.describe(row.config)}  {chosen.speed:.1f} {choice.unit} "
               f"(median of {chosen.runs} run{'s' if chosen.runs > 1 else ''}), peak {size(row.peak_memory)}"
               + (f"; vs your config as swept (trial {choice.baseline.number}) {against.text(choice.unit)}"

@@ -125,16 +125,18 @@ class Stopped(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def stop_signals_interrupt():
-    """SIGTERM and SIGHUP raise Stopped in the main thread, so the trial's group is killed and recorded.
+    """SIGINT raises KeyboardInterrupt, SIGTERM and SIGHUP raise Stopped, in the main thread, so the trial's
+    group is killed and recorded.
 
-    Once: a second signal during that clean-up is ignored rather than cutting it short.
+    Once: a second signal during that clean-up is ignored rather than cutting it short (`timeout` forwards
+    a Ctrl-C its group got too, and two in a row left the trial `running` though the line said recorded).
     """
     def stop(signum, frame):
         for s in previous:
             signal.signal(s, signal.SIG_IGN)
-        raise Stopped(signum)
+        raise KeyboardInterrupt() if signum == signal.SIGINT else Stopped(signum)
 
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:

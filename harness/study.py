@@ -84,13 +84,15 @@ def relative(path: Path) -> str | None:
         return None
 
 
-def spec_file(info: dict, here: bool = False) -> str | None:
-    """The study's spec on this machine: where it was swept, unless the same path relative to the sweep's
-    folder is here and either that is gone (another machine's checkout) or the study's results are under
-    the current folder (`here`: a copy of the project, whose own apply target is the one to write).
-    None for a study `bench sweep` did not make."""
+def spec_file(info: dict, project: Path | None = None) -> str | None:
+    """The study's spec on this machine: at its path relative to the sweep's folder inside `project`
+    (the folder holding the study's results: a copy of the project, whose own apply target is the one
+    to write), else in the current folder where the swept one is gone (another machine's checkout),
+    else where it was swept. None for a study `bench sweep` did not make."""
     relative, swept = info.get("spec_relative"), info.get("spec_path")
-    if relative and Path(relative).is_file() and (here or not swept or not Path(swept).exists()):
+    if relative and project is not None and (project / relative).is_file():
+        return str(project / relative)
+    if relative and Path(relative).is_file() and (not swept or not Path(swept).exists()):
         return relative
     return swept
 

@@ -170,3 +170,17 @@ def test_report_of_a_study_bench_did_not_make_is_shown_without_a_spec(tmp_path, 
     assert page.exit_code == 0, page.output
     refused = apply("best", "--study", "plain", "--storage", url)
     assert refused.exit_code == 2 and "names no spec" in refused.output
+
+
+def test_apply_through_results_of_a_copy_writes_the_copy(known_study, tmp_path_factory, monkeypatch):
+    """Standing elsewhere with --results at a copy of the project: the original's spec won while it existed."""
+    import shutil
+    copy = tmp_path_factory.mktemp("copy2") / "project"
+    shutil.copytree(known_study, copy)
+    before = batch_in(known_study)
+    monkeypatch.chdir(tmp_path_factory.mktemp("elsewhere"))
+    result = apply("best", "--results", str(copy / "results"))
+    assert result.exit_code == 0, result.output
+    assert batch_in(copy) == 32 and batch_in(known_study) == before
+    out = CliRunner().invoke(main, ["report", "--results", str(copy / "results"), "--out", str(copy / "known.yaml")])
+    assert out.exit_code == 2 and "the study's spec" in out.output

@@ -103,6 +103,8 @@ def test_report_out_never_replaces_what_the_report_is_made_from(swept):
         result = in_folder(folder, "report", "--format", fmt, "--out", path)
         assert result.exit_code == 2 and "which the report reads" in result.output, result.output
     assert [path.read_bytes() for path in own] == before
+    lock = in_folder(folder, "report", "--out", folder / "results" / "tiny" / "claim.lock")
+    assert lock.exit_code == 2 and "only report files go" in lock.output
     import os
     os.environ["FORCE_COLOR"] = "1"
     try:  # the table to a file, as printed, without escape codes

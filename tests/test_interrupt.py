@@ -397,3 +397,23 @@ def test_ctrl_c_during_a_confirmation_run_says_that_run_was_stopped(tmp_path, fa
     result = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
     assert result.exit_code == 130, result.output
     assert "the confirmation run of #1 was stopped; it runs again" in result.output, result.output
+
+
+def test_a_second_ctrl_c_during_the_clean_up_is_ignored():
+    """`timeout` forwards the Ctrl-C its group got as well: the second one cut the clean-up short and left
+    the trial `running`, though the line said it was recorded."""
+    import os
+    import signal
+    from harness import launch
+    cleaned = False
+    with pytest.raises(KeyboardInterrupt):
+        with launch.stop_signals_interrupt():
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)
+            except KeyboardInterrupt:
+                os.kill(os.getpid(), signal.SIGINT)  # the second, while recording the first
+                time.sleep(0.1)
+                cleaned = True
+                raise
+    assert cleaned and signal.getsignal(signal.SIGINT) is signal.default_int_handler

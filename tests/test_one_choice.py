@@ -127,7 +127,7 @@ def test_a_kept_tie_names_whom_the_models_line_is_about_and_apply_says_when_it_w
     config = project / CONFIG
     config.write_text(config.read_text().replace("batch_size: 8", "batch_size: 64"))
     result = flat(bench("apply", "best").output)
-    assert "keeping your config" in result and "no longer holds it" in result and "wrote" in result
+    assert "keeping your config" in result and "no longer holds your config as swept" in result and "wrote" in result
     assert "batch_size: 8" in config.read_text()
 
 
@@ -261,3 +261,15 @@ def test_apply_leaves_out_a_knob_never_searched_that_the_file_lacks(project):
     other = bench("apply", "1")
     assert other.exit_code == 0 and "wrote" in other.output, other.output
     assert "batch_size: 32" in config.read_text() and "checkpointing" not in config.read_text().split("model:")[1][:300]
+
+
+def test_apply_best_says_so_when_it_writes_your_swept_config_back_over_an_edit(project):
+    """Your config won outright and the file was edited since: the diff reverted it without a word."""
+    make_study(project, [({"batch_size": 8, "precision": "fp32"}, 150.0, 2.0, {}),
+                         ({"batch_size": 32, "precision": "bf16-mixed"}, 100.0, 6.0, {})],
+               {0: [149.0, 151.0], 1: [99.0, 101.0]})
+    config = project / CONFIG
+    config.write_text(config.read_text().replace("batch_size: 8 ", "batch_size: 64 "))
+    result = flat(bench("apply", "best").output)
+    assert "no longer holds your config as swept (edited since)" in result and "keeping your config" not in result
+    assert "batch_size: 8 " in config.read_text()
