@@ -50,7 +50,11 @@ def read_yaml(path: Path, what: str) -> dict:
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: cannot read {what} ({exc})") from None
     if data is None:
-        raise UserError(f"{path}: the {what} is empty; see sweeps/emberformer.yaml for an example")
+        example = "bench's sweeps/emberformer.yaml is an example" if what == "sweep spec" else \
+            "write your config's keys in it, or point apply.file at your config"
+        raise UserError(f"{path}: the {what} holds no keys (it is empty, or only comments); {example}")
     if not isinstance(data, dict):
-        raise UserError(f"{path}: the {what} must be a mapping of keys, got a {type(data).__name__}")
+        kind = {list: "a list", str: "a single string"}.get(type(data), "a single value")
+        raise UserError(f"{path}: the {what} must be a mapping of keys (key: value lines), not {kind}; "
+                        "YAML or JSON only")
     return data

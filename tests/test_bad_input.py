@@ -63,7 +63,7 @@ def nothing_written(folder: Path) -> bool:
 # ---- spec files -----------------------------------------------------------------------------------
 
 BAD_SPECS = {
-    "empty": ("", "is empty"),
+    "empty": ("", "holds no keys (it is empty, or only comments)"),
     "invalid_yaml": ("study: s\nsearch: {batch_size: [4,\n", "invalid YAML"),
     "not_a_mapping": ("- 1\n- 2\n", "must be a mapping"),
     "unknown_key": (yaml.safe_dump({**GOOD, "serach": {}}), "unknown key 'serach' (did you mean 'search'?)"),
@@ -586,3 +586,11 @@ def test_a_study_measured_in_tokens_still_refuses_samples(cwd):
     assert bench("sweep", path, "--device", "cpu").exit_code == 0
     write(cwd, "user.yaml", {**GOOD, "workload": {"name": "gpt", "preset": "tiny"}, "objective": "samples"})
     assert_user_error(bench("sweep", path, "--device", "cpu"), "optimizes tokens/s", "samples/s", "--study")
+
+
+def test_an_empty_apply_target_read_for_its_params_says_what_to_write(tmp_path):
+    """It pointed a user's empty training config at bench's own sweeps/emberformer.yaml."""
+    from harness.spec_yaml import read_yaml
+    (tmp_path / "config.yaml").write_text("# nothing yet\n")
+    with pytest.raises(UserError, match=r"apply target holds no keys .*write your config's keys in it"):
+        read_yaml(tmp_path / "config.yaml", "apply target")
