@@ -54,7 +54,11 @@ def read_yaml(path: Path, what: str) -> dict:
             "write your config's keys in it, or point apply.file at your config"
         raise UserError(f"{path}: the {what} holds no keys (it is empty, or only comments); {example}")
     if not isinstance(data, dict):
-        kind = {list: "a list", str: "a single string"}.get(type(data), "a single value")
-        raise UserError(f"{path}: the {what} must be a mapping of keys (key: value lines), not {kind}; "
+        raise UserError(f"{path}: the {what} must be a mapping of keys (key: value lines), not {top_level(data)}; "
                         "YAML or JSON only")
     return data
+
+
+def top_level(data) -> str:
+    """What a file holds instead of a mapping, in words (not a Python type name)."""
+    return {list: "a list", str: "a single string"}.get(type(data), "a single value")

@@ -14,6 +14,7 @@ from ruamel.yaml.nodes import MappingNode
 from harness import knobs
 from harness.apply._keymaps import ABSENT, ApplyTarget, KeyMap
 from harness.errors import UserError
+from harness.spec_yaml import top_level
 
 BOM = "\ufeff"
 
@@ -42,10 +43,10 @@ def _load_document(path: Path, fmt: str) -> _Document:
     data = _parse_data(text, fmt, path)
     if data is None:
         raise UserError(f"{path}: the file holds no keys (it is empty, only comments, or null); bench writes into a "
-                        "config of key: value pairs: write your config's keys in it, or point apply.file at your config")
+                        "config of key: value pairs: write your config's keys in it, or point apply.file at your "
+                        "config")
     if not isinstance(data, dict):
-        what = {list: "a list", str: "a single string"}.get(type(data), "a single value")
-        raise UserError(f"{path}: the top level is {what}, not a mapping of keys; "
+        raise UserError(f"{path}: the top level is {top_level(data)}, not a mapping of keys; "
                         "bench writes into a config of key: value pairs")
     try:
         root = YAML(typ="rt").compose(text)

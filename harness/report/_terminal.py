@@ -339,7 +339,7 @@ def wall_story(choice: Choice) -> str | None:
 
 def ran(choice: Choice) -> list[Standing]:
     """Trials whose child ran to a result (not interrupted, skipped or still running)."""
-    return [s for s in choice.rows if s.record.status not in (record.INTERRUPTED, record.SKIPPED, "running")]
+    return [s for s in choice.rows if s.record.status not in failures.IN_FLIGHT_OR_NOT_RUN]
 
 
 def busy_story(choice: Choice) -> str | None:
