@@ -105,9 +105,9 @@ class Versus:
 
     def text(self, unit: str) -> str:
         if self.spread is None:
-            head = f"{self.ratio:.2f}× {unit} (not confirmed side by side)"
-        else:
-            head = f"{self.ratio:.2f}× ± {self.spread:.2f} {unit} over {self.runs} runs each, interleaved"
+            head = f"{self.ratio:.2f}× the {unit} (not confirmed side by side)"
+        else:  # the spread is of the ratio, so it has no unit: "± 0.13 samples/s" misread it
+            head = f"{self.ratio:.2f}× the {unit}, ± {self.spread:.2f} over {self.runs} runs each, interleaved"
         return head + (f" — a tie: {self.noise_words()}" if self.tie else "")
 
     def noise_words(self) -> str:

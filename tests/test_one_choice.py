@@ -81,11 +81,12 @@ def test_every_view_states_the_same_best_speedup_and_tie(project):
     versus = best[0]["vs_baseline"]
     said = f"{versus['ratio']:.2f}× ± {versus['spread']:.2f}"
     assert said == "1.41× ± 0.13" and versus["tie"] is False
-    assert "best: trial 1" in table and f"{said} samples/s over 3 runs each, interleaved" in table
+    worded = f"{versus['ratio']:.2f}× the samples/s, ± {versus['spread']:.2f} over 3 runs each, interleaved"
+    assert "best: trial 1" in table and worded in table
     assert "Best: trial #1" in page and said in page and "a tie" not in page and "141 samples/s" in page
     assert [r["best"] for r in grid] == ["False", "True", "False"] and grid[1]["speed"] == "141.0"
-    assert "trial 1:" in dry and f"vs your config as swept (trial 0) {said}" in dry
-    assert f"# bench apply: vs your config as swept: {said} samples/s over 3 runs each, interleaved" in \
+    assert "trial 1:" in dry and f"vs your config as swept (trial 0) {worded}" in dry
+    assert f"# bench apply: vs your config as swept: {worded}" in \
         bench("apply", "best", "--dry-run").output
     assert "a tie" not in table + dry
     spec = specs.load(project / "one.yaml")
@@ -141,10 +142,10 @@ def test_a_sure_win_is_best_where_the_faster_leader_only_ties_with_your_config(p
     table, page, rows, grid, dry = views(project)
     marks = {r["number"]: (r["best"], r["leader"], r["vs_baseline"] and r["vs_baseline"]["tie"]) for r in rows}
     assert marks == {0: (False, False, None), 1: (False, True, True), 2: (True, False, False)}, marks
-    said = "trial 1 leads but ties with your config within the noise; trial 2 is 1.24× ±"
+    said = "trial 1 leads but ties with your config within the noise; trial 2 is 1.24×"
     assert said in table and said in page
-    assert "vs baseline (trial 2 vs trial 0): 1.24× ±" in table and "trial #2 vs #0" in page
-    assert "trial 2:" in dry and "vs your config as swept (trial 0) 1.24× ±" in dry and "keeping your config" not in dry
+    assert "vs baseline (trial 2 vs trial 0): 1.24× the samples/s, ±" in table and "trial #2 vs #0" in page
+    assert "trial 2:" in dry and "vs your config as swept (trial 0) 1.24× the samples/s, ±" in dry and "keeping your config" not in dry
     assert "your config stays" not in table + page
     assert rows[2]["tier"] == "safe" and rows[2]["tiers"] == ["safe", "balanced", "aggressive"]  # JSON held only one
 

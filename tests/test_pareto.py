@@ -122,6 +122,7 @@ def test_a_tie_says_the_band_it_was_judged_by():
     v = pareto.choose([base, lead], 24 * GiB, 0.1).versus
     assert v.tie and v.bound == 2 * v.spread and abs(v.ratio - 1) <= v.bound
     assert "a tie: within the noise (1× ± 0.30, twice the spread of the paired runs)" in v.text("samples/s")
+    assert v.text("samples/s").startswith("1.29× the samples/s, ± 0.15 over 3 runs")  # the spread is of a ratio: no unit
     one_run = row(5, 81.2, 0.63, cv=0.05)  # no paired runs: its own noise is the band
     v = pareto.choose([row(0, 79.0, 0.09, cv=0.03, baseline=True), one_run], 24 * GiB, 0.1).versus
     assert v.tie and "the runs' own noise" in v.text("samples/s")
