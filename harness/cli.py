@@ -259,7 +259,7 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
     sweep = studies.Sweep(spec, study, device, results, total, deadline, progress,
                           claim=stores.claim_lock(storage, results, spec.study), auto=auto)
     sweep.run()
-    return sweep.best_so_far() is not None
+    return sweep.leader_so_far() is not None
 
 
 def warn_budget_above_device(budget: int, device: str) -> None:
@@ -326,7 +326,7 @@ class LiveProgress(studies.Progress):
             self.status.stop()
             self.status = None
 
-    def trial_finished(self, number, rec, best):
+    def trial_finished(self, number, rec, best, note=None):
         self.stop()
         self.running = None
         said = outcome(rec, self.spec.objective)
@@ -334,7 +334,7 @@ class LiveProgress(studies.Progress):
         if best:
             self.say(f"    best so far: #{best['number']} {pareto.speed(best, self.spec.objective):.1f} {self.unit}, "
                      f"peak {size(best['peak_memory'])}", style="dim")
-            why = self.why_not_best(rec, best)
+            why = note or self.why_not_best(rec, best)
             if why:
                 self.say(f"    {why}", style="dim")
 

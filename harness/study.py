@@ -137,7 +137,8 @@ class Progress:
     def started(self, done: int, total: int, study: str, running: int = 0) -> None: ...
     def trial_started(self, number: int, done: int, total: int, config: dict, baseline: bool) -> None: ...
     def trial_phase(self, heartbeat: dict | None) -> None: ...
-    def trial_finished(self, number: int, rec: dict, best: dict | None) -> None: ...
+    def trial_finished(self, number: int, rec: dict, best: dict | None, note: str | None = None) -> None:
+        """`best`: the report's best as the records stand; `note`: why the leader is not it, if it is not."""
     def duplicate(self, number: int, of: int, config: dict) -> None: ...
     def note(self, message: str) -> None: ...
 
@@ -178,9 +179,9 @@ class Sweep:
         for _ in range(1 + RESEARCHES):
             if not self.search():
                 return
-            leader = self.best_so_far()
+            leader = self.leader_so_far()
             self.confirm()
-            after = self.best_so_far()
+            after = self.leader_so_far()
             if not self.auto or not self.bar_fell(leader, after):
                 break
             # --trials auto stopped against a figure confirmation did not bear out: search on against the new one
@@ -223,7 +224,7 @@ class Sweep:
         kept with the study for `bench report` (predictions, never measurements)."""
         if self.spec.sampler == "tpe" and rows_of(self.study):
             rows = rows_of(self.study)
-            self.study.set_user_attr("model", self.planner(rows).summary(rows, self.best_so_far()))
+            self.study.set_user_attr("model", self.planner(rows).summary(rows, self.leader_so_far()))
 
     def plan_next(self) -> bool:
         """With nothing queued, queue what the search measures next; False once it should stop (--trials auto).
@@ -373,7 +374,7 @@ class Sweep:
             rec = dict(rec, status=record.CRASH, error={**rec["error"], "message": (
                 "its warm trial server was killed during this config's trial twice: the trial may be what kills it")})
         if rec["status"] == record.INTERRUPTED:  # stopped from outside (its trial server was killed): runs again
-            self.progress.trial_finished(trial.number, rec, self.best_so_far())
+            self.progress.trial_finished(trial.number, rec, *self.best_as_reported())
             self.tell_interrupted(trial, config, rec["error"]["message"], kind=rec["error"]["type"])
             return True
         if (rec.get("error") or {}).get("type") == "FactoryImportError":  # every config would fail alike: stop
@@ -389,13 +390,13 @@ class Sweep:
         rec.update(number=trial.number, config=config)
         rec.setdefault("error", None)
         rec["log"] = self.log_of(trial.number)
-        before = self.best_so_far()
+        before = self.leader_so_far()
         self.tell(trial, rec)
-        best = self.best_so_far()
-        improved = best is not None and (before is None or best["number"] != before["number"])
+        leader = self.leader_so_far()
+        improved = leader is not None and (before is None or leader["number"] != before["number"])
         self.stale = 0 if improved else self.stale + 1
-        self.progress.trial_finished(trial.number, rec, best)
-        if best is None:
+        self.progress.trial_finished(trial.number, rec, *self.best_as_reported())
+        if leader is None:
             self.stop_if_every_config_fails_alike(rec["log"])
         return True
 
@@ -451,7 +452,7 @@ class Sweep:
         job = dict(self.spec.job(self.device, config), trial=number, repeat=repeat)
         # a config at a fraction of the best so far needs no precise figure; in samples/s, so not where
         # the objective is tokens (a longer sequence has fewer samples/s and may still lead)
-        best = None if repeat or self.spec.objective != "samples" else self.best_so_far()
+        best = None if repeat or self.spec.objective != "samples" else self.leader_so_far()
         if best is not None and best.get("throughput"):
             job["measure"] = dict(job["measure"], slow_below=SLOW_CUT * best["throughput"])
             if config.get("compile", "off") == "off":
@@ -761,8 +762,15 @@ class Sweep:
                 out.setdefault(search.key(t.user_attrs["config"]), t)
         return out
 
-    def best_so_far(self) -> dict | None:
-        """The leading config's row (the choice's leader: ties with the baseline do not matter here)."""
+    def best_as_reported(self) -> tuple[dict | None, str | None]:
+        """The row `bench report` would call best now, and why the leader is not it (a tie with your config)."""
+        rows = rows_of(self.study)
+        choice = pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, self.spec.objective)
+        best = next((r for r in rows if choice.best is not None and r["number"] == choice.best.number), None)
+        return best, (choice.why[0] if choice.kept or choice.sure_over_tie else None)
+
+    def leader_so_far(self) -> dict | None:
+        """The leading config's row: the planner's bar and the slow cut's (ties with your config do not matter here)."""
         rows = rows_of(self.study)
         leader = pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, self.spec.objective).leader
         return next((r for r in rows if leader is not None and r["number"] == leader.number), None)

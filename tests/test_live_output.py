@@ -23,7 +23,7 @@ class Recorder(studies.Progress):
         if heartbeat:
             self.phases.add(heartbeat["phase"])
 
-    def trial_finished(self, number, rec, best):
+    def trial_finished(self, number, rec, best, note=None):
         self.events.append(("finished", number))
 
     def duplicate(self, number, of, config):
@@ -68,6 +68,15 @@ def test_a_faster_trial_that_lost_on_the_tie_rule_says_so(project, terminal):
     text = " ".join(terminal.file.getvalue().split())
     assert "best so far: #0 100.0 samples/s" in text
     assert "#1 is 2.9% faster, within the measured noise (±4.0%): a tie goes to the config with more headroom" in text
+
+
+def test_a_leader_that_ties_with_your_config_says_why_your_config_is_best_so_far(project, terminal):
+    progress = progress_for(project)
+    progress.text = "[2/3] #1 batch_size=8"
+    note = "trial 1 is 1.03× the samples/s (not confirmed side by side) — a tie: ...: your config stays"
+    progress.trial_finished(1, row(1, 103.0, 2.0, cv=0.02), row(0, 100.0, 1.0, cv=0.02), note)
+    text = " ".join(terminal.file.getvalue().split())
+    assert "best so far: #0 100.0 samples/s" in text and note in text and "a tie goes to" not in text
 
 
 def test_a_faster_trial_over_the_headroom_says_so(project, terminal):

@@ -92,7 +92,7 @@ def test_every_view_states_the_same_best_speedup_and_tie(project):
     spec = specs.load(project / "one.yaml")
     sweep = studies.Sweep(spec, studies.load(studies.open_storage(None, project / "results", "one"), "one"), "cpu",
                           project / "results", 3, None)
-    assert sweep.best_so_far()["number"] == 1  # what the live output says "best so far" about
+    assert sweep.leader_so_far()["number"] == 1 and sweep.best_as_reported()[0]["number"] == 1  # the live "best so far"
 
 
 def test_a_tie_with_the_users_config_is_not_applied_and_every_view_says_so(project):
@@ -130,6 +130,29 @@ def test_a_kept_tie_names_whom_the_models_line_is_about_and_apply_says_when_it_w
     result = flat(bench("apply", "best").output)
     assert "keeping your config" in result and "no longer holds your config as swept" in result and "wrote" in result
     assert "batch_size: 8" in config.read_text()
+
+
+def test_the_live_best_so_far_is_the_reports_best_and_says_why_the_leader_is_not(project, monkeypatch):
+    """The sweep's live line said "best so far: #1" (the leader) while the report, from the same records,
+    said your config stays best: two sources for one number."""
+    make_study(project, [({"batch_size": 8, "precision": "fp32"}, 100.0, 2.0, {}),
+                         ({"batch_size": 32, "precision": "bf16-mixed"}, 103.0, 6.0, {})],
+               {1: [100.0, 106.0], 0: [101.0, 99.0]})
+    spec = specs.load(project / "one.yaml")
+    shown = []
+
+    class Shown(studies.Progress):
+        def trial_finished(self, number, rec, best, note=None):
+            shown.append((best["number"], note))
+    sweep = studies.Sweep(spec, studies.load(studies.open_storage(None, project / "results", "one"), "one"), "cpu",
+                          project / "results", 3, None, Shown())
+    monkeypatch.setattr(sweep, "runner", lambda config, number, repeat=False: {
+        "status": "ok", "throughput": 50.0, "peak_memory": 1 * GiB, "timing": {"step_s": {"cv": 0.01}}})
+    sweep.plan_next()
+    sweep.run_one()
+    rows = json.loads(bench("report", "--format", "json").output)
+    assert [r["number"] for r in rows if r["best"]] == [0] and shown[-1][0] == 0
+    assert shown[-1][1].startswith("trial 1 is 1.03× the samples/s") and "your config stays" in shown[-1][1]
 
 
 def test_a_sure_win_is_best_where_the_faster_leader_only_ties_with_your_config(project):
