@@ -283,6 +283,17 @@ def test_lr_rule_without_a_batch_in_the_file_names_the_key_it_looked_for(tmp_pat
         plan(target, {"batch_size": 32}, PROVENANCE, create_keys=True)
 
 
+@pytest.mark.parametrize("held", ["auto", "null"])
+def test_lr_rule_with_a_batch_key_that_holds_no_number_says_what_it_holds(tmp_path, held):
+    """A batch_size: auto (Lightning's tuner, DeepSpeed) was told "no data.batch_size in the file"."""
+    file = copy("lightning.yaml", tmp_path)
+    file.write_text(file.read_text().replace("  batch_size: 16     # per GPU\n", f"  batch_size: {held}\n"))
+    target = target_for(file, preset="lightning", lr={"key": "optimizer.lr", "scale": "linear"})
+    found = "'auto'" if held == "auto" else "None"
+    with pytest.raises(UserError, match=rf"batch size is unknown \(data.batch_size holds {found}, not a number\)"):
+        plan(target, {"batch_size": 32}, PROVENANCE)
+
+
 def test_lr_linear_scaling_is_in_the_diff(tmp_path):
     file = copy("lightning.yaml", tmp_path)
     target = target_for(file, preset="lightning", lr={"key": "optimizer.lr", "scale": "linear"})

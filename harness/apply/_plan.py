@@ -152,10 +152,13 @@ def _lr_assignment(rule: LrRule, doc: _Document, values: dict, current: dict,
     """The learning rate rescaled for the new effective batch; nothing when that batch is unchanged."""
     old_batch, new_batch = _effective_batch(current, {}), _effective_batch(values, current)
     if old_batch is None:
-        where = f"no {' or '.join(batch_keys)} in the file" if batch_keys else "batch_size is not mapped"
+        held = next(((k, v) for k in batch_keys if (v := _lookup(doc.data, k)) is not ABSENT), None)
+        where = (f"{held[0]} holds {held[1]!r}, not a number" if held else
+                 f"no {' or '.join(batch_keys)} in the file" if batch_keys else "batch_size is not mapped")
+        todo = ("write the batch size it runs at there" if held else
+                "write that key into the file, map apply.keys.batch_size to the key your file uses")
         raise UserError(f"{doc.path}: apply.lr: the current batch size is unknown ({where}), so the learning rate "
-                        "cannot be rescaled from it; write that key into the file, map apply.keys.batch_size to the "
-                        "key your file uses, or remove apply.lr")
+                        f"cannot be rescaled from it; {todo}, or remove apply.lr")
     if new_batch == old_batch:
         return []
     lr = _lookup(doc.data, rule.key)
