@@ -524,8 +524,8 @@ def pick_study(name: str | None, scenario: str | None, results: Path, storage: s
 
 def refuse_own_file(out_path: Path, spec_path: str | None, spec, storage: str | None, results: Path,
                     name: str) -> None:
-    """`--out` onto the study's journal or database, its spec or the apply target would replace what
-    the report is made from with the report: refused, since bench report only reads."""
+    """`--out` onto the study's journal or database, its spec, the apply target or its Hydra profiles
+    would replace what the report is made from, or what apply writes, with the report: refused."""
     own = {"the study's journal": None if storage else studies.study_dir(results, name) / stores.JOURNAL,
            "the study's database": stores.sqlite_path(storage) if storage else None,
            "the study's spec": spec_path,
@@ -535,6 +535,10 @@ def refuse_own_file(out_path: Path, spec_path: str | None, spec, storage: str | 
         if path is not None and Path(path).resolve() == target:
             raise UserError(f"--out {out_path}: that is {what}, which the report reads; write the report "
                             "to another file")
+    group = spec.apply.hydra_group_dir if spec is not None and spec.apply else None
+    if group is not None and target.is_relative_to(Path(group).resolve()):
+        raise UserError(f"--out {out_path}: that is inside the spec's Hydra config group {group}, where apply "
+                        "writes each device's profile and every file is a Hydra option; write the report elsewhere")
     folder = studies.study_dir(results, name).resolve()
     if not storage and target.is_relative_to(folder) and not target.name.startswith("report"):
         raise UserError(f"--out {out_path}: inside the study's folder only report files go (its journal, "

@@ -184,3 +184,16 @@ def test_apply_through_results_of_a_copy_writes_the_copy(known_study, tmp_path_f
     assert batch_in(copy) == 32 and batch_in(known_study) == before
     out = CliRunner().invoke(main, ["report", "--results", str(copy / "results"), "--out", str(copy / "known.yaml")])
     assert out.exit_code == 2 and "the study's spec" in out.output
+
+
+def test_report_out_refuses_the_hydra_config_group_apply_writes(project):
+    """A report written into conf/hardware/ becomes a Hydra option (or replaces a device's profile)."""
+    make_known_study(project, apply={"file": "examples/config.yaml", "preset": "lightning",
+                                     "hydra": {"group_dir": "conf/hardware"}})
+    group = project / "conf" / "hardware"
+    group.mkdir(parents=True)
+    (group / "cpu.yaml").write_text("# @package _global_\nbatch_size: 8\n")
+    result = CliRunner().invoke(main, ["report", "--format", "json", "--out", str(group / "cpu.yaml")])
+    assert result.exit_code == 2 and "Hydra config group" in result.output, result.output
+    assert (group / "cpu.yaml").read_text() == "# @package _global_\nbatch_size: 8\n"
+    assert list(group.iterdir()) == [group / "cpu.yaml"]
