@@ -108,6 +108,9 @@ class Spec:
     """Throughput to maximize: samples/s, or tokens/s (fair when a knob like seq_len changes a sample)."""
     notes: tuple = ()
     """What loading left out of the search (batch sizes that do not divide effective_batch), said before a sweep."""
+    sampled: dict = field(default_factory=dict)
+    """A resumed study's choices for a knob whose list the spec has since narrowed: Optuna cannot change a
+    study's choices, so its sampler keeps drawing (and indexing) from these, while the search is `search`."""
 
     def space_size(self) -> int:
         n = 1

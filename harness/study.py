@@ -356,6 +356,10 @@ class Sweep:
             self.progress.duplicate(trial.number, previous.number, config)
             self.enqueue_unmeasured(trial.number)
             return False
+        if not trial.user_attrs.get("baseline") and not self.spec.contains(config):
+            self.set_aside(trial, config)
+            self.enqueue_unmeasured(trial.number)
+            return False
         # sampler: grid measures every config (that is how landscapes are recorded and skips checked)
         skip = None if self.spec.sampler == "grid" else search.skip_reason(config, rows_of(self.study),
                                                                            usable_memory(self.spec))
@@ -633,6 +637,10 @@ class Sweep:
             trial.set_constraint("numerics", -1.0)
             trial.set_user_attr("values_are_penalty", True)
             self.study.tell(trial, [0.0, self.oom_penalty()])
+        elif status == record.SKIPPED:  # the sampler learns the wall (infeasible), as from an OOM
+            trial.set_constraint("memory", 1.0)
+            trial.set_constraint("numerics", -1.0)
+            self.study.tell(trial, [0.0, float(rec["skip"].get("predicted_peak") or usable_memory(self.spec) or 0.0)])
         else:
             self.study.tell(trial, state=TrialState.FAIL)
 
@@ -649,16 +657,21 @@ class Sweep:
         trial.set_user_attr("status", previous.user_attrs.get("status"))
         self.study.tell(trial, state=TrialState.FAIL)
 
+    def set_aside(self, trial, config: dict) -> None:
+        """A config the spec no longer holds (queued, or drawn from the study's old choices, before a
+        resume narrowed a knob's list): not run, FAIL (samplers ignore it), in no view and no count."""
+        dropped = [f"{knob} {config.get(knob)}" for knob, dim in self.spec.search.items()
+                   if knob in config and not dim.admits(config[knob])]
+        trial.set_user_attr("outside_space", True)
+        self.study.tell(trial, state=TrialState.FAIL)
+        self.progress.note(f"trial {trial.number} not run: {', '.join(dropped) or report_config(config)} is no longer "
+                           "in the spec's search space (queued before the spec changed)")
+
     def tell_skipped(self, trial, config: dict, skip: dict) -> None:
         """Not run: its family proves it cannot fit. The sampler learns the wall (infeasible);
         reports never show it as a measurement and it is never chosen."""
-        rec = {"status": record.SKIPPED, "config": config, "throughput": None, "peak_memory": None,
-               "number": trial.number, "error": None, "skip": skip}
-        trial.set_user_attr("status", record.SKIPPED)
-        trial.set_user_attr("record", rec)
-        trial.set_constraint("memory", 1.0)
-        trial.set_constraint("numerics", -1.0)
-        self.study.tell(trial, [0.0, float(skip.get("predicted_peak") or usable_memory(self.spec) or 0.0)])
+        self.tell(trial, {"status": record.SKIPPED, "config": config, "throughput": None, "peak_memory": None,
+                          "number": trial.number, "error": None, "skip": skip})
         self.progress.note(f"trial {trial.number} skipped: {report_config(config)}: {skip['reason']} "
                            f"(from trial{'s' if len(skip['from']) > 1 else ''} {', '.join(map(str, skip['from']))})")
 
@@ -726,13 +739,19 @@ class Sweep:
     def recover_trials(self) -> None:
         """Under the claim lock: a trial claimed by a process that died on this host (kill -9, reboot, a
         full disk), or asked and never claimed (its asker died in the claim window, which this lock
-        covers), is interrupted and runs again. Another host's dead worker is found by Optuna's
+        covers), is interrupted and runs again; one that died after writing its record is told it. Another host's dead worker is found by Optuna's
         heartbeat (storage.requeue_stale)."""
         for ft in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             worker = ft.user_attrs.get("worker")
             if worker and not is_stale(worker):
                 continue
             handle = optuna.trial.Trial(self.study, ft._trial_id)  # Optuna has no public handle by number
+            rec = ft.user_attrs.get("record")
+            if rec and rec.get("status") != record.INTERRUPTED:  # killed between its record and the tell
+                self.tell(handle, rec)
+                self.progress.note(f"trial {ft.number} was measured by a process that died before it was told; "
+                                   "its measurement is kept")
+                continue
             self.tell_interrupted(handle, ft.user_attrs.get("config"), "its bench process died" if worker else
                                   "its bench process died before claiming it")
             self.progress.note(f"trial {ft.number} was left running by a process that died; it runs again")
@@ -744,7 +763,7 @@ class Sweep:
     def counted(self) -> int:
         """Trials that count toward the total: measured (not duplicates, not interrupted) or running."""
         aside = superseded(self.study)
-        done = sum(1 for t in self.finished() if "duplicate_of" not in t.user_attrs and t.number not in aside
+        done = sum(1 for t in self.finished() if not not_run_itself(t) and t.number not in aside
                    and not interrupted(t) and t.user_attrs.get("status") != record.SKIPPED)
         running = len(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))  # other workers'
         return done + running
@@ -756,7 +775,7 @@ class Sweep:
         """
         out, aside = {}, superseded(self.study)
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)):
-            if interrupted(t) or "duplicate_of" in t.user_attrs or t.number == besides or t.number in aside:
+            if interrupted(t) or not_run_itself(t) or t.number == besides or t.number in aside:
                 continue
             if "config" in t.user_attrs:
                 out.setdefault(search.key(t.user_attrs["config"]), t)
@@ -780,7 +799,12 @@ def interrupted(t: optuna.trial.FrozenTrial) -> bool:
     """Stopped, never measured: by bench (Ctrl-C, a signal, a dead process) or by Optuna's heartbeat
     (a FAIL without bench's record: a database worker that stopped beating)."""
     return t.user_attrs.get("status") == record.INTERRUPTED or (t.state == TrialState.FAIL and "record" not in t.user_attrs
-                                                                and "duplicate_of" not in t.user_attrs)
+                                                                and not not_run_itself(t))
+
+
+def not_run_itself(t: optuna.trial.FrozenTrial) -> bool:
+    """A duplicate (its config's measurement is another trial's) or a config set aside (Sweep.set_aside)."""
+    return "duplicate_of" in t.user_attrs or "outside_space" in t.user_attrs
 
 
 def cpu_step_limit(spec: Spec) -> float:
@@ -802,13 +826,14 @@ def suggest(trial: optuna.Trial, spec: Spec, eager_only: bool = False) -> dict:
     8 and 32 (a categorical would not). In the eager phase compile is held off, not searched."""
     params = {}
     for name, dim in spec.search.items():
+        choices = spec.sampled.get(name, dim.choices)
         if name == "compile" and eager_only:
             params[name] = "off"
-        elif search.is_ordinal(dim.choices):
-            values = search.ordered(dim.choices)
+        elif search.is_ordinal(choices):
+            values = search.ordered(choices)
             params[name] = values[trial.suggest_int(name, 0, len(values) - 1)]
-        elif dim.choices:
-            params[name] = trial.suggest_categorical(name, list(dim.choices))
+        elif choices:
+            params[name] = trial.suggest_categorical(name, list(choices))
         else:
             params[name] = trial.suggest_int(name, dim.low, dim.high)
     return params
@@ -819,8 +844,8 @@ def sampler_params(spec: Spec, config: dict) -> dict:
     params = {}
     for name, dim in spec.search.items():
         if name in config:
-            value = config[name]
-            params[name] = search.ordered(dim.choices).index(value) if search.is_ordinal(dim.choices) else value
+            value, choices = config[name], spec.sampled.get(name, dim.choices)
+            params[name] = search.ordered(choices).index(value) if search.is_ordinal(choices) else value
     return params
 
 
@@ -876,9 +901,10 @@ def including(spec: Spec, config: dict) -> Spec:
 def resumed(spec: Spec, study: optuna.Study, device: str) -> Spec:
     """The spec as the study it resumes ran it; refused when the runs would not be comparable.
 
-    Optuna refuses a categorical knob whose choices change within a study, so a resume keeps the
-    choices the study was sampled with (they include the first run's baseline value, which a later
-    `bench apply best` may have replaced). A new choice, another memory budget or another kind of
+    Optuna refuses a categorical knob whose choices change within a study, so a resume's sampler keeps
+    the choices the study was sampled with (they include the first run's baseline value, which a later
+    `bench apply best` may have replaced) while its search is the spec's: a value the spec dropped is
+    never run (Sweep.set_aside). A new choice, another memory budget or another kind of
     device would mix unlike measurements in one study: that needs a new study. Another objective does too,
     once a trial was measured in the old one; before that it is recorded, the only write here.
     """
@@ -903,9 +929,9 @@ def resumed(spec: Spec, study: optuna.Study, device: str) -> Spec:
         for knob, dist in trial.distributions.items():
             if isinstance(dist, optuna.distributions.CategoricalDistribution):
                 sampled.setdefault(knob, tuple(dist.choices))
-    search = dict(spec.search)
+    kept = {}
     for knob, choices in sampled.items():
-        dim = search.get(knob)
+        dim = spec.search.get(knob)
         if dim is None or not dim.choices:
             continue
         new = [c for c in dim.choices if c not in choices]
@@ -913,10 +939,11 @@ def resumed(spec: Spec, study: optuna.Study, device: str) -> Spec:
             raise UserError(f"study {name!r}: search.{knob} now has {', '.join(map(str, new))}, which the study's "
                             f"space ({', '.join(map(str, choices))}) lacks; Optuna cannot change a study's choices: "
                             f"start a new study with --study NAME")
-        search[knob] = Dimension(knob, choices=choices)
+        if tuple(dim.choices) != choices:
+            kept[knob] = choices
     if retarget:
         study.set_user_attr("objective", spec.objective)
-    return replace(spec, search=search)
+    return replace(spec, sampled=kept)
 
 
 WORKLOAD_IDENTITY = ("name", "preset", "params", "factory", "model", "loss", "batch", "lightning", "hf", "loop")
@@ -968,8 +995,8 @@ def rows_of(study: optuna.Study) -> list[dict]:
         if t.state in (TrialState.WAITING,) or t.number in aside:
             continue
         rec = dict(t.user_attrs.get("record") or {})
-        if "duplicate_of" in t.user_attrs:
-            continue  # the same measurement is already in the table under its own number
+        if not_run_itself(t):
+            continue  # a duplicate's measurement is in the table under its own number
         if t.state == TrialState.RUNNING and not rec:
             rec = {"status": "running", "throughput": None, "peak_memory": None, "error": None}
         elif interrupted(t) and not rec:

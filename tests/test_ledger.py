@@ -85,6 +85,33 @@ def test_a_trial_asked_but_never_claimed_is_interrupted_and_runs_again(two_confi
     assert sum(r["baseline"] for r in after) == 1 and measured[after[0]["config"]["batch_size"]]["baseline"]
 
 
+AFTER_THE_RECORD = '''
+import os, signal, sys
+from optuna.storages.journal import JournalFileBackend
+def append_logs(self, logs):
+    real(self, logs)
+    if any(((log.get("user_attr") or {}).get("record") or {}).get("status") == "ok" for log in logs):
+        os.kill(os.getpid(), signal.SIGKILL)  # the record is written, the tell is not
+real, JournalFileBackend.append_logs = JournalFileBackend.append_logs, append_logs
+from harness.cli import main; main()
+'''
+
+
+def test_a_kill_between_the_record_and_the_tell_keeps_the_measurement(two_configs):
+    """The record was written and the process died before Optuna's tell: the resume called the trial
+    interrupted and measured its config again, discarding a measurement it held."""
+    first = bench(two_configs, "sweep", "ledger.yaml", "--device", "cpu", code=AFTER_THE_RECORD)
+    assert first.returncode == -signal.SIGKILL
+    [left] = rows(two_configs, "ledger")
+    assert left["status"] == "ok" and left["throughput"] > 0  # the record is there, the trial RUNNING
+    again = bench(two_configs, "sweep", "ledger.yaml", "--device", "cpu")
+    assert again.returncode == 0, again.stderr
+    assert "trial 0 was measured by a process that died before it was told; its measurement is kept" in again.stdout
+    after = rows(two_configs, "ledger")
+    assert sorted((r["config"]["batch_size"], r["status"]) for r in after) == [(4, "ok"), (8, "ok")], after  # once each
+    assert after[0]["throughput"] == left["throughput"] and after[0]["baseline"]
+
+
 # ---- the warm trial server killed mid-trial ------------------------------------------------------------
 
 @pytest.fixture

@@ -31,7 +31,7 @@ def test_objective_tokens_is_reported_in_tokens_per_second():
     choice = report.annotate(rows, info)
     assert choice.best.number == 1
     text = str(report.summary(choice, info))
-    assert "3000.0 tokens/s" in text and "3.00× tokens/s" in text and "samples/s" not in text
+    assert "3000.0 tokens/s" in text and "3.00× the tokens/s" in text and "samples/s" not in text
 
 
 def spec_for(tmp_path, **overrides):
@@ -61,7 +61,8 @@ def test_a_resume_keeps_the_choices_the_study_was_sampled_with(tmp_path):
     studies.suggest(t, first)
     study.tell(t, [1.0, 1.0])
     again = studies.resumed(spec, study, "cpu")
-    assert again.search["batch_size"].choices == (8, 16, 12)  # batch 16 keeps its position (index 2 of 8, 12, 16)
+    assert again.sampled["batch_size"] == (8, 16, 12)  # batch 16 keeps its position (index 2 of 8, 12, 16)
+    assert again.search["batch_size"].choices == (8, 16)  # what is searched: the spec's list
     t = study.ask()
     studies.suggest(t, again)  # raised before
     study.tell(t, [1.0, 1.0])
@@ -135,6 +136,26 @@ def test_a_resume_that_narrows_a_knob_to_one_value_measures_the_configs_left(tmp
         str(tmp_path / "results" / "s" / "journal.log"))), "s")
     ran = {(r["config"]["batch_size"], r["config"]["accumulation"]) for r in studies.rows_of(study) if r["status"] == "ok"}
     assert {(16, 1), (16, 2)} <= ran, again.output
+
+
+def test_a_resume_that_drops_a_value_never_runs_it_though_the_study_queued_it(tmp_path, faulty_path, monkeypatch):
+    """Optuna keeps a study's choices, so the resumed space kept batch 8 after the spec dropped it, and
+    the grid's queued batch-8 trial ran first."""
+    monkeypatch.chdir(tmp_path)
+    first = faulty_spec(tmp_path, "s", ["none"], sampler="grid", trials=1,
+                        search={"batch_size": [8, 16, 32], "accumulation": [1, 2], "fault": ["none"]})
+    assert CliRunner().invoke(main, ["sweep", str(first), "--device", "cpu"]).exit_code == 0  # the baseline, 8 x 1
+    narrowed = faulty_spec(tmp_path, "s", ["none"], sampler="grid", trials=6,
+                           search={"batch_size": [16, 32], "accumulation": [1, 2], "fault": ["none"]})
+    again = CliRunner().invoke(main, ["sweep", str(narrowed), "--device", "cpu"])
+    assert again.exit_code == 0, again.output
+    assert "not run: batch_size 8 is no longer in the spec's search space" in " ".join(again.output.split())
+    study = studies.load(optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(
+        str(tmp_path / "results" / "s" / "journal.log"))), "s")
+    assert sorted((r["config"]["batch_size"], r["config"]["accumulation"]) for r in studies.rows_of(study)) == [
+        (8, 1), (16, 1), (16, 2), (32, 1), (32, 2)], again.output  # your config, and the narrowed space
+    table = CliRunner().invoke(main, ["report", "--format", "json"])
+    assert sorted(r["config"]["batch_size"] for r in json.loads(table.output)) == [8, 16, 16, 32, 32]
 
 
 def test_a_confirmation_run_keeps_its_own_log_and_leaves_the_trials(tmp_path, faulty_path, monkeypatch):
