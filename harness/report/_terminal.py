@@ -69,16 +69,17 @@ def finite(value):
 
 
 def flat(choice: Choice) -> list[dict]:
-    """One flat dict per trial: config.* columns plus the headline figures."""
+    """One flat dict per trial: config.* columns plus the headline figures (bytes, seconds, `speed_unit`)."""
     out = []
     for s in choice.rows:
         r = s.record
         m = marks(s, choice)
-        row = {"number": r.number, "status": r.status, **{k: m[k] for k in ("baseline", "pareto", "best", "tier", "noisy")}}
+        row = {"number": r.number, "status": r.status,
+               **{k: m[k] for k in ("baseline", "pareto", "best", "leader", "tier", "noisy")}, "tiers": " ".join(m["tiers"])}
         row.update({f"config.{k}": v for k, v in r.config.items()})
         step = r.timing.get("step_s") or {}
         versus = m["vs_baseline"] or {}
-        row.update(speed=s.speed, runs=s.runs, vs_baseline=versus.get("ratio"), vs_baseline_spread=versus.get("spread"),
+        row.update(speed=s.speed, speed_unit=choice.unit, runs=s.runs, vs_baseline=versus.get("ratio"), vs_baseline_spread=versus.get("spread"),
                    tie=versus.get("tie"), throughput=r.throughput, tokens_per_s=r.tokens_per_s,
                    peak_memory=r.peak_memory, step_s=step.get("median"), step_cv=step.get("cv"),
                    compile_s=r.timing.get("compile_s"), tflops=r.flops.get("tflops"), mfu=r.flops.get("mfu"),
