@@ -739,8 +739,8 @@ class Sweep:
     def recover_trials(self) -> None:
         """Under the claim lock: a trial claimed by a process that died on this host (kill -9, reboot, a
         full disk), or asked and never claimed (its asker died in the claim window, which this lock
-        covers), is interrupted and runs again; one that died after writing its record is told it. Another host's dead worker is found by Optuna's
-        heartbeat (storage.requeue_stale)."""
+        covers), is interrupted and runs again; one that died after writing its record is told it.
+        Another host's dead worker is found by Optuna's heartbeat (storage.requeue_stale)."""
         for ft in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             worker = ft.user_attrs.get("worker")
             if worker and not is_stale(worker):
