@@ -546,16 +546,31 @@ def refuse_own_file(out_path: Path, spec_path: str | None, spec, storage: str | 
 
 
 def write_text(path: Path, text: str) -> None:
+    """Replace a regular file atomically (through a symlink, at its target); write into anything else
+    (/dev/stdout, a FIFO, a device) as it is, never replacing it with a file."""
+    target = path.resolve()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
+        if target.exists() and not target.is_file():
+            with open(target, "w") as stream:
+                stream.write(text)
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")  # never a name of yours
         try:
-            tmp.write_text(text)
-            os.replace(tmp, path)
+            with os.fdopen(fd, "w") as stream:
+                stream.write(text)
+            os.chmod(tmp, target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~current_umask())
+            os.replace(tmp, target)
         finally:
-            tmp.unlink(missing_ok=True)  # after a failed write (a full disk); gone already after the rename
+            Path(tmp).unlink(missing_ok=True)  # after a failed write (a full disk); gone already after the rename
     except OSError as exc:
         raise UserError(f"--out {path}: cannot write ({exc.strerror or exc}); pick a writable path") from None
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 # ---- apply ---------------------------------------------------------------------------------------

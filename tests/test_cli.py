@@ -1,6 +1,7 @@
 """The end-to-end path through the CLI: sweep -> report -> apply, with real trials on the CPU."""
 import json
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -113,6 +114,25 @@ def test_report_out_never_replaces_what_the_report_is_made_from(swept):
         del os.environ["FORCE_COLOR"]
     text = (folder / "report.txt").read_text()
     assert table.exit_code == 0 and "best: trial" in text and "\x1b[" not in text
+
+
+def test_report_out_writes_through_a_link_and_into_a_device_and_leaves_its_neighbours(swept, tmp_path):
+    """--out renamed a temp file over the path: a symlink, a FIFO or /dev/full (as root) became a regular
+    file, and the user's own `<out>.tmp` was deleted."""
+    folder, _, _ = swept
+    real, link, mine = tmp_path / "real.csv", tmp_path / "link.csv", tmp_path / "r.csv.tmp"
+    real.write_text("old\n")
+    link.symlink_to(real)
+    mine.write_text("mine\n")
+    for out in (link, tmp_path / "r.csv"):
+        result = in_folder(folder, "report", "--format", "csv", "--out", out)
+        assert result.exit_code == 0, result.output
+    assert link.is_symlink() and real.read_text().startswith("number,status")  # written through the link
+    assert mine.read_text() == "mine\n" and (tmp_path / "r.csv").read_text().startswith("number,status")
+    full = in_folder(folder, "report", "--format", "csv", "--out", "/dev/full")  # a device: written, not replaced
+    assert full.exit_code == 2 and "No space left" in full.output, full.output
+    import stat
+    assert stat.S_ISCHR(Path("/dev/full").stat().st_mode)
 
 
 def test_report_from_a_sqlite_file_that_is_not_there_creates_none(tmp_path):
