@@ -120,8 +120,11 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
     specs_to_run = [device_spec(spec, device) for spec in load_specs(spec_path, scenarios, study_name, memory_budget)]
     found = [run_sweep(spec, device, fixed_total or spec.trials, deadline, storage, logs, auto=fixed_total is None)
              for spec in specs_to_run]
-    if any(found):
+    if any(found) and any(spec.apply for spec in specs_to_run):
         out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
+    elif any(found):
+        out.print("next: [bold]bench report[/bold] to see the measurements (an apply: section in the spec lets "
+                  "[bold]bench apply best[/bold] write the best config into your config file)")
     else:
         out.print("next: [bold]bench report[/bold] to see why no config qualifies as best (statuses, noise, errors)")
 
@@ -309,7 +312,8 @@ class LiveProgress(studies.Progress):
                      f"resuming: {done} trials {what}, more than the {total} asked for")
 
     def trial_started(self, number, done, total, config, baseline):
-        label = " (baseline: your current config)" if baseline else ""
+        label = (" (baseline: your current config)" if self.spec.apply else " (baseline: the spec's defaults)") \
+            if baseline else ""
         self.text = f"[{done + 1}/{total}] #{number}{label} {report.describe(config)}"
         self.headed = False  # the header line is printed with the outcome, or before a note about the trial
         self.running = RunningTrial(f"trial {done + 1}/{total} (#{number}){label}: {report.describe(config)}",
@@ -502,7 +506,8 @@ def study_choice(rows: list[dict], info: dict, spec) -> pareto.Choice:
     """The study's choice, with compile judged against the training run the apply target describes."""
     steps, said = apply.run_length(spec.apply) if spec is not None and spec.apply else (None, "no apply target")
     source = None if steps else f"an assumed run of {pareto.ASSUMED_RUN_STEPS:,} steps ({said})"
-    return report.annotate(rows, info, run_steps=steps, run_source=source or said)
+    return report.annotate(rows, info, run_steps=steps, run_source=source or said,
+                           applies=spec is None or spec.apply is not None)
 
 
 def size_warning(spec, rows: list[dict]) -> str | None:

@@ -167,6 +167,9 @@ class Choice:
     model: dict | None = None
     """The search's model as the sweep kept it (harness.planner): why best is best, and predictions for
     configs never measured. Predictions, never measurements."""
+    applies: bool = True
+    """False where the study's spec has no `apply:` section: no config file was read for the baseline
+    (it is the spec's defaults) and none can be written, so no view offers `bench apply`."""
 
     @property
     def unit(self) -> str:

@@ -79,6 +79,16 @@ def test_a_leader_that_ties_with_your_config_says_why_your_config_is_best_so_far
     assert "best so far: #0 100.0 samples/s" in text and note in text and "a tie goes to" not in text
 
 
+def test_without_an_apply_section_the_sweep_offers_no_apply_and_calls_the_baseline_the_specs(project):
+    spec = write_spec(project, search={"batch_size": [4]}, trials=1, apply=None)
+    spec.write_text(spec.read_text().replace("apply: null\n", ""))
+    result = CliRunner().invoke(main, ["sweep", str(spec), "--device", "cpu"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0, result.output
+    assert "(baseline: the spec's defaults)" in text and "your current config" not in text
+    assert "use the best config" not in text and "an apply: section in the spec lets bench apply best" in text
+
+
 def test_a_faster_trial_over_the_headroom_says_so(project, terminal):
     progress = progress_for(project, memory={"budget": "4GiB", "headroom": 0.1})
     progress.text = "[2/3] #1 batch_size=8"

@@ -97,6 +97,21 @@ def test_every_view_states_the_same_best_speedup_and_tie(project):
     assert sweep.leader_so_far()["number"] == 1 and sweep.best_as_reported()[0]["number"] == 1  # the live "best so far"
 
 
+def test_without_an_apply_section_no_view_offers_bench_apply(project):
+    """Every view said "next: `bench apply best` writes trial #1 into your config", and apply then
+    refused: the spec names no config file."""
+    make_study(project, CLEAR, {1: [150.0, 130.0], 0: [98.0, 102.0]})
+    spec = project / "one.yaml"
+    spec.write_text(spec.read_text().split("\napply:")[0] + "\n")
+    table = flat(bench("report", COLUMNS="200").output)
+    bench("report", "--format", "html")
+    page = flat(re.sub(r"<[^>]+>", " ", (project / "results" / "one" / "report.html").read_text()))
+    for view in (table, page):
+        assert "bench apply best" not in view
+        assert "next: trial #1 is best; to write it into your config, add an apply: section to the spec" in view
+        assert "your current config" not in view  # the baseline is the spec's first values: no config was read
+
+
 def test_a_tie_with_the_users_config_is_not_applied_and_every_view_says_so(project):
     make_study(project, [({"batch_size": 8, "precision": "fp32"}, 100.0, 2.0, {}),
                          ({"batch_size": 32, "precision": "bf16-mixed"}, 103.0, 6.0, {})],

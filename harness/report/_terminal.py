@@ -30,12 +30,13 @@ JSON_KEYS = ("number", "status", "config", "throughput", "peak_memory", "tokens_
              "remeasured_after", "version")
 
 
-def annotate(rows: list[dict], info: dict, run_steps: int | None = None, run_source: str | None = None) -> Choice:
+def annotate(rows: list[dict], info: dict, run_steps: int | None = None, run_source: str | None = None,
+             applies: bool = True) -> Choice:
     """The study's choice: harness.pareto.choose with the study's budget, headroom and objective, and the
     search's model (harness.planner: why best is best, predictions) that the sweep kept with the study."""
     choice = pareto.choose(rows, info.get("memory_budget"), info.get("headroom", 0.1), info.get("objective", "samples"),
                            run_steps=run_steps, run_source=run_source)
-    return dataclasses.replace(choice, model=info.get("model"))
+    return dataclasses.replace(choice, model=info.get("model"), applies=applies)
 
 
 def marks(s: Standing, choice: Choice) -> dict:
@@ -146,7 +147,7 @@ def table(choice: Choice, info: dict, width: int | None = None) -> Group:
         for i, s in enumerate(rows):
             body.add_row(*[Text(str(c.cells[i]), style=STATUS_STYLE.get(str(c.cells[i]), "") if c.header == "status" else "")
                            for c in columns], style="bold" if s.best else None)
-    return Group(body, Text("\n".join(notes + [legend()])), summary(choice, info))
+    return Group(body, Text("\n".join(notes + [legend(choice)])), summary(choice, info))
 
 
 def as_lines(columns: list[Column], rows: list[Standing]) -> list[str]:
@@ -212,8 +213,9 @@ def fit(columns: list[Column], rows: list[Standing], width: int | None) -> tuple
     return columns, notes
 
 
-def legend() -> str:
-    return ("★ best   ◆ Pareto front   B baseline (your current config)   ! loss rose beyond chance   "
+def legend(choice: Choice) -> str:
+    base = "your current config" if choice.applies else "the spec's defaults: no apply: section, no config read"
+    return (f"★ best   ◆ Pareto front   B baseline ({base})   ! loss rose beyond chance   "
             "noisy: windows disagree, not ranked   runs: measured runs the figure is the median of   "
             "GiB = 1024³ bytes, MiB = 1024² bytes")
 
@@ -285,7 +287,7 @@ def headline(choice: Choice) -> list[str]:
         return ["best: none — no measured config qualifies; see the statuses above and why below"]
     lines = [f"best: trial {best.number}  {describe(best.config)}  {best.speed:.1f} {choice.unit} "
              f"(median of {best.runs} run{'s' if best.runs > 1 else ''}), peak {size(best.peak)}"
-             + ("  — your current config" if best.record.baseline else "")]
+             + (("  — your current config" if choice.applies else "  — the baseline") if best.record.baseline else "")]
     if choice.versus is not None:
         kept = ", so your config stays (`bench apply best` keeps its values)" if choice.kept else ""
         lines.append(f"{'vs baseline' if leader is best else 'leader'} (trial {leader.number} vs trial {base.number}): "
@@ -370,6 +372,9 @@ def next_step(choice: Choice) -> str:
         return "no config fits: see the statuses, try smaller batch sizes or a larger memory budget"
     if choice.kept or choice.best.record.baseline:
         return "keep your config; to look further, widen the search space (larger batches, other precisions)"
+    if not choice.applies:
+        return (f"trial #{choice.best.number} is best; to write it into your config, add an apply: section to the "
+                "spec naming the file (see `bench apply --help`)")
     if choice.best.runs < 3 and len(choice.candidates) > 1:
         return f"`bench apply best` writes trial #{choice.best.number}; it is not confirmed: `bench sweep` again confirms it"
     return f"`bench apply best` writes trial #{choice.best.number} into your config"
