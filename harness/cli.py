@@ -113,7 +113,7 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
     """Run (or resume) the study of SPEC: short real trials over the search space."""
     fixed_total = None if trials == "auto" else parse_trials(trials)
     device = resolve_device(device)
-    deadline = time.monotonic() + parse_duration(timeout, "--timeout") if timeout else None
+    deadline = time.monotonic() + sweep_timeout(timeout) if timeout else None
     # a database study writes nothing under the current folder; trial logs only where --results says
     logs = results if not storage or click.get_current_context().get_parameter_source("results").name != "DEFAULT" else None
     # every scenario is checked against the device before the first trial runs
@@ -127,6 +127,13 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
                   "[bold]bench apply best[/bold] write the best config into your config file)")
     else:
         out.print("next: [bold]bench report[/bold] to see why no config qualifies as best (statuses, noise, errors)")
+
+
+def sweep_timeout(text: str) -> float:
+    seconds = parse_duration(text, "--timeout")
+    if seconds < specs.LIMITS["timeout_s"][0]:
+        raise UserError(f"--timeout {text}: a sweep shorter than a second starts no trial; give at least 1s, like 30m")
+    return seconds
 
 
 def load_specs(path: Path, scenarios: tuple, study_name: str | None, memory_budget: str | None) -> list:

@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import importlib.util
 import itertools
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -27,7 +28,8 @@ from harness.workloads import WORKLOADS, resolve_preset
 
 SAMPLERS = ("tpe", "nsga2", "random", "grid")  # no GPSampler: it runs torch in the parent
 _BOOLS = (*(k.name for k in knobs.KNOBS if k.kind is bool), *(f for info in WORKLOADS.values() for f in info.flags))
-_POSITIVE_INTS = tuple(k.name for k in knobs.KNOBS if k.positive)
+_POSITIVE_INTS = (*(k.name for k in knobs.KNOBS if k.positive),  # and a built-in workload's counts (seq_len)
+                  *(k for info in WORKLOADS.values() for k in info.knobs - info.flags))
 
 TOP_KEYS = ("study", "workload", "search", "objective", "trials", "timeout", "trial", "memory", "sampler", "seed",
             "apply", "scenarios")
@@ -229,7 +231,7 @@ def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec
         workload=workload, search=search, fixed=fixed, effective_batch=effective,
         notes=tuple(dropped_for_effective_batch(raw.get("search"), search, fixed, effective)),
         trials=positive_int(raw.get("trials", 12), f"{where}: trials"),
-        timeout_s=parse_duration(raw["timeout"], f"{where}: timeout") if raw.get("timeout") else None,
+        timeout_s=parse_duration(raw["timeout"], f"{where}: timeout") if raw.get("timeout") is not None else None,
         trial_timeout_s=parse_duration(trial.get("timeout", "5m"), f"{where}: trial.timeout"),
         stall_s=parse_duration(trial.get("stall", "60s"), f"{where}: trial.stall"),
         measure=parse_measure(trial, where),
@@ -277,7 +279,33 @@ def parse_workload(raw, where: str, base_dir: Path, raw_apply=None) -> dict:
     if preset != "auto" and (not isinstance(preset, str) or preset not in info.presets):
         raise UserError(f"{where}: workload.preset: {name} has no preset {preset!r}"
                         f"{did_you_mean(preset, info.presets)}; presets: auto, {', '.join(info.presets)}")
+    check_builtin_params(name, params, f"{where}: workload.params")
     return {"name": name, "preset": preset, "params": params}
+
+
+def check_builtin_params(name: str, params: dict, where: str) -> None:
+    """A built-in workload's params are its own, of its presets' types: a typo or a negative size failed
+    inside torch, trial after trial (or measured `ok` on a model with no layers)."""
+    info = WORKLOADS[name]
+    for key, value in params.items():
+        at = f"{where}.{key}"
+        if key not in info.params():
+            raise UserError(f"{at}: {name} takes no param {key!r}{did_you_mean(str(key), info.params())}; "
+                            f"its params: {', '.join(sorted(info.params()))}")
+        example = info.example(key)
+        if key in info.flags or isinstance(example, bool):
+            if not isinstance(value, bool):
+                raise UserError(f"{at}: takes true or false, got {value!r}")
+        elif isinstance(example, int):
+            positive_int(value, at)
+        elif isinstance(example, (list, dict)):
+            kind = "a list" if isinstance(example, list) else "a mapping"
+            if not isinstance(value, type(example)) or not value:
+                raise UserError(f"{at}: must be {kind} like its presets' {example!r}, got {value!r}")
+            for item in (value if isinstance(value, list) else value.values()):
+                positive_int(item, at)
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise UserError(f"{at}: must be a number >= 0 (like its presets' {example!r}), got {value!r}")
 
 
 def import_paths(raw, base_dir: Path, where: str) -> list[str]:
@@ -409,7 +437,11 @@ def batch_ladder(low: int, top: int = AUTO_BATCH_TOP) -> tuple:
 def parse_dimension(name: str, value, at: str) -> Dimension:
     if name == "batch_size" and isinstance(value, dict) and value.get("high") == "auto":
         check_keys(value, ("low", "high"), at)
-        return Dimension(name, choices=batch_ladder(positive_int(value.get("low", 1), f"{at}.low")))
+        low = positive_int(value.get("low", 1), f"{at}.low")
+        if low > AUTO_BATCH_TOP:
+            raise UserError(f"{at}.low: must be at most {AUTO_BATCH_TOP} (where `high: auto` stops), got {low}; "
+                            "give a list of batch sizes instead")
+        return Dimension(name, choices=batch_ladder(low))
     if isinstance(value, dict):
         check_keys(value, ("low", "high"), at)
         low, high = int_value(value.get("low"), f"{at}.low"), int_value(value.get("high"), f"{at}.high")
@@ -650,7 +682,7 @@ DAY = 86400.0
 LIMITS = {
     # field of Spec (or of its Measure): (lowest, highest). A comparison with NaN is false, so NaN fails too.
     "trials": (1, 1_000_000),
-    "timeout_s": (0.001, 366 * DAY),
+    "timeout_s": (1.0, 366 * DAY),  # a sweep shorter than a second starts no trial
     "trial_timeout_s": (0.001, 7 * DAY),
     "stall_s": (0.001, 7 * DAY),
     "memory_budget": (1, 2**50),

@@ -120,6 +120,21 @@ BAD_NUMBERS = {
     "batch_size_list_huge": (f"search: {{batch_size: [4, {10**15}]}}", "search.batch_size", "at most"),
     "warmup_steps_huge": (f"trial: {{warmup_steps: {10**12}}}", "trial.warmup_steps"),
     "sweep_timeout_nan": ("timeout: .nan", "timeout", "finite"),
+    "sweep_timeout_zero": ("timeout: 0", "timeout", "must be positive"),
+    "sweep_timeout_tiny": ("timeout: 0.0001s", "timeout", "must be between 1.0"),
+    "batch_low_above_the_ladder": ("search: {batch_size: {low: 70000, high: auto}}", "search.batch_size.low",
+                                   "at most 65536"),
+    # a built-in workload's params and knobs are checked at load, not by a trial failing inside torch
+    "params_typo": ("workload: {name: emberformer, preset: tiny, params: {d_modle: 64}}",
+                    "workload.params.d_modle", "did you mean 'd_model'"),
+    "params_negative": ("workload: {name: emberformer, preset: tiny, params: {layers: -1}}",
+                        "workload.params.layers", "at least 1"),
+    "params_wrong_type": ("workload: {name: emberformer, preset: tiny, params: {stage_dims: 16}}",
+                          "workload.params.stage_dims", "a list"),
+    "params_string_number": ("workload: {name: gpt, preset: tiny, params: {lr: fast}}",
+                             "workload.params.lr", "a number"),
+    "knob_negative": ("search: {batch_size: [4, 8], seq_len: [-5, 64]}", "search.seq_len", "at least 1"),
+    "knob_string": ("search: {batch_size: [4, 8], seq_len: [abc, 64]}", "search.seq_len", "whole number"),
 }
 # Names are names: a study or scenario named like a path would write outside results/.
 BAD_NAMES = {
@@ -152,7 +167,10 @@ def spec_with(extra: str) -> str:
 @pytest.mark.parametrize("case", sorted(BAD_NUMBERS))
 def test_a_number_not_finite_or_out_of_range_is_one_line(cwd, case):
     extra, *phrases = BAD_NUMBERS[case]
-    path = write(cwd, f"{case}.yaml", text=spec_with(extra))
+    text = spec_with(extra)
+    if "seq_len" in extra:  # a knob of the gpt workload
+        text = text.replace("name: emberformer", "name: gpt")
+    path = write(cwd, f"{case}.yaml", text=text)
     assert_user_error(bench("sweep", path, "--device", "cpu"), path.name, *phrases)
     assert nothing_written(cwd)
 
@@ -283,6 +301,7 @@ def test_bad_trial_options(cwd, args, phrase):
     (["--trials", "99999999999999999999999"], "--trials 99999999999999999999999: give a whole number from 1"),
     (["--timeout", "garbage"], "--timeout: cannot read duration 'garbage'"),
     (["--timeout", "0s"], "--timeout: duration must be positive"),
+    (["--timeout", "0.0001s"], "--timeout 0.0001s: a sweep shorter than a second starts no trial"),
     (["--memory-budget", "garbage"], "--memory-budget: cannot read size 'garbage'"),
     (["--memory-budget", "0GiB"], "--memory-budget: size must be positive"),
     (["--bogus"], "No such option '--bogus'"),

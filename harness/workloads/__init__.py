@@ -68,9 +68,19 @@ class WorkloadInfo:
     """Workload-specific knobs: params the search space may vary (e.g. seq_len, channels_last)."""
     flags: frozenset = field(default_factory=frozenset)
     """Those of `knobs` that take true or false: a spec's value is checked at load, like a universal knob's."""
+    extra_params: frozenset = field(default_factory=frozenset)
+    """Params `build` takes beyond its presets' keys (it has defaults for them): a spec may set these too."""
 
     def supported_knobs(self) -> frozenset:
         return UNIVERSAL | self.knobs
+
+    def params(self) -> frozenset:
+        """Every param `workload.params` may set: the presets' keys, the extra ones and the knobs."""
+        return frozenset(k for preset in self.presets.values() for k in preset) | self.extra_params | self.knobs
+
+    def example(self, param: str):
+        """A preset's value of `param` (None for an extra param or a flag): what its type must be."""
+        return next((preset[param] for preset in self.presets.values() if param in preset), None)
 
 
 WORKLOADS: dict[str, WorkloadInfo] = {
@@ -110,6 +120,7 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         gpu_preset="base",
         cpu_preset="cpu",
         knobs=frozenset({"hard_negatives"}),
+        extra_params=frozenset({"topics", "temperature"}),
     ),
     "gpt": WorkloadInfo(
         module="harness.workloads.gpt",
@@ -125,6 +136,7 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         gpu_preset="gsa-512m",
         cpu_preset="cpu",
         knobs=frozenset({"seq_len"}),
+        extra_params=frozenset({"block_size", "dropout"}),
     ),
     "nli-encoder": WorkloadInfo(
         module="harness.workloads.nli_encoder",
@@ -140,6 +152,7 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         gpu_preset="gemma-300m",
         cpu_preset="cpu",
         knobs=frozenset({"freeze_encoder"}),
+        extra_params=frozenset({"labels", "dropout", "lr", "max_len"}),
         flags=frozenset({"freeze_encoder"}),
     ),
     "naics": WorkloadInfo(
@@ -164,6 +177,7 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         gpu_preset="base",
         cpu_preset="cpu",
         knobs=frozenset({"n_negatives"}),
+        extra_params=frozenset({"hard_fraction", "temperature", "aux_weight", "lora_alpha", "lora_dropout", "top_k", "expert_hidden"}),
     ),
 }
 
