@@ -471,6 +471,8 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
         if console.width < MIN_COLUMNS:  # COLUMNS=0 printed nothing, COLUMNS=1 a column of letters
             console.width = MIN_COLUMNS
         console.print(report.table(choice, info, None if wide else console.width), crop=False)
+        if warning := size_warning(spec, rows):
+            console.print(f"warning: {warning}", style="yellow", markup=False, highlight=False)
         if not out_path:
             return
         text = console.file.getvalue()

@@ -819,3 +819,17 @@ def test_a_parse_error_without_a_message_still_names_something():
     from ruamel.yaml import YAMLError
     from harness.apply._document import _problem
     assert _problem(YAMLError()) == "YAMLError"
+
+
+def test_a_learning_rate_or_a_dataset_length_is_not_another_model_size(tmp_path):
+    """`lr: 3.0e-4` in the target against the tiny preset's lr 0.01 warned "these numbers are for another
+    model size"; so would any training setting named like a preset param."""
+    file = tmp_path / "train.yaml"
+    file.write_text("model:\n  d_model: 32\n  layers: 2\nlr: 3.0e-4\nsamples: 100000\nmicro_batch_size: 8\n")
+    target = target_for(file, preset="plain", keys={"batch_size": "micro_batch_size"})
+    tiny = {"name": "gpt", "preset": "tiny", "params": {"vocab": 256, "seq_len": 32, "d_model": 32, "layers": 2,
+                                                         "heads": 2, "samples": 256, "lr": 0.01}}
+    assert apply.other_model_size(target, tiny, {"batch_size"}) is None
+    wider = {**tiny, "params": {**tiny["params"], "d_model": 64}}
+    assert "describes model.d_model 32, but preset tiny measured d_model 64" in apply.other_model_size(
+        target, wider, {"batch_size"})

@@ -284,6 +284,8 @@ def test_apply_and_the_html_report_warn_when_the_target_describes_another_size(s
     assert html.exit_code == 0, html.output
     page = (folder / "r.html").read_text()
     assert "measured: emberformer preset tiny on " in page and 'class="size-warning"' in page
+    table = " ".join(in_folder(folder, "report").output.split())  # the terminal warns as the page does
+    assert "warning: config.yaml describes model.d_model 128, model.layers 6" in table
 
 
 def test_no_size_warning_when_the_target_matches_what_was_measured(project):

@@ -10,6 +10,11 @@ from harness.apply._keymaps import ApplyTarget
 from harness.apply._plan import flatten
 
 
+NOT_A_SIZE = frozenset({"lr", "samples", "dropout", "temperature", "aux_weight", "hard_fraction", "lora_dropout",
+                        "topics", "seed"})
+"""Params that set how the model trains or how much data it sees, not its size: a target's `lr` may differ."""
+
+
 def other_model_size(target: ApplyTarget, workload: dict | None, searched: Collection[str]) -> str | None:
     """The target's numeric keys named like a measured workload parameter (model.d_model ~ d_model)
     that hold another value, as one warning; None when they agree or cannot be read. Searched knobs
@@ -20,7 +25,8 @@ def other_model_size(target: ApplyTarget, workload: dict | None, searched: Colle
         return None
     if not workload or not isinstance(tree, dict):
         return None
-    params = {k: v for k, v in (workload.get("params") or {}).items() if k not in searched and _number(v)}
+    params = {k: v for k, v in (workload.get("params") or {}).items()
+              if k not in searched and k not in NOT_A_SIZE and _number(v)}
     differ = [(key, value, params[key.rsplit(".", 1)[-1]]) for key, value in flatten(tree).items()
               if key.rsplit(".", 1)[-1] in params and _number(value) and value != params[key.rsplit(".", 1)[-1]]]
     if not differ:
