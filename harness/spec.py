@@ -207,7 +207,9 @@ def printable(name) -> str:
 
 def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec:
     where = str(path)
-    study = check_name(raw.get("study", path.stem), f"{where}: study")
+    study = raw.get("study", path.stem)
+    study = check_name(str(study) if isinstance(study, int) and not isinstance(study, bool) else study,
+                       f"{where}: study")  # `study: 2024` is YAML's integer, and a fine name
     workload = parse_workload(raw.get("workload"), where, path.parent, raw.get("apply"))
     search, fixed, effective = parse_search(raw.get("search"), workload, where)
     check_trainer_knobs(workload, search, fixed, where)
@@ -240,7 +242,7 @@ def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec
         seed=int_value(raw.get("seed", 0), f"{where}: seed"),
         apply=apply.parse_apply_section(with_origin_keys(raw["apply"], workload, {**search, **fixed}), path.parent, where,
                                         known_knobs=supported_knobs(workload))
-        if raw.get("apply") else None,
+        if raw.get("apply") is not None else None,
         scenarios=scenarios, objective=objective,
     )
     check_numbers(spec, where)
@@ -378,8 +380,8 @@ def parse_search(raw, workload: dict, where: str):
             label = workload_label(workload)
             raise UserError(f"{at}: {label} has no knob {name!r}{did_you_mean(name, allowed)}; "
                             f"its knobs: {', '.join(sorted(allowed))}")
-        if name == "accumulation" and isinstance(value, dict) and "effective_batch" in value:
-            check_keys(value, ("effective_batch",), at)
+        if name == "accumulation" and isinstance(value, dict) and not set(value) <= {"low", "high"}:
+            check_keys(value, ("effective_batch",), at)  # {efective_batch: 64} gets its did-you-mean
             effective = positive_int(value["effective_batch"], f"{at}.effective_batch")
             continue
         dim = parse_dimension(name, value, at)
@@ -478,10 +480,13 @@ def restrict_to_effective_batch(dims, fixed, effective: int, where: str):
     """With a fixed effective batch only batch sizes that divide it make sense."""
     if "accumulation" in dims or "accumulation" in fixed:
         raise UserError(f"{where}: search.accumulation is derived from effective_batch; give one or the other")
-    sizes = dims["batch_size"].choices if "batch_size" in dims else (fixed["batch_size"],)
-    sizes = tuple(b for b in sizes if b <= effective)  # `high: auto` reaches far above it
-    if not sizes:
+    if "batch_size" in dims and not dims["batch_size"].choices:
         raise UserError(f"{where}: with effective_batch, give batch_size as a list of sizes, not a range")
+    given = dims["batch_size"].choices if "batch_size" in dims else (fixed["batch_size"],)
+    sizes = tuple(b for b in given if b <= effective)  # `high: auto` reaches far above it
+    if not sizes:
+        raise UserError(f"{where}: search.batch_size: every size ({', '.join(map(str, given))}) is above "
+                        f"effective_batch {effective}; give sizes up to it")
     nprocs = knob_values("nproc", dims, fixed)  # effective_batch is global: every process count must divide it
     keep = tuple(b for b in sizes if all(effective % (b * n) == 0 for n in nprocs))
     if not keep:
@@ -648,7 +653,15 @@ def trial_config(spec: Spec, overrides: dict) -> dict:
     params = {name: dim.choices[0] if dim.choices else dim.low for name, dim in spec.search.items()}
     params.update(overrides)
     config = spec.config(params)
-    if "accumulation" in overrides:
+    if spec.effective_batch:  # the sweep keeps it; a trial that broke it silently measured another batch
+        per_step = config["batch_size"] * config.get("nproc", 1)
+        if "accumulation" in overrides:
+            raise UserError(f"--set accumulation: the spec derives it from effective_batch {spec.effective_batch} "
+                            "(effective_batch / batch_size / nproc); leave it out, or set batch_size")
+        if spec.effective_batch % per_step:
+            raise UserError(f"--set batch_size={config['batch_size']}: batch_size x nproc ({per_step}) does not divide "
+                            f"the spec's effective_batch {spec.effective_batch}; pick a size that does")
+    elif "accumulation" in overrides:
         config["accumulation"] = overrides["accumulation"]
     if "reshard_after_forward" in overrides and config.get("parallel") != "fsdp":
         raise UserError("--set reshard_after_forward: only means something with parallel=fsdp; "

@@ -40,6 +40,8 @@ def read_yaml(path: Path, what: str) -> dict:
         raise UserError(f"{path}: {what} not found; check the path")
     if path.is_dir():
         raise UserError(f"{path}: is a directory, expected a {what} YAML file")
+    if not path.is_file():  # reading a FIFO waits for a writer forever
+        raise UserError(f"{path}: is not a regular file (a FIFO or device), expected a {what} YAML file")
     try:
         data = yaml.load(path.read_text(), Loader=SpecLoader)
     except yaml.YAMLError as exc:

@@ -10,6 +10,7 @@ loaded as safe YAML: a `!!python/...` tag constructs nothing.
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 
@@ -96,6 +97,13 @@ BAD_SPECS = {
     "cuda_knob_on_cpu": (yaml.safe_dump({**GOOD, "search": {"batch_size": [4], "pin_memory": [True, False]}}),
                          "only means something on a CUDA GPU"),
     "markup_in_a_key": (yaml.safe_dump({**GOOD, "[/x]": 1}), "unknown key '[/x]'"),  # printed as text, not markup
+    "apply_empty_list": (yaml.safe_dump({**GOOD, "apply": []}), "apply: expected a mapping"),
+    "apply_empty_mapping": (yaml.safe_dump({**GOOD, "apply": {}}), "apply: `file` is missing"),
+    "effective_batch_typo": (yaml.safe_dump({**GOOD, "search": {"batch_size": [4], "accumulation": {"efective_batch": 64}}}),
+                             "did you mean 'effective_batch'?"),
+    "every_size_above_effective_batch": (yaml.safe_dump({**GOOD, "search": {"batch_size": [128, 256],
+                                                                           "accumulation": {"effective_batch": 64}}}),
+                                         "every size (128, 256) is above effective_batch 64"),
     # a second line of a key once silently replaced the first (bf16 dropped from the search)
     "duplicate_knob": ("study: s\nsearch:\n  batch_size: [4]\n  precision: [fp32, bf16-mixed]\n  precision: fp32\n",
                        "line 5: invalid YAML (key 'precision' appears twice)"),
@@ -294,6 +302,17 @@ def test_bad_trial_options(cwd, args, phrase):
 
 
 @pytest.mark.parametrize("args, phrase", [
+    (["--set", "batch_size=3"], "--set batch_size=3: batch_size x nproc (3) does not divide the spec's effective_batch 16"),
+    (["--set", "accumulation=3"], "--set accumulation: the spec derives it from effective_batch 16"),
+])
+def test_a_trial_keeps_the_specs_effective_batch(cwd, args, phrase):
+    """`--set batch_size=3` under effective_batch 64 ran accumulation 21 (an effective batch of 63), silently."""
+    path = write(cwd, "eff.yaml", {**GOOD, "search": {"batch_size": [4, 8], "accumulation": {"effective_batch": 16}}})
+    assert_user_error(bench("trial", path, "--device", "cpu", *args), phrase)
+    assert nothing_written(cwd)
+
+
+@pytest.mark.parametrize("args, phrase", [
     (["--device", "nonsense"], "--device 'nonsense': use auto, cpu, cuda or cuda:N"),
     (["--device", "cuda:7"], "--device cuda:7"),
     (["--trials", "0"], "--trials 0: give a whole number from 1 to 1,000,000, or auto"),
@@ -348,6 +367,20 @@ def test_a_study_folder_that_cannot_be_written_is_named(cwd):
     assert_user_error(bench("sweep", "good.yaml", "--device", "cpu"),
                       "results/s: cannot write the study's journal there", "--study")
     assert (cwd / "results" / "s").read_text() == "a file where the study's folder goes"
+
+
+def test_a_spec_that_is_a_fifo_is_refused_not_waited_on(cwd):
+    fifo = cwd / "s.yaml"
+    os.mkfifo(fifo)
+    assert_user_error(bench("sweep", fifo, "--device", "cpu"), "is not a regular file")
+    assert_user_error(bench("trial", fifo, "--device", "cpu"), "is not a regular file")
+    assert nothing_written(cwd)
+
+
+def test_a_study_named_by_digits_is_a_name(cwd):
+    """`study: 2024` was refused as "not a plain name ... use letters, digits": YAML read an integer."""
+    from harness import spec as specs
+    assert specs.load(write(cwd, "s.yaml", {**GOOD, "study": 2024})).study == "2024"
 
 
 def test_report_and_apply_without_a_study(cwd):
