@@ -527,7 +527,8 @@ class Sweep:
             run = {"status": rec["status"], "throughput": rec.get("throughput"), "tokens_per_s": rec.get("tokens_per_s"),
                    "peak_memory": rec.get("peak_memory"), "busy": rec.get("busy")}
             self.study.set_user_attr(confirm_key(row["number"], round_), {"state": "done", "run": run})
-            speed = f"{run['throughput']:.1f} samples/s" if run["throughput"] else (rec.get("error") or {}).get("message", "")
+            value = pareto.speed(run, self.spec.objective) if run["throughput"] else None  # the unit trials are told in
+            speed = f"{value:.1f} {self.spec.objective}/s" if value else (rec.get("error") or {}).get("message", "")
             self.progress.note(f"  #{row['number']} confirmation run {round_ + 1} of {CONFIRM_ROUNDS}: "
                                f"{run['status']} {speed}".rstrip())
 

@@ -51,6 +51,23 @@ def test_an_oom_is_told_as_an_infeasible_penalty_not_a_measured_peak(tmp_path):
     assert study.best_trials == []
 
 
+def test_a_confirmation_run_is_told_in_the_objectives_unit(tmp_path):
+    """A tokens/s study's trial lines read tokens/s and its confirmation lines samples/s: the report's
+    median of the three could not be checked against what the sweep printed."""
+    spec = spec_for(tmp_path, objective="tokens")
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    notes = []
+
+    class Notes(studies.Progress):
+        def note(self, message):
+            notes.append(message)
+    sweep = studies.Sweep(spec, study, "cpu", tmp_path, 1, None, Notes())
+    sweep.runner = lambda config, number, repeat=False: {"status": "ok", "throughput": 10.0, "peak_memory": GiB,
+                                                         "tokens_per_s": {"median": 640.0}}
+    sweep.confirm_runs([{"number": 0, "config": {"batch_size": 8}}])
+    assert notes and all(line.endswith("ok 640.0 tokens/s") for line in notes), notes
+
+
 def test_a_resume_keeps_the_choices_the_study_was_sampled_with(tmp_path):
     """After `bench apply best` the old baseline value leaves the space; Optuna then raised
     "CategoricalDistribution does not support dynamic value space"."""
