@@ -425,7 +425,7 @@ def outcome(rec: dict, objective: str = "samples") -> str:
 def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset):
     """Run one config of SPEC and print its JSON record on stdout."""
     spec = specs.load(spec_path, scenario)
-    if preset:
+    if preset is not None:  # `--preset ""` is a preset named nothing, not the spec's
         spec = specs.with_preset(spec, preset)
     if memory_budget:
         spec = replace(spec, memory_budget=parse_size(memory_budget, "--memory-budget"))
@@ -529,6 +529,8 @@ def size_warning(spec, rows: list[dict]) -> str | None:
 
 def pick_study(name: str | None, scenario: str | None, results: Path, storage: str | None) -> str:
     """STUDY, else the most recent; with --scenario, that scenario's study of the same spec."""
+    if name is not None and not name.strip():
+        raise UserError("the study name is empty; name a study, or leave it out for the most recent one")
     name = name or studies.latest_study(results, storage)
     if not scenario:
         return name

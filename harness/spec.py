@@ -620,7 +620,8 @@ def check_knob(knob: str, value, device: str, where: str) -> None:
 def with_preset(spec: Spec, preset: str) -> Spec:
     """The spec with another preset of its built-in workload (`bench trial --preset tiny`)."""
     if "name" not in spec.workload:
-        raise UserError(f"--preset {preset}: presets belong to built-in workloads; {spec.path} uses a factory")
+        raise UserError(f"--preset {preset}: presets belong to built-in workloads; {spec.path} brings its own "
+                        f"model ({workload_label(spec.workload)}): set its size in workload.params")
     info = WORKLOADS[spec.workload["name"]]
     if preset != "auto" and preset not in info.presets:
         raise UserError(f"--preset {preset}: {spec.workload['name']} has no such preset{did_you_mean(preset, info.presets)}; "

@@ -294,6 +294,7 @@ def test_factory_that_cannot_be_imported_stops_the_sweep(cwd, monkeypatch, modul
                                      "a memory budget is at least 1MiB"),
     (["--device", "nonsense"], "--device 'nonsense'"),
     (["--scenario", "nope"], "no scenario 'nope'"),
+    (["--preset", ""], "has no such preset"),
 ])
 def test_bad_trial_options(cwd, args, phrase):
     path = write(cwd, "good.yaml", GOOD)
@@ -384,6 +385,7 @@ def test_a_study_named_by_digits_is_a_name(cwd):
 
 
 def test_report_and_apply_without_a_study(cwd):
+    assert_user_error(bench("report", ""), "the study name is empty")
     assert_user_error(bench("report"), "no study under results/", "bench sweep")
     assert_user_error(bench("report", "nope"), "no study 'nope'")
     assert_user_error(bench("apply", "best"), "no study under results/")
