@@ -111,7 +111,8 @@ def _disk(results_dir: Path) -> dict:
     while not existing.exists():
         existing = existing.parent
     usage = shutil.disk_usage(existing)
-    return {"path": str(results_dir), "total": usage.total, "free": usage.free}
+    return {"path": str(results_dir), "total": usage.total, "free": usage.free,
+            "not_a_folder": results_dir.exists() and not results_dir.is_dir()}
 
 
 # ---- what is running now ------------------------------------------------------------------------
@@ -295,6 +296,9 @@ def _gpu_warnings(device: dict, max_used: int) -> list[str]:
 def _host_warnings(facts: dict, min_free_disk: int, min_free_memory: int) -> list[str]:
     out = []
     disk, cpu = facts["disk"], facts["cpu"]
+    if disk.get("not_a_folder"):
+        out.append(f"{disk['path']} is a file, not a folder: a sweep cannot keep its studies there; "
+                   "give --results a folder")
     if disk["free"] < min_free_disk:
         out.append(f"only {gib(disk['free'])} free on the disk holding {disk['path']}: study logs and "
                    f"compile caches need room (want {gib(min_free_disk)})")

@@ -99,6 +99,15 @@ def test_low_disk_and_memory_warn_at_the_given_thresholds(facts):
     assert not any("disk" in w or "host memory" in w for w in relaxed)
 
 
+def test_a_results_path_that_is_a_file_is_a_warning(facts, tmp_path):
+    """`bench doctor --results README.md` reported the disk's free space as if all were well."""
+    (tmp_path / "README.md").write_text("x")
+    disk = doctor._disk(tmp_path / "README.md")
+    found = doctor.warnings(facts | {"disk": disk}, min_free_disk=0, min_free_memory=0)
+    assert any("is a file, not a folder: a sweep cannot keep its studies there" in w for w in found), found
+    assert not any("is a file" in w for w in doctor.warnings(facts, min_free_disk=0, min_free_memory=0))
+
+
 def test_torch_failure_is_a_warning(facts):
     broken = facts | {"torch": {"error": "the torch probe failed: ImportError: libcudart.so.12"}}
     assert doctor.warnings(broken, 0, 0)[0].startswith("torch is not usable here")
