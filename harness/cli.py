@@ -564,12 +564,12 @@ def refuse_own_file(out_path: Path, spec_path: str | None, spec, storage: str | 
 def write_text(path: Path, text: str) -> None:
     """Replace a regular file atomically (through a symlink, at its target); write into anything else
     (/dev/stdout, a FIFO, a device) as it is, never replacing it with a file."""
-    target = path.resolve()
     try:
-        if target.exists() and not target.is_file():
-            with open(target, "w") as stream:
+        if path.exists() and not path.is_file():  # opened by its own name: /dev/stdout's link is a pipe's
+            with open(path, "w") as stream:
                 stream.write(text)
             return
+        target = path.resolve()
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")  # never a name of yours
         try:

@@ -307,7 +307,10 @@ def check_builtin_params(name: str, params: dict, where: str) -> None:
             for item in (value if isinstance(value, list) else value.values()):
                 positive_int(item, at)
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise UserError(f"{at}: must be a number >= 0 (like its presets' {example!r}), got {value!r}")
+            like = f" (like its presets' {example!r})" if example is not None else ""
+            raise UserError(f"{at}: must be a number >= 0{like}, got {value!r}")
+        elif key.endswith("dropout") and value >= 1:  # 1 drops every activation: a model that learns nothing
+            raise UserError(f"{at}: a dropout probability is below 1, like 0.1; got {value!r}")
 
 
 def import_paths(raw, base_dir: Path, where: str) -> list[str]:

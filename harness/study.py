@@ -378,7 +378,7 @@ class Sweep:
             rec = dict(rec, status=record.CRASH, error={**rec["error"], "message": (
                 "its warm trial server was killed during this config's trial twice: the trial may be what kills it")})
         if rec["status"] == record.INTERRUPTED:  # stopped from outside (its trial server was killed): runs again
-            self.progress.trial_finished(trial.number, rec, *self.best_as_reported())
+            self.progress.trial_finished(trial.number, rec, *self.best_as_reported(trial.number))
             self.tell_interrupted(trial, config, rec["error"]["message"], kind=rec["error"]["type"])
             return True
         if (rec.get("error") or {}).get("type") == "FactoryImportError":  # every config would fail alike: stop
@@ -399,7 +399,7 @@ class Sweep:
         leader = self.leader_so_far()
         improved = leader is not None and (before is None or leader["number"] != before["number"])
         self.stale = 0 if improved else self.stale + 1
-        self.progress.trial_finished(trial.number, rec, *self.best_as_reported())
+        self.progress.trial_finished(trial.number, rec, *self.best_as_reported(trial.number))
         if leader is None:
             self.stop_if_every_config_fails_alike(rec["log"])
         return True
@@ -666,7 +666,7 @@ class Sweep:
         trial.set_user_attr("outside_space", True)
         self.study.tell(trial, state=TrialState.FAIL)
         self.progress.note(f"trial {trial.number} not run: {', '.join(dropped) or report_config(config)} is no longer "
-                           "in the spec's search space (queued before the spec changed)")
+                           "in the spec's search space (the study queued or drew it before the spec changed)")
 
     def tell_skipped(self, trial, config: dict, skip: dict) -> None:
         """Not run: its family proves it cannot fit. The sampler learns the wall (infeasible);
@@ -782,12 +782,17 @@ class Sweep:
                 out.setdefault(search.key(t.user_attrs["config"]), t)
         return out
 
-    def best_as_reported(self) -> tuple[dict | None, str | None]:
-        """The row `bench report` would call best now, and why the leader is not it (a tie with your config)."""
+    def best_as_reported(self, number: int | None = None) -> tuple[dict | None, str | None]:
+        """The row `bench report` would call best now, and the report's reason where trial `number` (just
+        measured) or the leader is faster yet not best: a tie with your config, or one run a confirmed best outranks."""
         rows = rows_of(self.study)
         choice = pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, self.spec.objective)
         best = next((r for r in rows if choice.best is not None and r["number"] == choice.best.number), None)
-        return best, (choice.why[0] if choice.kept or choice.sure_over_tie else None)
+        if choice.kept or choice.sure_over_tie:
+            return best, choice.why[0]
+        if choice.passed_over is not None and choice.passed_over.number == number:
+            return best, next((line for line in choice.why if line.startswith(f"trial {number} measured ")), None)
+        return best, None
 
     def leader_so_far(self) -> dict | None:
         """The leading config's row: the planner's bar and the slow cut's (ties with your config do not matter here)."""

@@ -141,6 +141,10 @@ BAD_NUMBERS = {
                           "workload.params.stage_dims", "a list"),
     "params_string_number": ("workload: {name: gpt, preset: tiny, params: {lr: fast}}",
                              "workload.params.lr", "a number"),
+    "params_dropout_one": ("workload: {name: gpt, preset: tiny, params: {dropout: 1.0}}",
+                           "workload.params.dropout", "below 1"),
+    "params_dropout_negative": ("workload: {name: gpt, preset: tiny, params: {dropout: -0.1}}",
+                                "workload.params.dropout", "must be a number >= 0, got -0.1"),
     "knob_negative": ("search: {batch_size: [4, 8], seq_len: [-5, 64]}", "search.seq_len", "at least 1"),
     "knob_string": ("search: {batch_size: [4, 8], seq_len: [abc, 64]}", "search.seq_len", "whole number"),
 }

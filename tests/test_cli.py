@@ -1,6 +1,8 @@
 """The end-to-end path through the CLI: sweep -> report -> apply, with real trials on the CPU."""
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -129,6 +131,9 @@ def test_report_out_writes_through_a_link_and_into_a_device_and_leaves_its_neigh
         assert result.exit_code == 0, result.output
     assert link.is_symlink() and real.read_text().startswith("number,status")  # written through the link
     assert mine.read_text() == "mine\n" and (tmp_path / "r.csv").read_text().startswith("number,status")
+    piped = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", "report", "--format", "csv",
+                            "--out", "/dev/stdout"], cwd=folder, capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and piped.stdout.startswith("number,status"), piped.stderr  # stdout a pipe
     full = in_folder(folder, "report", "--format", "csv", "--out", "/dev/full")  # a device: written, not replaced
     assert full.exit_code == 2 and "No space left" in full.output, full.output
     import stat

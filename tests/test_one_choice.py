@@ -97,6 +97,22 @@ def test_every_view_states_the_same_best_speedup_and_tie(project):
     assert sweep.leader_so_far()["number"] == 1 and sweep.best_as_reported()[0]["number"] == 1  # the live "best so far"
 
 
+def test_the_live_line_says_why_a_single_faster_run_is_not_best(project):
+    """A one-run 130 against a confirmed median of 100: the live output named #0 best and said nothing."""
+    make_study(project, [({"batch_size": 8, "precision": "fp32"}, 100.0, 2.0, {}),
+                         ({"batch_size": 16, "precision": "fp32"}, 116.0, 3.0, {}),
+                         ({"batch_size": 32, "precision": "bf16-mixed"}, 130.0, 3.0, {})],
+               {1: [117.0, 115.0], 0: [99.0, 101.0]})
+    sweep = studies.Sweep(specs.load(project / "one.yaml"),
+                          studies.load(studies.open_storage(None, project / "results", "one"), "one"), "cpu",
+                          project / "results", 3, None)
+    best, note = sweep.best_as_reported(2)
+    rows = json.loads(bench("report", "--format", "json").output)
+    assert best["number"] == [r["number"] for r in rows if r["best"]][0]
+    assert best["number"] == 1  # a single run the confirmed best outranks: the report's reason, live
+    assert note.startswith("trial 2 measured") and "not chosen" in note, note
+
+
 def test_without_an_apply_section_no_view_offers_bench_apply(project):
     """Every view said "next: `bench apply best` writes trial #1 into your config", and apply then
     refused: the spec names no config file."""
