@@ -657,20 +657,25 @@ def trial_config(spec: Spec, overrides: dict) -> dict:
     params = {name: dim.choices[0] if dim.choices else dim.low for name, dim in spec.search.items()}
     params.update(overrides)
     config = spec.config(params)
-    if spec.effective_batch:  # the sweep keeps it; a trial that broke it silently measured another batch
-        per_step = config["batch_size"] * config.get("nproc", 1)
-        if "accumulation" in overrides:
-            raise UserError(f"--set accumulation: the spec derives it from effective_batch {spec.effective_batch} "
-                            "(effective_batch / batch_size / nproc); leave it out, or set batch_size")
-        if spec.effective_batch % per_step:
-            raise UserError(f"--set batch_size={config['batch_size']}: batch_size x nproc ({per_step}) does not divide "
-                            f"the spec's effective_batch {spec.effective_batch}; pick a size that does")
-    elif "accumulation" in overrides:
+    if spec.effective_batch and "accumulation" in overrides:
+        raise UserError(f"--set accumulation: the spec derives it from effective_batch {spec.effective_batch} "
+                        "(effective_batch / batch_size / nproc); leave it out, or set batch_size")
+    if "accumulation" in overrides:
         config["accumulation"] = overrides["accumulation"]
     if "reshard_after_forward" in overrides and config.get("parallel") != "fsdp":
         raise UserError("--set reshard_after_forward: only means something with parallel=fsdp; "
                         "add --set parallel=fsdp or leave it out")
     return config
+
+
+def check_effective_batch(spec: Spec, config: dict) -> None:
+    """`bench trial --set` keeps the spec's effective batch, as a sweep does: a size that does not divide
+    it silently measured another batch (batch 3 under 64 ran accumulation 21)."""
+    per_step = config["batch_size"] * config.get("nproc", 1)
+    if spec.effective_batch and spec.effective_batch % per_step:
+        what = f"batch_size {config['batch_size']}" + (f" x nproc {config['nproc']}" if config.get("nproc", 1) > 1 else "")
+        raise UserError(f"--set: {what} ({per_step}) does not divide the spec's effective_batch "
+                        f"{spec.effective_batch}; pick a size that does")
 
 
 def all_configs(spec: Spec):

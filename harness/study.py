@@ -749,7 +749,9 @@ class Sweep:
             handle = optuna.trial.Trial(self.study, ft._trial_id)  # Optuna has no public handle by number
             rec = ft.user_attrs.get("record")
             if rec and rec.get("status") != record.INTERRUPTED:  # killed between its record and the tell
-                self.tell(handle, rec)
+                with warnings.catch_warnings():  # constraints written before the kill stay as they were
+                    warnings.filterwarnings("ignore", "The constraint value is ignored", UserWarning)
+                    self.tell(handle, rec)
                 self.progress.note(f"trial {ft.number} was measured by a process that died before it was told; "
                                    "its measurement is kept")
                 continue
