@@ -25,7 +25,7 @@ class Lines(studies.Progress):
     def trial_started(self, number, done, total, config, baseline):
         self.lines.append(f"header #{number}")
 
-    def trial_finished(self, number, rec, best):
+    def trial_finished(self, number, rec, best, note=None):
         self.lines.append(f"finished #{number}")
 
     def note(self, message):
