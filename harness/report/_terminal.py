@@ -80,7 +80,8 @@ def flat(choice: Choice) -> list[dict]:
         row.update({f"config.{k}": v for k, v in r.config.items()})
         step = r.timing.get("step_s") or {}
         versus = m["vs_baseline"] or {}
-        row.update(speed=s.speed, speed_unit=choice.unit, runs=s.runs, vs_baseline=versus.get("ratio"), vs_baseline_spread=versus.get("spread"),
+        row.update(speed=s.speed, speed_unit=choice.unit, runs=s.runs, vs_baseline=versus.get("ratio"),
+                   vs_baseline_spread=versus.get("spread"),
                    tie=versus.get("tie"), throughput=r.throughput, tokens_per_s=r.tokens_per_s,
                    peak_memory=r.peak_memory, step_s=step.get("median"), step_cv=step.get("cv"),
                    compile_s=r.timing.get("compile_s"), tflops=r.flops.get("tflops"), mfu=r.flops.get("mfu"),
