@@ -120,13 +120,13 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
     specs_to_run = [device_spec(spec, device) for spec in load_specs(spec_path, scenarios, study_name, memory_budget)]
     found = [run_sweep(spec, device, fixed_total or spec.trials, deadline, storage, logs, auto=fixed_total is None)
              for spec in specs_to_run]
-    if any(found) and any(spec.apply for spec in specs_to_run):
+    if not any(found):
+        out.print("next: [bold]bench report[/bold] to see why no config qualifies as best (statuses, noise, errors)")
+    elif any(spec.apply for spec in specs_to_run):
         out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
-    elif any(found):
+    else:
         out.print("next: [bold]bench report[/bold] to see the measurements (an apply: section in the spec lets "
                   "[bold]bench apply best[/bold] write the best config into your config file)")
-    else:
-        out.print("next: [bold]bench report[/bold] to see why no config qualifies as best (statuses, noise, errors)")
 
 
 def sweep_timeout(text: str) -> float:
@@ -392,8 +392,8 @@ def outcome(rec: dict, objective: str = "samples") -> str:
     status = rec["status"]
     if status in ("ok", "diverged") and rec.get("throughput"):
         t, cv = rec.get("timing") or {}, Record.of(rec).step_cv
-        rate = pareto.speed(rec, objective) or rec["throughput"]  # the figure "best so far" compares
-        unit = objective if pareto.speed(rec, objective) else "samples"
+        rate = pareto.speed(rec, objective)  # the figure "best so far" compares
+        rate, unit = (rate, objective) if rate else (rec["throughput"], "samples")
         line = (f"{status}: {rate:.1f} {unit}/s, peak {size(rec['peak_memory'])}, "
                 f"cv {'-' if cv is None else f'{100 * cv:.1f}%'}, {t.get('trial_wall_s', 0):.0f}s")
         if t.get("compile_s"):
@@ -572,22 +572,9 @@ def write_text(path: Path, text: str) -> None:
             return
         target = path.resolve()
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")  # never a name of yours
-        try:
-            with os.fdopen(fd, "w") as stream:
-                stream.write(text)
-            os.chmod(tmp, target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~current_umask())
-            os.replace(tmp, target)
-        finally:
-            Path(tmp).unlink(missing_ok=True)  # after a failed write (a full disk); gone already after the rename
+        apply.replace_file(target, text.encode())
     except OSError as exc:
         raise UserError(f"--out {path}: cannot write ({exc.strerror or exc}); pick a writable path") from None
-
-
-def current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 # ---- apply ---------------------------------------------------------------------------------------

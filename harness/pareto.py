@@ -500,7 +500,7 @@ def _not_kept_because(choice: Choice) -> str:
             f"{size(choice.capacity)} {choice.capacity_label}")
 
 
-def _passed_over_words(choice: Choice) -> str:
+def passed_over_words(choice: Choice) -> str:
     """Why a config measured faster than the leader is not chosen, by pick's rule: a single run the
     leader's confirmed runs outrank, or a tie lost on memory (the confirmation race leaves a single run
     unconfirmed where, as it stands, it would lose that tie anyway)."""
@@ -535,7 +535,7 @@ def _with_why(choice: Choice, unpaid: set) -> Choice:
         s = choice.unsafe_fastest
         why.append(f"trial {s.number} is faster ({s.speed:.1f} {unit}) but not chosen: {s.unsafe}")
     if choice.passed_over:
-        why.append(_passed_over_words(choice))
+        why.append(passed_over_words(choice))
     for p in choice.paybacks:
         if p.trial in unpaid:
             after = (f"pays back only after {p.break_even_steps:,.0f} steps" if p.break_even_steps is not None

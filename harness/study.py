@@ -793,7 +793,7 @@ class Sweep:
         if choice.kept or choice.sure_over_tie:
             return best, choice.why[0]
         if choice.passed_over is not None and choice.passed_over.number == number:
-            return best, next((line for line in choice.why if line.startswith(f"trial {number} measured ")), None)
+            return best, pareto.passed_over_words(choice)
         return best, None
 
     def leader_so_far(self) -> dict | None:

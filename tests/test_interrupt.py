@@ -343,14 +343,16 @@ def test_temp_folders_and_files_a_killed_sweep_left_are_removed_by_the_next(gate
     assert not list(tmp.glob("bench-trial-*")) and not list((gated / "results").rglob("*.tmp"))
 
 
+def ctrl_c(*args, **kwargs):
+    """Stands in for whatever a Ctrl-C interrupts."""
+    raise KeyboardInterrupt()
+
+
 def test_ctrl_c_before_any_trial_does_not_claim_one_was_recorded(tmp_path, faulty_path, monkeypatch):
     """Ctrl-C while the sweep waited for a quiet machine said "the running trial was stopped and recorded
     as interrupted", though no trial had started and no study existed yet."""
     monkeypatch.chdir(tmp_path)
-
-    def waiting(*args, **kwargs):
-        raise KeyboardInterrupt()
-    monkeypatch.setattr(cli, "sweep_into_study", waiting)
+    monkeypatch.setattr(cli, "sweep_into_study", ctrl_c)  # while it waited for a quiet machine
     path = faulty_spec(tmp_path, "early", ["none"], trials=1)
     result = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
     assert result.exit_code == 130
@@ -362,15 +364,11 @@ def test_ctrl_c_while_a_trial_is_claimed_records_it_interrupted_not_running(tmp_
     import optuna
     from harness import study as studies
     monkeypatch.chdir(tmp_path)
-
-    def ctrl_c(*args, **kwargs):
-        raise KeyboardInterrupt()
     monkeypatch.setattr(studies, "suggest", ctrl_c)
     path = faulty_spec(tmp_path, "claim", ["none"], trials=1)
     result = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
     assert result.exit_code == 130, result.output
-    study = studies.load(optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(
-        str(tmp_path / "results" / "claim" / "journal.log"))), "claim")
+    study = studies.load(studies.existing_storage(None, tmp_path / "results", "claim"), "claim")
     states = [(t.state, t.user_attrs.get("status")) for t in study.get_trials(deepcopy=False)]
     assert (optuna.trial.TrialState.FAIL, "interrupted") in states, states
     assert not any(state == optuna.trial.TrialState.RUNNING for state, _ in states), states

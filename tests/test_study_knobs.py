@@ -149,8 +149,7 @@ def test_a_resume_that_narrows_a_knob_to_one_value_measures_the_configs_left(tmp
                            search={"batch_size": [16], "accumulation": [1, 2], "fault": ["none"]})
     again = CliRunner().invoke(main, ["sweep", str(narrowed), "--device", "cpu"])
     assert again.exit_code == 0, again.output
-    study = studies.load(optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(
-        str(tmp_path / "results" / "s" / "journal.log"))), "s")
+    study = studies.load(studies.existing_storage(None, tmp_path / "results", "s"), "s")
     ran = {(r["config"]["batch_size"], r["config"]["accumulation"]) for r in studies.rows_of(study) if r["status"] == "ok"}
     assert {(16, 1), (16, 2)} <= ran, again.output
 
@@ -167,8 +166,7 @@ def test_a_resume_that_drops_a_value_never_runs_it_though_the_study_queued_it(tm
     again = CliRunner().invoke(main, ["sweep", str(narrowed), "--device", "cpu"])
     assert again.exit_code == 0, again.output
     assert "not run: batch_size 8 is no longer in the spec's search space" in " ".join(again.output.split())
-    study = studies.load(optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(
-        str(tmp_path / "results" / "s" / "journal.log"))), "s")
+    study = studies.load(studies.existing_storage(None, tmp_path / "results", "s"), "s")
     assert sorted((r["config"]["batch_size"], r["config"]["accumulation"]) for r in studies.rows_of(study)) == [
         (8, 1), (16, 1), (16, 2), (32, 1), (32, 2)], again.output  # your config, and the narrowed space
     table = CliRunner().invoke(main, ["report", "--format", "json"])

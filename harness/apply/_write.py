@@ -110,6 +110,12 @@ def _tidy(path: Path) -> None:
         old.unlink(missing_ok=True)
 
 
+def replace_file(path: Path, data: bytes) -> None:
+    """`path` (a regular file, or none yet) replaced atomically, keeping its mode and owner: for files
+    bench writes besides the apply target (`bench report --out`)."""
+    _atomic_write(path, data, _mode_for(path), _owner(path))
+
+
 def _mode_for(path: Path) -> int:
     """The existing file's permission bits, or what a new file gets under the current umask."""
     if path.exists():
