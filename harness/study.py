@@ -491,8 +491,9 @@ class Sweep:
         if not chosen or chosen == [base] or (base is None and len(fits) < 2):
             return  # your config leads, or one config fits: no choice among configs to confirm
         # alone where your config did not run ok (or has no trial): nothing to run it side by side with
-        self.progress.note("confirming: " + ", ".join(f"#{r['number']}" for r in chosen)
-                           + f" run {CONFIRM_ROUNDS} more times" + (" each, interleaved" if len(chosen) > 1 else ""))
+        to_do = self.runs_to_do(chosen)
+        if any(to_do.values()):  # a resume after the confirmation says only what is left
+            self.progress.note("confirming: " + confirmation_words(to_do))
         self.confirm_runs(chosen)
         for _ in range(CHALLENGERS):
             challenger = self.challenger()
@@ -557,6 +558,15 @@ class Sweep:
         if worker.get("host") == socket.gethostname():
             return is_stale(worker)
         return time.time() - float(slot.get("at") or 0) > 2 * self.spec.trial_timeout_s + 60
+
+    def runs_to_do(self, chosen: list[dict]) -> dict[int, int]:
+        """Each of `chosen`'s confirmation runs not yet done, by trial number (a claimed one counts: it
+        may be a dead worker's)."""
+        attrs = self.study.user_attrs
+        return {r["number"]: sum((attrs.get(confirm_key(r["number"], k)) or {}).get("state") != "done"
+                                 and k >= len((attrs.get("repeats") or {}).get(str(r["number"])) or [])
+                                 for k in range(CONFIRM_ROUNDS))
+                for r in chosen}
 
     def confirmation_pending(self, chosen: list[dict]) -> bool:
         """A run of `chosen` is claimed and not yet done (claim_confirmation found none free: a live worker's)."""
@@ -864,6 +874,16 @@ def report_config(config: dict) -> str:
 def requeue(study: optuna.Study, params: dict, attrs: dict) -> None:
     keep = {k: v for k, v in attrs.items() if k in ("baseline", "config")}
     study.enqueue_trial(params, user_attrs=keep, skip_if_exists=False)
+
+
+def confirmation_words(to_do: dict[int, int]) -> str:
+    """"#5, #0 run 2 more times each, interleaved", or per trial where a resume left them uneven."""
+    left = {number: runs for number, runs in to_do.items() if runs}
+    if len(set(left.values())) == 1:
+        runs = next(iter(left.values()))
+        return (", ".join(f"#{number}" for number in left) + f" run {runs} more time{'s' * (runs > 1)}"
+                + (" each, interleaved" if len(left) > 1 else ""))
+    return ", ".join(f"#{number} {runs} more run{'s' * (runs > 1)}" for number, runs in left.items()) + ", interleaved"
 
 
 def confirm_key(number: int, round_: int) -> str:

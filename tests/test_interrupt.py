@@ -415,3 +415,32 @@ def test_a_second_ctrl_c_during_the_clean_up_is_ignored():
                 cleaned = True
                 raise
     assert cleaned and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_resume_says_only_the_confirmation_runs_that_are_left(tmp_path, faulty_path, monkeypatch):
+    """A resume printed "confirming: #1, #0 run 2 more times" whatever was already recorded, and a sweep
+    run again after it finished printed it too, then ran nothing."""
+    from harness import study as studies
+    monkeypatch.chdir(tmp_path)
+    repeats = []
+
+    def steady(self, config, number, repeat=False):  # steady figures, whatever the machine's load
+        if repeat:
+            repeats.append(number)
+            if len(repeats) == 3 and stop_at_third:
+                raise KeyboardInterrupt()
+        return {"status": "ok", "throughput": 100.0 * config["batch_size"], "peak_memory": 2**20 * config["batch_size"],
+                "timing": {"step_s": {"cv": 0.005}}}
+    monkeypatch.setattr(studies.Sweep, "launch", steady)
+    path = faulty_spec(tmp_path, "resumed", ["none"], trials=2, search={"batch_size": [8, 16], "fault": ["none"]})
+    stop_at_third = True
+    first = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
+    assert first.exit_code == 130 and "confirming: #1, #0 run 2 more times each, interleaved" in first.output, first.output
+    stop_at_third = False
+    second = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
+    assert second.exit_code == 0, second.output
+    assert "confirming: #1, #0 run 1 more time each, interleaved" in second.output, second.output
+    assert len(repeats) == 5, repeats  # the stopped run again, and the one after it
+    third = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
+    assert third.exit_code == 0 and "confirming" not in third.output, third.output
+    assert len(repeats) == 5, repeats
