@@ -122,8 +122,11 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
              for spec in specs_to_run]
     if not any(found):
         out.print("next: [bold]bench report[/bold] to see why no config qualifies as best (statuses, noise, errors)")
-    elif any(spec.apply for spec in specs_to_run):
+    elif any(spec.apply and best and not best.get("baseline") for spec, best in zip(specs_to_run, found)):
         out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
+    elif any(spec.apply for spec in specs_to_run):
+        out.print("next: [bold]bench report[/bold] to see the measurements; your config stays best, so "
+                  "[bold]bench apply best[/bold] has nothing to change")
     else:
         out.print("next: [bold]bench report[/bold] to see the measurements (an apply: section in the spec lets "
                   "[bold]bench apply best[/bold] write the best config into your config file)")
@@ -204,8 +207,8 @@ def parse_trials(value: str) -> int:
     return int(value)
 
 
-def run_sweep(spec, device, total, deadline, storage_url, results, auto=False) -> bool:
-    """Sweep one spec; True when some config qualifies as best. Ctrl-C, SIGTERM and SIGHUP stop the running
+def run_sweep(spec, device, total, deadline, storage_url, results, auto=False) -> dict | None:
+    """Sweep one spec; the row `bench report` calls best, if one qualifies. Ctrl-C, SIGTERM and SIGHUP stop the running
     trial and record it interrupted."""
     progress = LiveProgress(spec)
     try:
@@ -242,7 +245,7 @@ def to_terminal(write) -> bool:
         return False
 
 
-def sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto) -> bool:
+def sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto) -> dict | None:
     current = apply.read_current(spec.apply) if spec.apply else {}
     base = spec.baseline(current)
     for knob, line in (apply.not_found(spec.apply, current, spec.knob_names()) if spec.apply else {}).items():
@@ -269,7 +272,7 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
     sweep = studies.Sweep(spec, study, device, results, total, deadline, progress,
                           claim=stores.claim_lock(storage, results, spec.study), auto=auto)
     sweep.run()
-    return sweep.leader_so_far() is not None
+    return sweep.best_as_reported()[0]
 
 
 def warn_budget_above_device(budget: int, device: str) -> None:

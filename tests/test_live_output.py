@@ -156,3 +156,20 @@ def test_a_resume_past_a_smaller_cap_does_not_say_3_of_2(project, monkeypatch):
                                            "resuming: 2 of 2 trials already measured",
                                            "resuming: 1 of 5 trials already measured or running "
                                            "(1 running in another worker)"]
+
+
+@pytest.mark.parametrize("speed, said", [
+    (lambda batch: 100.0 * batch, "bench apply best to use the best config"),
+    (lambda batch: 200.0 - abs(batch - 8), "your config stays best, so bench apply best has nothing to change"),
+])
+def test_the_sweeps_last_line_offers_apply_only_where_it_would_change_your_config(project, monkeypatch, speed, said):
+    """Your config stayed best and the last line still said "bench apply best to use the best config"."""
+    def steady(self, config, number, repeat=False):  # steady figures, whatever the machine's load
+        return {"status": "ok", "throughput": speed(config["batch_size"]), "peak_memory": 2**20 * config["batch_size"],
+                "timing": {"step_s": {"cv": 0.005}}}
+    monkeypatch.setattr(studies.Sweep, "launch", steady)
+    spec = write_spec(project, search={"batch_size": [4, 8, 16]}, trials=3)  # your config: batch 8
+    result = CliRunner().invoke(main, ["sweep", str(spec), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    last = " ".join(result.output.strip().splitlines()[-1].split())
+    assert last.startswith("next: bench report to see the measurements") and last.endswith(said), result.output
