@@ -436,6 +436,7 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
     spec = device_spec(spec, device)
     config = specs.trial_config(spec, specs.parse_overrides(overrides, spec))
     specs.check_config(config, device, "--set", devices_available(device))
+    specs.check_shapes(spec, config, device, "--set")
     specs.check_effective_batch(spec, config)
     limits = launch.Limits(parse_duration(timeout, "--timeout") if timeout else spec.trial_timeout_s, spec.stall_s)
     with tempfile.TemporaryDirectory(prefix="bench-log-") as tmp:

@@ -554,7 +554,8 @@ def for_device(spec: Spec, device: str) -> tuple[Spec, list[str]]:
     """
     for knob, value in spec.fixed.items():
         check_knob(knob, value, device, f"{spec.path}: {knob}")
-    search, notes = dict(spec.search), []
+    spec, notes = fit_shapes(spec, device)
+    search = dict(spec.search)
     for knob, dim in spec.search.items():
         if knob in knobs.CUDA_ONLY and True in (dim.choices or (True,)):
             check_knob(knob, True, device, f"{spec.path}: search.{knob}")
@@ -566,6 +567,39 @@ def for_device(spec: Spec, device: str) -> tuple[Spec, list[str]]:
         search[knob] = dataclasses.replace(dim, choices=tuple(v for v in dim.choices if v not in dropped))
         notes.extend(f"search.{knob}: {v} left out on {device}: {refusal(knob, v, device)}" for v in dropped)
     return dataclasses.replace(spec, search=search), [*spec.notes, *notes]
+
+
+def fit_shapes(spec: Spec, device: str) -> tuple[Spec, list[str]]:
+    """A built-in workload's params as the device's preset makes them, through its shape rules: a searched
+    value of a workload knob the model cannot take (seq_len over block_size) is dropped with a note;
+    a problem every value has (heads that do not divide d_model) is refused."""
+    if "name" not in spec.workload:
+        return spec, []
+    info = WORKLOADS[spec.workload["name"]]
+    searched = {k: dim for k, dim in spec.search.items() if k in info.knobs}
+    first = {**spec.fixed, **{k: dim.choices[0] if dim.choices else dim.low for k, dim in searched.items()}}
+    found = {(k, v): info.problems(spec.workload_for(device, {**first, k: v})["params"])
+             for k, dim in searched.items() for v in (dim.choices or (dim.low, dim.high))}
+    found = found or {None: info.problems(spec.workload_for(device, first)["params"])}
+    everywhere = [p for p in next(iter(found.values())) if all(p in others for others in found.values())]
+    if everywhere:
+        raise UserError(f"{spec.path}: workload.params: {everywhere[0]}")
+    search, notes = dict(spec.search), []
+    for knob, dim in searched.items():
+        bad = [v for v in (dim.choices or (dim.low, dim.high)) if found[knob, v]]
+        if bad and (len(bad) == len(dim.choices) or not dim.choices):  # nothing left to search, or a range's end
+            raise UserError(f"{spec.path}: search.{knob}: {found[knob, bad[0]][0]}")
+        search[knob] = dataclasses.replace(dim, choices=tuple(v for v in dim.choices if v not in bad))
+        notes.extend(f"search.{knob}: {v} left out: {found[knob, v][0]}" for v in bad)
+    return dataclasses.replace(spec, search=search), notes
+
+
+def check_shapes(spec: Spec, config: dict, device: str, where: str) -> None:
+    """One trial config's workload params through the built-in workload's shape rules (`bench trial --set`)."""
+    found = WORKLOADS[spec.workload["name"]].problems(spec.workload_for(device, config)["params"]) \
+        if "name" in spec.workload else []
+    if found:
+        raise UserError(f"{where}: {found[0]}")
 
 
 def check_config(config: dict, device: str, where: str, available: int) -> None:

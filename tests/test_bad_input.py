@@ -145,6 +145,17 @@ BAD_NUMBERS = {
                            "workload.params.dropout", "below 1"),
     "params_dropout_negative": ("workload: {name: gpt, preset: tiny, params: {dropout: -0.1}}",
                                 "workload.params.dropout", "must be a number >= 0, got -0.1"),
+    # shapes the params must agree on: each failed inside torch, trial after trial (nli's vocab 1 hung to the timeout)
+    "heads_not_dividing_d_model": ("workload: {name: emberformer, preset: tiny, params: {heads: 3}}", "workload.params",
+                                   "heads 3 does not divide d_model 32", "pick heads from 1, 2, 4, 8, 16, 32"),
+    "vocab_below_the_texts_words": ("workload: {name: nli-encoder, preset: tiny, params: {vocab: 1}}",
+                                    "workload.params", "vocab 1 is too small", "at least 8 tokens"),
+    "seq_len_over_max_len": ("workload: {name: nli-encoder, preset: tiny, params: {seq_len: 600}}",
+                             "workload.params", "seq_len 600 is longer than max_len 512"),
+    "top_k_over_experts": ("workload: {name: naics, preset: tiny, params: {top_k: 9}}",
+                           "workload.params", "top_k 9 picks more than the 4 experts"),
+    "every_seq_len_over_block_size": ("workload: {name: gpt, preset: tiny, params: {block_size: 16}}", "search.seq_len",
+                                      "seq_len 32 is longer than block_size 16", "raise block_size"),
     "knob_negative": ("search: {batch_size: [4, 8], seq_len: [-5, 64]}", "search.seq_len", "at least 1"),
     "knob_string": ("search: {batch_size: [4, 8], seq_len: [abc, 64]}", "search.seq_len", "whole number"),
 }
@@ -182,6 +193,8 @@ def test_a_number_not_finite_or_out_of_range_is_one_line(cwd, case):
     text = spec_with(extra)
     if "seq_len" in extra:  # a knob of the gpt workload
         text = text.replace("name: emberformer", "name: gpt")
+    if case == "every_seq_len_over_block_size":
+        text = text.replace("batch_size:", "seq_len: [32, 64]\n  batch_size:")
     path = write(cwd, f"{case}.yaml", text=text)
     assert_user_error(bench("sweep", path, "--device", "cpu"), path.name, *phrases)
     assert nothing_written(cwd)
@@ -652,3 +665,19 @@ def test_an_empty_apply_target_read_for_its_params_says_what_to_write(tmp_path):
     (tmp_path / "config.yaml").write_text("# nothing yet\n")
     with pytest.raises(UserError, match=r"apply target holds no keys .*write your config's keys in it"):
         read_yaml(tmp_path / "config.yaml", "apply target")
+
+
+def test_a_searched_value_the_model_cannot_take_is_left_out_with_a_note_and_refused_in_a_trial(cwd):
+    """seq_len 128 over block_size 64 failed inside torch in its trials; it is dropped at load, the rest searched."""
+    spec = specs.load(write(cwd, "gpt.yaml", {**GOOD, "workload": {"name": "gpt", "preset": "tiny",
+                                                                    "params": {"block_size": 64}},
+                                              "search": {"batch_size": [4], "seq_len": [32, 64, 128]}}))
+    fitted, notes = specs.for_device(spec, "cpu")
+    assert fitted.search["seq_len"].choices == (32, 64)
+    assert notes == ["search.seq_len: 128 left out: seq_len 128 is longer than block_size 64; "
+                     "raise block_size to at least 128"]
+    write(cwd, "gpt.yaml", {**GOOD, "workload": {"name": "gpt", "preset": "tiny", "params": {"block_size": 64}},
+                            "search": {"batch_size": [4], "seq_len": [32, 64]}})
+    assert_user_error(bench("trial", cwd / "gpt.yaml", "--device", "cpu", "--set", "seq_len=128"),
+                      "--set: seq_len 128 is longer than block_size 64")
+    assert nothing_written(cwd)

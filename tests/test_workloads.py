@@ -207,3 +207,17 @@ def test_naics_trains_lora_adapters_not_base_weights():
         if n.startswith("encoders.") and "lora_" not in n:
             assert p.grad is None, n
     assert all(p.grad is not None for n, p in wl.model.named_parameters() if n.endswith("lora_b"))
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if "vocab" in WORKLOADS[n].presets["tiny"]])
+def test_the_smallest_vocab_the_rules_allow_trains_and_every_preset_passes_them(name):
+    """The rules refuse at load what fails inside torch (or hangs: nli's vocab 1); they must not refuse
+    what would train, nor any shipped preset."""
+    info = WORKLOADS[name]
+    tiny = info.presets["tiny"]
+    least = next(v for v in range(1, 64) if not info.problems({**tiny, "vocab": v}))
+    assert least > 1 and info.problems({**tiny, "vocab": least - 1})
+    w = make(name, vocab=least)
+    batch = (w.collate or torch.utils.data.default_collate)([w.dataset[i] for i in range(2)])
+    assert math.isfinite(w.loss(w.model, batch).item())
+    assert all(not info.problems(preset) for preset in info.presets.values())

@@ -70,6 +70,9 @@ class WorkloadInfo:
     """Those of `knobs` that take true or false: a spec's value is checked at load, like a universal knob's."""
     extra_params: frozenset = field(default_factory=frozenset)
     """Params `build` takes beyond its presets' keys (it has defaults for them): a spec may set these too."""
+    rules: tuple = ()
+    """rule(params) -> what is wrong, or None: shapes the params must agree on, checked at load, since
+    in a trial they fail inside torch (or, for the nli text's vocabulary, hang until the timeout)."""
 
     def supported_knobs(self) -> frozenset:
         return UNIVERSAL | self.knobs
@@ -78,9 +81,46 @@ class WorkloadInfo:
         """Every param `workload.params` may set: the presets' keys, the extra ones and the knobs."""
         return frozenset(k for preset in self.presets.values() for k in preset) | self.extra_params | self.knobs
 
+    def problems(self, params: dict) -> list[str]:
+        """What is wrong with the shapes of `params` (a preset merged with the spec's), by `rules`."""
+        return [problem for rule in self.rules if (problem := rule(params))]
+
     def example(self, param: str):
         """A preset's value of `param` (None for an extra param or a flag): what its type must be."""
         return next((preset[param] for preset in self.presets.values() if param in preset), None)
+
+
+def heads_divide_d_model(p: dict) -> str | None:
+    if p["d_model"] % p["heads"]:
+        fits = [h for h in range(1, p["d_model"] + 1) if p["d_model"] % h == 0 and h <= 64]
+        return (f"heads {p['heads']} does not divide d_model {p['d_model']} (each head takes d_model / heads "
+                f"features); pick heads from {', '.join(map(str, fits))}")
+    return None
+
+
+def vocab_of_at_least(least: int):
+    """The synthetic text's special tokens and words need `least` token ids."""
+    def rule(p: dict) -> str | None:
+        if p["vocab"] < least:
+            return f"vocab {p['vocab']} is too small: the synthetic text needs at least {least} tokens"
+        return None
+    return rule
+
+
+def seq_len_within(limit: str, default: int | None):
+    """seq_len fits the position table of `limit` tokens (default: `default`; None: seq_len itself)."""
+    def rule(p: dict) -> str | None:
+        longest = p.get(limit, default)
+        if longest is not None and p["seq_len"] > longest:
+            return f"seq_len {p['seq_len']} is longer than {limit} {longest}; raise {limit} to at least {p['seq_len']}"
+        return None
+    return rule
+
+
+def top_k_within_experts(p: dict) -> str | None:
+    if p.get("top_k", 2) > p["experts"]:
+        return f"top_k {p.get('top_k', 2)} picks more than the {p['experts']} experts; lower top_k or raise experts"
+    return None
 
 
 WORKLOADS: dict[str, WorkloadInfo] = {
@@ -101,6 +141,7 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         cpu_preset="cpu",
         knobs=frozenset({"channels_last"}),
         flags=frozenset({"channels_last"}),
+        rules=(heads_divide_d_model,),
     ),
     "retrieval": WorkloadInfo(
         module="harness.workloads.retrieval",
@@ -121,6 +162,7 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         cpu_preset="cpu",
         knobs=frozenset({"hard_negatives"}),
         extra_params=frozenset({"topics", "temperature"}),
+        rules=(heads_divide_d_model, vocab_of_at_least(3)),  # 2 special tokens and a word
     ),
     "gpt": WorkloadInfo(
         module="harness.workloads.gpt",
@@ -137,6 +179,7 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         cpu_preset="cpu",
         knobs=frozenset({"seq_len"}),
         extra_params=frozenset({"block_size", "dropout"}),
+        rules=(heads_divide_d_model, vocab_of_at_least(2), seq_len_within("block_size", None)),
     ),
     "nli-encoder": WorkloadInfo(
         module="harness.workloads.nli_encoder",
@@ -154,6 +197,7 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         knobs=frozenset({"freeze_encoder"}),
         extra_params=frozenset({"labels", "dropout", "lr", "max_len"}),
         flags=frozenset({"freeze_encoder"}),
+        rules=(heads_divide_d_model, vocab_of_at_least(8), seq_len_within("max_len", 512)),  # 3 special, 4 negations, a word
     ),
     "naics": WorkloadInfo(
         module="harness.workloads.naics",
@@ -178,6 +222,7 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         cpu_preset="cpu",
         knobs=frozenset({"n_negatives"}),
         extra_params=frozenset({"hard_fraction", "temperature", "aux_weight", "lora_alpha", "lora_dropout", "top_k", "expert_hidden"}),
+        rules=(heads_divide_d_model, vocab_of_at_least(3), top_k_within_experts),  # 2 special tokens and a word
     ),
 }
 
