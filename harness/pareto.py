@@ -54,6 +54,8 @@ class Standing:
     """How many measured runs `speed` is the median of (1 = not confirmed)."""
     noise: float
     """Relative noise of `speed`, within [MIN_NOISE, MAX_NOISE] (see `noise`)."""
+    cv: float | None = None
+    """The coefficient of variation behind `speed` (see `spread`): what `± cv` shows beside it."""
     noisy: bool = False
     """Its windows disagree beyond NOISY_CV: shown, never ranked."""
     unsafe: str | None = None
@@ -254,15 +256,23 @@ def runs_of(row, objective: str = "samples") -> list[float]:
     return Record.of(row).runs(objective)
 
 
-def noise(row, objective: str = "samples") -> float:
-    """Relative noise of a row's throughput: twice its step-time CV, or twice the spread of its
-    confirmation runs when it has them, within [MIN_NOISE, MAX_NOISE]; one warm-up step's figure, the most."""
+def spread(row, objective: str = "samples") -> float | None:
+    """The coefficient of variation behind a row's speed: across its runs once confirmed (the speed is
+    their median), else its timed windows' step times; None for one warm-up step's figure."""
     rec = Record.of(row)
-    cv = MAX_NOISE if rec.one_timing else rec.step_cv or 0.0
     runs = rec.runs(objective)
     if len(runs) > 2:
         mean = sum(runs) / len(runs)
-        cv = (sum((r - mean) ** 2 for r in runs) / (len(runs) - 1)) ** 0.5 / mean
+        return (sum((r - mean) ** 2 for r in runs) / (len(runs) - 1)) ** 0.5 / mean
+    return rec.step_cv
+
+
+def noise(row, objective: str = "samples") -> float:
+    """Relative noise of a row's throughput: twice its `spread`, within [MIN_NOISE, MAX_NOISE]; one
+    warm-up step's figure, the most."""
+    rec = Record.of(row)
+    cv = spread(rec, objective)
+    cv = MAX_NOISE if cv is None and rec.one_timing else cv or 0.0
     return min(max(2 * cv, MIN_NOISE), MAX_NOISE)
 
 
@@ -466,7 +476,7 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
     front = {r.number for r in pareto_front(safe, objective)}
 
     standings = {r.number: Standing(record=r, speed=speed(r, objective), runs=figure_runs(r, objective),
-                                    noise=noise(r, objective), noisy=r in ok and noisy(r),
+                                    noise=noise(r, objective), cv=spread(r, objective), noisy=r in ok and noisy(r),
                                     unsafe=unsafe.get(r.number), pareto=r.number in front,
                                     best=best is not None and r.number == best.number,
                                     tier=next((n for n, t in tiers.items() if t is r), None))

@@ -330,3 +330,18 @@ def test_apply_best_says_so_when_it_writes_your_swept_config_back_over_an_edit(p
     result = flat(bench("apply", "best").output)
     assert "no longer holds your config as swept (edited since)" in result and "keeping your config" not in result
     assert "batch_size: 8 " in config.read_text()
+
+
+def test_a_confirmed_figures_spread_is_its_runs_in_every_view(project):
+    """`± cv` beside a confirmed median showed the first run's step-time CV (1.0%), though the median's
+    three runs spread 10%: the spread the choice's noise is made of was in no view."""
+    make_study(project, CLEAR, {1: [155.1, 127.0], 0: [98.0, 102.0]})
+    table = bench("report", COLUMNS="200").output
+    row = next(line for line in table.splitlines() if re.match(r"\s*1\s", line))
+    assert "141.0" in row and "10.0%" in row and "1.0%" not in row, table
+    third = next(line for line in table.splitlines() if re.match(r"\s*2\s", line))
+    assert "1.0%" in third  # one run: its timed windows' spread
+    rows = json.loads(bench("report", "--format", "json").output)
+    assert round(rows[1]["speed"]["cv"], 4) == 0.0996 and rows[2]["speed"]["cv"] == 0.01
+    grid = list(csv.DictReader(io.StringIO(bench("report", "--format", "csv").output)))
+    assert round(float(grid[1]["speed_cv"]), 4) == 0.0996 and grid[1]["step_cv"] == "0.01"

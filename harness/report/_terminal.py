@@ -46,7 +46,8 @@ def marks(s: Standing, choice: Choice) -> dict:
     return {"pareto": s.pareto, "best": s.best, "leader": choice.leader is s, "baseline": s.record.baseline,
             "tier": s.tier, "tiers": [name for name, t in choice.tiers.items() if t is s],
             "noisy": s.noisy, "unsafe": s.unsafe,
-            "speed": {"value": s.speed, "unit": choice.unit, "runs": s.runs, "noise": s.noise} if s.speed else None,
+            "speed": {"value": s.speed, "unit": choice.unit, "runs": s.runs, "cv": s.cv, "noise": s.noise}
+            if s.speed else None,
             "vs_baseline": against.__dict__ if against else None,
             **({"model": choice.model} if s.best and choice.model else {})}
 
@@ -80,7 +81,7 @@ def flat(choice: Choice) -> list[dict]:
         row.update({f"config.{k}": v for k, v in r.config.items()})
         step = r.timing.get("step_s") or {}
         versus = m["vs_baseline"] or {}
-        row.update(speed=s.speed, speed_unit=choice.unit, runs=s.runs, vs_baseline=versus.get("ratio"),
+        row.update(speed=s.speed, speed_unit=choice.unit, runs=s.runs, speed_cv=s.cv, vs_baseline=versus.get("ratio"),
                    vs_baseline_spread=versus.get("spread"),
                    tie=versus.get("tie"), throughput=r.throughput, tokens_per_s=r.tokens_per_s,
                    peak_memory=r.peak_memory, step_s=step.get("median"), step_cv=step.get("cv"),
@@ -170,8 +171,7 @@ def columns_for(choice: Choice) -> list[Column]:
         Column("status", ["noisy" if s.noisy else s.record.status for s in rows]),
         Column(choice.unit, [f"{s.speed:.1f}" if s.speed else "-" for s in rows], number=True),
         Column("runs", [s.runs if s.speed else "-" for s in rows], number=True),
-        Column("± cv", [f"{100 * s.record.step_cv:.1f}%" if s.record.step_cv is not None and s.speed else "-"
-                        for s in rows], number=True),
+        Column("± cv", [f"{100 * s.cv:.1f}%" if s.cv is not None and s.speed else "-" for s in rows], number=True),
         Column(f"peak {unit}", ["-" if p is None else f"{p / scale:.{2 if in_gib else 1}f}" for p in peaks],
                number=True),
         Column("% mem", [f"{100 * p / cap:.0f}%" if p is not None and cap else "-" for p in peaks], number=True),
