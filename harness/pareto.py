@@ -320,12 +320,11 @@ def worse_loss(row, base) -> str | None:
 # ---- rules over several rows (also the sweep's: harness.study) -----------------------------------
 
 def capacity(rows, budget: int | None) -> float | None:
-    """Memory the configs must fit in: the budget, else the smallest device total the trials measured."""
-    if budget:
-        return float(budget)
-    totals = [Record.of(r).memory.get("device_total") for r in rows]
-    totals = [t for t in totals if t]
-    return float(min(totals)) if totals else None
+    """Memory the configs must fit in: the budget, or the smallest device total the trials measured
+    where there is none or it is larger (then the device is the limit, as the sweep warned)."""
+    totals = [t for t in (Record.of(r).memory.get("device_total") for r in rows) if t]
+    limits = [float(x) for x in ([budget] if budget else []) + ([min(totals)] if totals else [])]
+    return min(limits) if limits else None
 
 
 def measured(rows, objective: str = "samples") -> list:
@@ -491,7 +490,7 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
     choice = Choice(objective=objective, rows=tuple(standings.values()),
                     best=at(best.number) if best else None, leader=at(leader.number) if leader else None,
                     baseline=at(base.number) if base else None, versus=against, capacity=cap,
-                    capacity_label="budget" if budget else "device memory", headroom=headroom,
+                    capacity_label="budget" if budget and cap == budget else "device memory", headroom=headroom,
                     tiers={n: at(t.number) if t else None for n, t in tiers.items()},
                     front=tuple(sorted((standings[n] for n in front), key=lambda s: s.peak)),
                     unsafe_fastest=at(fastest_unsafe.number) if fastest_unsafe else None,

@@ -78,6 +78,16 @@ def test_without_a_budget_capacity_is_the_measured_device_total():
     assert choice.capacity == 10 * GiB and choice.best.number == 0
 
 
+def test_a_budget_above_the_device_is_capped_at_what_the_device_has():
+    """A 1 TiB budget on a 10 GiB device made the headroom, the tiers and `% mem` read against 1 TiB: a 9.6 GiB
+    peak was best with "99% headroom left" on a card it all but filled."""
+    rows = [row(0, 100, 4, memory={"device_total": 10 * GiB}), row(1, 200, 9.6, memory={"device_total": 10 * GiB})]
+    choice = pareto.choose(rows, 1024 * GiB, 0.1)
+    assert choice.capacity == 10 * GiB and choice.capacity_label == "device memory" and choice.best.number == 0
+    under = pareto.choose(rows, 8 * GiB, 0.1)
+    assert under.capacity == 8 * GiB and under.capacity_label == "budget"
+
+
 def test_even_a_very_noisy_trial_never_ties_with_one_twice_as_fast():
     rows = [row(0, 100, 2, cv=0.45), row(1, 200, 6, cv=0.4)]
     assert pareto.choose(rows, None, 0.1).best.number == 1
