@@ -543,27 +543,29 @@ def pick_study(name: str | None, scenario: str | None, results: Path, storage: s
     return required_spec(info, storage, results, scenario).study
 
 
-def refuse_own_file(out_path: Path, spec_path: str | None, spec, storage: str | None, results: Path,
-                    name: str) -> None:
-    """`--out` onto the study's journal or database, its spec, the apply target or its Hydra profiles
-    would replace what the report is made from, or what apply writes, with the report: refused."""
+def refuse_own_file(path: Path, spec_path: str | None, spec, storage: str | None, results: Path, name: str,
+                    option: str = "--out") -> None:
+    """`--out` (a report) or `--to` (apply's config) onto the study's journal or database, its spec, or
+    bench's other files in its folder would replace what bench reads with what it writes; so would a
+    report onto the apply target or into the Hydra group of profiles apply writes: refused."""
+    writes = "the report" if option == "--out" else "the config"
     own = {"the study's journal": None if storage else studies.study_dir(results, name) / stores.JOURNAL,
            "the study's database": stores.sqlite_path(storage) if storage else None,
            "the study's spec": spec_path,
-           "the spec's apply target": spec.apply.file if spec is not None and spec.apply else None}
-    target = out_path.resolve()
-    for what, path in own.items():
-        if path is not None and Path(path).resolve() == target:
-            raise UserError(f"--out {out_path}: that is {what}, which the report reads; write the report "
-                            "to another file")
-    group = spec.apply.hydra_group_dir if spec is not None and spec.apply else None
+           "the spec's apply target": spec.apply.file if option == "--out" and spec is not None and spec.apply else None}
+    target = path.resolve()
+    for what, own_path in own.items():
+        if own_path is not None and Path(own_path).resolve() == target:
+            raise UserError(f"{option} {path}: that is {what}, which bench reads to report and apply; write "
+                            f"{writes} to another file")
+    group = spec.apply.hydra_group_dir if option == "--out" and spec is not None and spec.apply else None
     if group is not None and target.is_relative_to(Path(group).resolve()):
-        raise UserError(f"--out {out_path}: that is inside the spec's Hydra config group {group}, where apply "
+        raise UserError(f"{option} {path}: that is inside the spec's Hydra config group {group}, where apply "
                         "writes each device's profile and every file is a Hydra option; write the report elsewhere")
     folder = studies.study_dir(results, name).resolve()
-    if not storage and target.is_relative_to(folder) and not target.name.startswith("report"):
-        raise UserError(f"--out {out_path}: inside the study's folder only report files go (its journal, "
-                        "logs, locks and caches are bench's); write the report elsewhere or as report.*")
+    if not storage and target.is_relative_to(folder) and not (option == "--out" and target.name.startswith("report")):
+        raise UserError(f"{option} {path}: inside the study's folder only report files go (its journal, "
+                        f"logs, locks and caches are bench's); write {writes} elsewhere")
 
 
 def write_text(path: Path, text: str) -> None:
@@ -610,6 +612,8 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
                   "throughput": chosen.speed, "unit": choice.unit, "peak_memory": row.peak_memory,
                   "vs_baseline": against.text(choice.unit) if against else None,
                   "date": datetime.date.today().isoformat(), "bench_version": __version__}
+    if to is not None:
+        refuse_own_file(to, spec_path_of(info, storage, results), spec, storage, results, name, option="--to")
     current = apply.read_current(spec.apply)
     plan = apply.plan(spec.apply, to_write(row.config, current, spec.knob_names()), provenance, to=to,
                       create_keys=create_keys, current_values=current)

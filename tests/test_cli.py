@@ -104,10 +104,16 @@ def test_report_out_never_replaces_what_the_report_is_made_from(swept):
     before = [path.read_bytes() for path in own]
     for path, fmt in zip(own, ("json", "html", "table")):
         result = in_folder(folder, "report", "--format", fmt, "--out", path)
-        assert result.exit_code == 2 and "which the report reads" in result.output, result.output
+        assert result.exit_code == 2 and "which bench reads to report and apply" in result.output, result.output
     assert [path.read_bytes() for path in own] == before
     lock = in_folder(folder, "report", "--out", folder / "results" / "tiny" / "claim.lock")
     assert lock.exit_code == 2 and "only report files go" in lock.output
+    for path in own[:2]:  # apply --to: the config would replace the study's journal or its spec
+        result = in_folder(folder, "apply", "best", "--to", path)
+        assert result.exit_code == 2 and "which bench reads to report and apply" in result.output, result.output
+    inside = in_folder(folder, "apply", "best", "--to", folder / "results" / "tiny" / "best.yaml")
+    assert inside.exit_code == 2 and "only report files go" in inside.output, inside.output
+    assert [path.read_bytes() for path in own] == before and not (folder / "results" / "tiny" / "best.yaml").exists()
     import os
     os.environ["FORCE_COLOR"] = "1"
     try:  # the table to a file, as printed, without escape codes
