@@ -251,6 +251,10 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
     for knob, line in (apply.not_found(spec.apply, current, spec.knob_names()) if spec.apply else {}).items():
         err.print(f"note: your current config: {line}; the baseline takes {knob} {base.get(knob)}",
                   markup=False, highlight=False, soft_wrap=True)
+    if not specs.keeps_effective_batch(spec, base):
+        err.print(f"note: your current config's batch_size {base['batch_size']} does not divide effective_batch "
+                  f"{spec.effective_batch}: it is measured as it is (accumulation {base.get('accumulation', 1)}), and "
+                  f"no other config is searched at that size", markup=False, highlight=False, soft_wrap=True)
     if not storage_url:
         make_results_folder(results)
     storage = stores.open_storage(storage_url, results, spec.study, say=lambda line: err.print(escape(line), soft_wrap=True))

@@ -396,7 +396,10 @@ def parse_search(raw, workload: dict, where: str):
         raise UserError(f"{where}: search.batch_size is required, e.g. `batch_size: [8, 16, 32]`")
     check_parallel(dims, fixed, where)
     if effective:
-        dims, fixed = restrict_to_effective_batch(dims, fixed, effective, where)
+        asked = search.get("batch_size")
+        auto_low = (dims["batch_size"].choices[0] if "batch_size" in dims else fixed["batch_size"]) \
+            if isinstance(asked, dict) and asked.get("high") == "auto" else None
+        dims, fixed = restrict_to_effective_batch(dims, fixed, effective, where, auto_low)
     return dims, fixed, effective
 
 
@@ -426,9 +429,10 @@ AUTO_BATCH_TOP = 2**16
 
 
 def batch_ladder(low: int, top: int = AUTO_BATCH_TOP) -> tuple:
-    """The batch sizes of `high: auto`: the powers of two from `low`, and above 32 eighths of each
-    octave (multiples of 8, as GPU kernels like), so that the search can close in on the wall."""
-    sizes, power = {low}, 1 << max(low - 1, 0).bit_length()
+    """The batch sizes of `high: auto`: the powers of two from `low`, the multiples of 8 between 16 and 64,
+    and above that eighths of each octave (multiples of 8, as GPU kernels like), so that the search can
+    close in on the wall; from the octave `low` is in (low 20 starts 20, 24, 32)."""
+    sizes, power = {low}, 1 << (low.bit_length() - 1)
     while power <= top:
         sizes.add(power)
         if power >= 64:
@@ -479,14 +483,19 @@ def check_value(name: str, value, at: str) -> None:
         raise UserError(f"{at}: values must be plain numbers, strings or booleans, got {value!r}")
 
 
-def restrict_to_effective_batch(dims, fixed, effective: int, where: str):
-    """With a fixed effective batch only batch sizes that divide it make sense."""
+def restrict_to_effective_batch(dims, fixed, effective: int, where: str, auto_low: int | None = None):
+    """With a fixed effective batch only batch sizes that divide it make sense; under `high: auto` (from
+    `auto_low`) every one of them is searched (the ladder's multiples of 8 miss 12 of 12 and 25 of 100)."""
     if "accumulation" in dims or "accumulation" in fixed:
         raise UserError(f"{where}: search.accumulation is derived from effective_batch; give one or the other")
     if "batch_size" in dims and not dims["batch_size"].choices:
         raise UserError(f"{where}: with effective_batch, give batch_size as a list of sizes, not a range")
-    given = dims["batch_size"].choices if "batch_size" in dims else (fixed["batch_size"],)
-    sizes = tuple(b for b in given if b <= effective)  # `high: auto` reaches far above it
+    if auto_low is not None and auto_low > effective:
+        raise UserError(f"{where}: search.batch_size.low {auto_low} is above effective_batch {effective}; "
+                        "give a low up to it")
+    given = tuple(b for b in range(auto_low, effective + 1) if effective % b == 0) if auto_low is not None \
+        else dims["batch_size"].choices if "batch_size" in dims else (fixed["batch_size"],)
+    sizes = tuple(b for b in given if b <= effective)
     if not sizes:
         raise UserError(f"{where}: search.batch_size: every size ({', '.join(map(str, given))}) is above "
                         f"effective_batch {effective}; give sizes up to it")
@@ -702,11 +711,16 @@ def trial_config(spec: Spec, overrides: dict) -> dict:
     return config
 
 
+def keeps_effective_batch(spec: Spec, config: dict) -> bool:
+    """batch_size x nproc divides the spec's effective_batch (or it names none): accumulation makes it exact."""
+    return not spec.effective_batch or spec.effective_batch % (int(config["batch_size"]) * int(config.get("nproc", 1))) == 0
+
+
 def check_effective_batch(spec: Spec, config: dict) -> None:
     """`bench trial --set` keeps the spec's effective batch, as a sweep does: a size that does not divide
     it silently measured another batch (batch 3 under 64 ran accumulation 21)."""
-    per_step = config["batch_size"] * config.get("nproc", 1)
-    if spec.effective_batch and spec.effective_batch % per_step:
+    if not keeps_effective_batch(spec, config):
+        per_step = config["batch_size"] * config.get("nproc", 1)
         what = f"batch_size {config['batch_size']}" + (f" x nproc {config['nproc']}" if config.get("nproc", 1) > 1 else "")
         raise UserError(f"--set: {what} ({per_step}) does not divide the spec's effective_batch "
                         f"{spec.effective_batch}; pick a size that does")

@@ -27,7 +27,7 @@ from harness import storage
 from harness.storage import (JOURNAL, existing_storage, is_stale, open_storage,  # noqa: F401 (open_storage: API)
                              redact, study_dir, worker_id)
 from harness.errors import UserError
-from harness.spec import Dimension, Spec, all_configs, workload_label
+from harness.spec import Dimension, Spec, all_configs, keeps_effective_batch, workload_label
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -122,7 +122,8 @@ def create(spec: Spec, storage, device: str) -> optuna.Study:
                  "memory_budget": spec.memory_budget, "headroom": spec.headroom, "device": device,
                  "objective": spec.objective,
                  # what the sampler's params index (ordinal knobs are suggested as positions): a resume keeps it
-                 "choices": {knob: list(dim.choices) for knob, dim in spec.search.items() if dim.choices},
+                 "choices": {knob: list(spec.sampled.get(knob, dim.choices)) for knob, dim in spec.search.items()
+                             if dim.choices},
                  "created": datetime.datetime.now().isoformat(timespec="seconds"), "bench": __version__}
         for key, value in attrs.items():
             study.set_user_attr(key, value)
@@ -911,10 +912,16 @@ def eager_twin(config: dict) -> tuple:
 # ---- baseline ------------------------------------------------------------------------------------
 
 def including(spec: Spec, config: dict) -> Spec:
-    """The spec with the user's current config inside its search space, so it can be enqueued."""
-    search, fixed = dict(spec.search), dict(spec.fixed)
+    """The spec with the user's current config inside its search space, so it can be enqueued. A batch
+    size (or process count) that does not divide the spec's effective_batch goes only into the sampler's
+    choices: your config runs as it is, but no other config is searched at an effective batch not asked for."""
+    search, fixed, sampled = dict(spec.search), dict(spec.fixed), dict(spec.sampled)
+    inexact = not keeps_effective_batch(spec, config)
     for name, value in config.items():
-        if name in search:
+        if inexact and name in ("batch_size", "nproc"):
+            if name in search and value not in search[name].choices:
+                sampled[name] = (*sampled.get(name, search[name].choices), value)
+        elif name in search:
             dim = search[name]
             if dim.choices and value not in dim.choices:
                 search[name] = Dimension(name, choices=(*dim.choices, value))
@@ -923,7 +930,7 @@ def including(spec: Spec, config: dict) -> Spec:
         elif name in fixed and fixed[name] != value:
             del fixed[name]
             search[name] = Dimension(name, choices=(spec.fixed[name], value))
-    return replace(spec, search=search, fixed=fixed)
+    return replace(spec, search=search, fixed=fixed, sampled=sampled)
 
 
 def resumed(spec: Spec, study: optuna.Study, device: str) -> Spec:

@@ -130,6 +130,8 @@ BAD_NUMBERS = {
     "sweep_timeout_nan": ("timeout: .nan", "timeout", "finite"),
     "sweep_timeout_zero": ("timeout: 0", "timeout", "must be positive"),
     "sweep_timeout_tiny": ("timeout: 0.0001s", "timeout", "must be between 1.0"),
+    "auto_low_above_effective_batch": ("search: {batch_size: {low: 128, high: auto}, accumulation: {effective_batch: 64}}",
+                                       "search.batch_size.low 128 is above effective_batch 64"),  # not the whole ladder
     "batch_low_above_the_ladder": ("search: {batch_size: {low: 70000, high: auto}}", "search.batch_size.low",
                                    "at most 65536"),
     # a built-in workload's params and knobs are checked at load, not by a trial failing inside torch

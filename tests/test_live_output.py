@@ -173,3 +173,21 @@ def test_the_sweeps_last_line_offers_apply_only_where_it_would_change_your_confi
     assert result.exit_code == 0, result.output
     last = " ".join(result.output.strip().splitlines()[-1].split())
     assert last.startswith("next: bench report to see the measurements") and last.endswith(said), result.output
+
+
+def test_your_batch_that_does_not_divide_the_effective_batch_runs_as_it_is_and_no_other_config_takes_it(project, monkeypatch):
+    """Your batch 8 under effective_batch 100 was added to the search: the sweep then ran batch 8 x
+    accumulation 12 (an effective batch of 96) as a config like any other, and apply would write it."""
+    def steady(self, config, number, repeat=False):  # steady figures, whatever the machine's load
+        return {"status": "ok", "throughput": 100.0 * config["batch_size"] * (2 if config["precision"] == "fp32" else 1),
+                "peak_memory": 2**20 * config["batch_size"], "timing": {"step_s": {"cv": 0.005}}}
+    monkeypatch.setattr(studies.Sweep, "launch", steady)
+    spec = write_spec(project, search={"batch_size": [4, 8, 20, 25, 50], "precision": ["fp32", "bf16-mixed"],
+                                       "accumulation": {"effective_batch": 100}}, trials=10, sampler="random")
+    result = CliRunner().invoke(main, ["sweep", str(spec), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert "your current config's batch_size 8 does not divide effective_batch 100" in " ".join(result.output.split())
+    study = studies.load(studies.existing_storage(None, project / "results", "tiny"), "tiny")
+    ran = [t.user_attrs["config"] for t in study.get_trials(deepcopy=False) if "record" in t.user_attrs]
+    assert ran[0]["batch_size"] == 8 and len(ran) == 9  # your config, then the 4 sizes that divide 100 x 2 precisions
+    assert all(c["batch_size"] * c["accumulation"] == 100 for c in ran[1:]), ran

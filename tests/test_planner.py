@@ -297,6 +297,25 @@ def test_high_auto_is_a_ladder_of_powers_of_two_and_multiples_of_8(tmp_path):
     assert with_effective.search["batch_size"].choices == (4, 8, 16, 32, 64, 128, 256)  # divisors only
 
 
+@pytest.mark.parametrize("low, effective, sizes", [
+    (4, 100, (4, 5, 10, 20, 25, 50, 100)),  # the ladder kept only 4: 100 itself was never searched
+    (4, 12, (4, 6, 12)),                    # only 4 too
+    (20, 48, (24, 48)),                     # 24 is in the octave below the first power of two
+])
+def test_high_auto_under_an_effective_batch_searches_every_size_that_divides_it(tmp_path, low, effective, sizes):
+    raw = {"study": "a", "workload": {"name": "emberformer"},
+           "search": {"batch_size": {"low": low, "high": "auto"}, "accumulation": {"effective_batch": effective}}}
+    spec = specs.build(raw, tmp_path / "s.yaml", None, ())
+    assert spec.search["batch_size"].choices == sizes
+    assert all(effective % (b * spec.config({"batch_size": b})["accumulation"]) == 0 for b in sizes)
+
+
+def test_the_ladder_starts_in_the_octave_of_low():
+    """low 20 went 20, 32, 40: the README's 24 was missing, and 40-56 after low 33."""
+    assert specs.batch_ladder(20)[:3] == (20, 24, 32) and specs.batch_ladder(33)[:4] == (33, 40, 48, 56)
+    assert specs.batch_ladder(100)[:3] == (100, 104, 112) and specs.batch_ladder(4)[:4] == (4, 8, 16, 24)
+
+
 def test_the_planner_runs_without_optuna_or_torch():
     code = ("import sys; sys.modules['optuna'] = None; sys.modules['torch'] = None\n"
             "from harness import planner, model\n"
