@@ -451,6 +451,9 @@ def test_predictions_get_their_own_card_apart_from_the_measured_table_and_compil
     assert "<b>batch_size</b> 96" in card
     trials = page.split('class="trials sortable"')[1].split("</table>")[0]
     assert "1,402" not in trials and trials.count("<tr ") == len(rows)  # never a row of the measured table
+    from harness.report import _terminal  # the terminal's line: chances, not "beats best 41%" (read as +41%)
+    said = " ".join(" ".join(_terminal.model_lines(choice)).split())
+    assert "93% chance it fits, 41% chance it beats best" in said, said
 
 
 def test_no_predictions_no_card():

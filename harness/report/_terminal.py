@@ -261,7 +261,8 @@ def model_lines(choice: Choice) -> list[str]:
         for p in model["predicted"]:
             lines.append(f"  {describe(p['config'])}  ~{p['speed']:.1f} {objective}/s (likely within "
                          f"×{math.exp(p['speed_sd']):.2f} either way), "
-                         f"peak ~{size(p['peak_memory'])}, fits {p['fit_chance']:.0%}, beats best {p['beat_chance']:.0%}")
+                         f"peak ~{size(p['peak_memory'])}, {p['fit_chance']:.0%} chance it fits, "
+                         f"{p['beat_chance']:.0%} chance it beats best")
     return lines
 
 
