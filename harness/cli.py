@@ -144,7 +144,7 @@ def load_specs(path: Path, scenarios: tuple, study_name: str | None, memory_budg
     if study_name is not None:
         specs.check_name(study_name, "--study")
     base = specs.load(path)
-    names = scenarios or base.scenarios or (None,)
+    names = tuple(dict.fromkeys(scenarios)) or base.scenarios or (None,)  # a name given twice runs once
     if study_name and len(names) > 1:
         raise UserError("--study names one study, but this spec runs several scenarios; add --scenario NAME")
     loaded = [specs.load(path, name) if name else base for name in names]
@@ -540,10 +540,20 @@ def pick_study(name: str | None, scenario: str | None, results: Path, storage: s
     """STUDY, else the most recent; with --scenario, that scenario's study of the same spec."""
     if name is not None and not name.strip():
         raise UserError("the study name is empty; name a study, or leave it out for the most recent one")
-    name = name or studies.latest_study(results, storage)
+    given, name = name, name or studies.latest_study(results, storage)
     if not scenario:
         return name
-    info = studies.study_info(studies.load(studies.existing_storage(storage, results, name), name))
+    try:
+        info = studies.study_info(studies.load(studies.existing_storage(storage, results, name), name))
+    except UserError:
+        if given is None:
+            raise
+        return pick_study(f"{given}-{scenario}", None, results, storage)  # the spec's study name, as sweep names it
+    if info.get("scenario") == scenario:
+        return name  # that scenario's study already, whatever it is named (`bench sweep --study NAME --scenario`)
+    if given is not None and info.get("scenario"):
+        raise UserError(f"study {given!r} was swept as scenario {info['scenario']}, and --scenario {scenario} "
+                        "names another; give the study or the scenario, not both")
     return required_spec(info, storage, results, scenario).study
 
 

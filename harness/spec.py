@@ -187,6 +187,8 @@ def load(path: Path | str, scenario: str | None = None) -> Spec:
     scenarios = raw.get("scenarios") or {}
     if not isinstance(scenarios, dict):
         raise UserError(f"{path}: scenarios must be a mapping of name -> overrides")
+    # `24: {...}` is a name as --scenario 24 gives it; the YAML key is a number
+    scenarios = {str(k) if isinstance(k, int) and not isinstance(k, bool) else k: v for k, v in scenarios.items()}
     if scenario is not None:
         if scenario not in scenarios:
             raise UserError(f"{path}: no scenario {scenario!r}{did_you_mean(scenario, scenarios)}; "

@@ -284,6 +284,27 @@ def test_scenarios_run_as_separate_studies_and_report_and_apply_take_them(projec
     assert "nothing written" in dry.output
 
 
+def test_a_scenario_named_by_a_number_or_its_study_renamed_is_the_one_report_takes(project, monkeypatch):
+    """`--scenario 24` said "no scenario '24' (did you mean '24'?)"; `report custom --scenario b` showed
+    scen-b, not the study `custom` swept as scenario b; `report scen-b --scenario 24` showed scen-24 silently."""
+    from harness import study as studies
+    monkeypatch.setattr(studies.Sweep, "launch", lambda self, config, number, repeat=False: {
+        "status": "ok", "throughput": 100.0 * config["batch_size"], "peak_memory": 2**20 * config["batch_size"],
+        "timing": {"step_s": {"cv": 0.005}}})
+    spec = write_spec(project, "scen", trials=1, scenarios={24: {"memory": {"budget": "8GiB"}}, "b": {}})
+    twice = bench("sweep", spec, "--device", "cpu", "--scenario", "24", "--scenario", "24")
+    assert twice.exit_code == 0 and twice.output.count("bench sweep scen-24") == 1, twice.output
+    assert bench("sweep", spec, "--device", "cpu", "--scenario", "b").exit_code == 0
+    assert bench("sweep", spec, "--device", "cpu", "--scenario", "b", "--study", "custom").exit_code == 0
+    for args, study in ((["scen", "--scenario", "24"], "scen-24"), (["custom", "--scenario", "b"], "custom"),
+                        (["scen-24", "--scenario", "24"], "scen-24")):
+        shown = bench("report", *args)
+        assert shown.exit_code == 0 and shown.output.startswith(f"study {study}:"), (args, shown.output)
+    both = bench("report", "scen-b", "--scenario", "24")
+    assert both.exit_code == 2 and "study 'scen-b' was swept as scenario b, and --scenario 24 names another" \
+        in both.output, both.output
+
+
 def test_apply_and_the_html_report_warn_when_the_target_describes_another_size(swept):
     """The tiny preset was measured; the emberformer config describes the GPU model (d_model 128, 6 layers)."""
     folder, _, _ = swept
