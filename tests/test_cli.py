@@ -398,6 +398,21 @@ def test_narrow_table_abbreviates_and_drops_columns_but_keeps_every_number():
     assert "max-autotune-no-cudagraphs" in buf.getvalue() and "seq len" in buf.getvalue()
 
 
+def test_a_line_per_trial_has_one_word_under_each_name():
+    """Empty cells were left out and "peak MiB" named two: under "# marks batch", trial 1 (no marks)
+    showed its batch as the marks and its precision as the batch."""
+    from harness import pareto
+    from harness.report import _terminal
+    rows = [{"number": n, "status": "ok", "throughput": 100.0 - n, "peak_memory": (50 + 5 * n) * 1024**2,
+             "config": {"batch_size": 8, "precision": p}, "timing": {"step_s": {"cv": 0.01}}}
+            for n, p in enumerate(("fp32", "bf16-mixed"))]
+    choice = pareto.choose(rows, None, 0.1, "samples")
+    head, *lines = _terminal.as_lines(_terminal.columns_for(choice), choice.rows)
+    names = head.split()[1:]
+    assert "peak_MiB" in names and all(len(line.split()) == len(names) for line in lines), (head, lines)
+    assert dict(zip(names, lines[1].split()))["marks"] == "-"
+
+
 def test_a_failed_trials_progress_line_is_one_line_whatever_its_error_message():
     """A CPU OOM raised in C++ ends its message with a newline, which left an empty line in the output."""
     from harness import cli

@@ -155,8 +155,8 @@ def table(choice: Choice, info: dict, width: int | None = None) -> Group:
 def as_lines(columns: list[Column], rows: list[Standing]) -> list[str]:
     """The table as one line of values per trial under a line naming them, for a terminal narrower
     than its columns (wrapped at spaces, so no value is cut)."""
-    return ["values: " + " ".join(c.header or "marks" for c in columns)] + \
-        [" ".join(str(c.cells[i]) for c in columns if str(c.cells[i]) != "") for i in range(len(rows))]
+    return ["values: " + " ".join((c.header or "marks").replace(" ", "_") for c in columns)] + \
+        [" ".join(str(c.cells[i]) or "-" for c in columns) for i in range(len(rows))]  # one word per column
 
 
 def columns_for(choice: Choice) -> list[Column]:
