@@ -796,6 +796,14 @@ def test_a_comment_listing_the_choices_is_not_stale_but_one_quoting_the_old_valu
     p = plan(target_for(file, preset="lightning", keys={"batch_size": "data.batch_size"}),
              {"batch_size": 32, "precision": "bf16-mixed"}, PROVENANCE)
     assert len(p.warnings) == 1 and "data.batch_size" in p.warnings[0] and "quotes 8" in p.warnings[0]
+    assert p.warnings[0].startswith("train.yaml:")
+    to = plan(target_for(file, preset="lightning", keys={"batch_size": "data.batch_size"}),
+              {"batch_size": 32, "precision": "bf16-mixed"}, PROVENANCE, to=tmp_path / "best.yaml")
+    line = int(to.warnings[0].split(":")[1])  # the line in the file written, so it names that file
+    assert to.warnings[0].startswith("best.yaml:") and "# effective batch 8" in to.new_text.splitlines()[line - 1]
+    for folder in ("", tmp_path):
+        with pytest.raises(UserError, match="is a folder, not a file; give a file like train.best.yaml"):
+            plan(target_for(file), {"batch_size": 32}, PROVENANCE, to=Path(folder))
 
 
 def test_a_comment_on_the_effective_batch_that_still_holds_is_not_called_stale(tmp_path):

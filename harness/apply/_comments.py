@@ -12,15 +12,17 @@ from harness.apply._edit import _replace_value
 from harness.apply._keymaps import ABSENT
 
 
-def stale_comments(doc: _Document, edits: list, new_text: str, effective: int | None = None) -> list[str]:
+def stale_comments(doc: _Document, edits: list, new_text: str, effective: int | None = None,
+                   written: str | None = None) -> list[str]:
     """For each changed key whose line's comment quotes an old value of any changed key: one warning,
-    with the line number in the new text (the provenance block above it shifts lines). `effective`: the
+    with the line number in the new text (the provenance block above it shifts lines) of the file
+    `written` (apply --to's; default the target's). `effective`: the
     global batch after the write (micro-batch x accumulation x processes, where that is not the
     micro-batch): an old value that equals it may be a comment on the global batch, still true."""
     if doc.format != "yaml":
         return []
     olds = [(a.key, old) for a, old in edits if old is not ABSENT and not isinstance(old, bool)]
-    out = []
+    name, out = written or doc.path.name, []
     for a, old in edits:
         if old is ABSENT:
             continue
@@ -33,13 +35,13 @@ def stale_comments(doc: _Document, edits: list, new_text: str, effective: int | 
         line = _line_of(new_text, a.key.rpartition(".")[2], comment) or doc.text.count("\n", 0, start) + 1
         if quoted:
             whose = "its old value" if quoted[0] == a.key else f"the old {quoted[0]}"
-            where = f"{doc.path.name}:{line}: {a.key}: the comment {comment!r} quotes {quoted[1]}, {whose}"
+            where = f"{name}:{line}: {a.key}: the comment {comment!r} quotes {quoted[1]}, {whose}"
             if effective is not None and quoted[1] == effective:
                 out.append(f"{where}, and the new effective batch; check the comment still holds")
             else:
                 out.append(f"{where}; update the comment")
         elif spoken:
-            out.append(f"{doc.path.name}:{line}: {a.key}: the comment {comment!r} speaks of {spoken}, not of the "
+            out.append(f"{name}:{line}: {a.key}: the comment {comment!r} speaks of {spoken}, not of the "
                        f"new value {a.value}; check the comment still holds")
     return out
 

@@ -72,6 +72,8 @@ def plan(target: ApplyTarget, values: dict, provenance: dict, *, to: Path | None
     bench_version; any other keys are recorded as key=value. `current_values` (the knobs the
     learning-rate rule compares against) defaults to what the file holds now.
     """
+    if to is not None and (str(to) in ("", ".") or Path(to).is_dir()):
+        raise UserError(f"--to {str(to) or repr('')}: is a folder, not a file; give a file like {target.file.stem}.best{target.file.suffix}")
     destination = Path(to).resolve() if to is not None else target.file
     if FORMATS.get(destination.suffix.lower()) != target.format:
         raise UserError(f"--to {destination.name}: must be a {target.format.upper()} file like {target.file.name}")
@@ -91,7 +93,8 @@ def plan(target: ApplyTarget, values: dict, provenance: dict, *, to: Path | None
     return Plan(source=target.file, path=destination, old_text=doc.bom + doc.text, new_text=doc.bom + new_text,
                 diff=_diff(doc.text, new_text, target.file, destination), changes=changes,
                 unmapped=unmapped, sidecar=sidecar, sidecar_text=sidecar_text,
-                warnings=tuple(stale_comments(doc, edits, new_text, _written_effective_batch(values, current_values))))
+                warnings=tuple(stale_comments(doc, edits, new_text, _written_effective_batch(values, current_values),
+                                              destination.name)))
 
 
 def _assignments(target: ApplyTarget, values: dict, doc: _Document,
