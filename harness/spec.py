@@ -662,7 +662,8 @@ def refusal(knob: str, value, device: str) -> str | None:
 def check_knob(knob: str, value, device: str, where: str) -> None:
     why = refusal(knob, value, device)
     if why:
-        raise UserError(f"{where}: {value} cannot run on {device}: {why}; remove it or run with --device cuda")
+        shown = str(value).lower() if isinstance(value, bool) else value  # as the YAML or --set wrote it
+        raise UserError(f"{where}: {shown} cannot run on {device}: {why}; remove it or run with --device cuda")
 
 
 def with_preset(spec: Spec, preset: str) -> Spec:

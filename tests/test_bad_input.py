@@ -95,7 +95,7 @@ BAD_SPECS = {
                                "cannot find module 'no_such_module_xyz'"),
     "factory_shape": (yaml.safe_dump({**GOOD, "workload": {"factory": "just_a_module"}}), "package.module:function"),
     "cuda_knob_on_cpu": (yaml.safe_dump({**GOOD, "search": {"batch_size": [4], "pin_memory": [True, False]}}),
-                         "only means something on a CUDA GPU"),
+                         "search.pin_memory: true cannot run on cpu: pin_memory only means something on a CUDA GPU"),
     "markup_in_a_key": (yaml.safe_dump({**GOOD, "[/x]": 1}), "unknown key '[/x]'"),  # printed as text, not markup
     "apply_empty_list": (yaml.safe_dump({**GOOD, "apply": []}), "apply: expected a mapping"),
     "apply_empty_mapping": (yaml.safe_dump({**GOOD, "apply": {}}), "apply: `file` is missing"),
