@@ -789,6 +789,18 @@ def test_old_backups_are_pruned_and_stale_temp_files_cleaned(tmp_path):
     assert not stale.exists() and fresh.exists()
 
 
+def test_a_stale_comment_on_a_flow_mappings_line_is_found_too(tmp_path):
+    """Block style warned about `# flow, batch_size 8`; the same comment after a flow mapping was missed."""
+    file = tmp_path / "train.yaml"
+    file.write_text("data: {batch_size: 8, workers: 2}   # batch_size 8\ntrainer: {precision: 32-true}\n")
+    p = plan(target_for(file, preset="lightning", keys={"batch_size": "data.batch_size"}), {"batch_size": 32}, PROVENANCE)
+    assert len(p.warnings) == 1 and "the comment '# batch_size 8' quotes 8, its old value" in p.warnings[0], p.warnings
+    quiet = tmp_path / "quiet.yaml"
+    quiet.write_text("data: {batch_size: 8, name: 'a # 8'}\ntrainer: {precision: 32-true}\n")
+    assert plan(target_for(quiet, preset="lightning", keys={"batch_size": "data.batch_size"}),
+                {"batch_size": 32}, PROVENANCE).warnings == ()  # a # inside a quoted value is no comment
+
+
 def test_a_comment_listing_the_choices_is_not_stale_but_one_quoting_the_old_value_is(tmp_path):
     file = tmp_path / "train.yaml"
     file.write_text("data:\n  batch_size: 8   # effective batch 8\n"

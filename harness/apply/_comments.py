@@ -60,8 +60,12 @@ def _vocabulary(keymap) -> list[str]:
 
 def _comment_after(text: str, end: int) -> str | None:
     line_end = text.find("\n", end)
-    rest = text[end:line_end if line_end >= 0 else len(text)].strip()
-    return rest if rest.startswith("#") else None
+    rest = text[end:line_end if line_end >= 0 else len(text)]
+    if rest.strip().startswith("#"):
+        return rest.strip()
+    # in a flow mapping (`data: {batch_size: 8, workers: 2}  # ...`) the line's comment follows the other entries
+    found = re.search(r"\s(#.*)$", rest)
+    return found.group(1).strip() if found and not re.search(r"['\"]", rest[:found.start()]) else None
 
 
 def _quotes(comment: str, value: object) -> bool:
