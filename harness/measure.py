@@ -105,6 +105,12 @@ def limit_cpu_memory(budget: int) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (vm_data_bytes() + budget, hard))
 
 
+def lift_cpu_memory_limit() -> None:
+    """The wall taken down again (as far as the hard limit lets): for work after the measured steps."""
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
+
+
 def cpu_memory_limited() -> bool:
     """Whether this process runs under a CPU memory wall (limit_cpu_memory)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)

@@ -22,6 +22,7 @@ import os
 import signal
 import statistics
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -90,6 +91,14 @@ def bf16_speedup() -> float | None:
         raise
 
 
+def one_number(loss):
+    """The loss, which must be one number: a per-sample loss failed in backward() as torch's own complaint."""
+    if isinstance(loss, torch.Tensor) and loss.numel() != 1:
+        raise UserFacingError(f"the loss returned a tensor of shape {tuple(loss.shape)}, not one number: "
+                              "reduce it (e.g. reduction='mean', or .mean())")
+    return loss
+
+
 class Trial:
     """One config, measured: `run` builds it, warms it up, meters it and returns its record."""
 
@@ -104,6 +113,7 @@ class Trial:
         self.timing: dict = {}
         self.figures = reuse.Figures(job.get("reuse_dir"), job.get("trial"))
         self.world = 1  # processes training together (harness.distributed)
+        self.untouched = None  # on a CPU, the untouched weights' file until the reference is taken (reference_pass)
         self.meter = Meter(self.step, self.device, heartbeat, job["measure"], self.footprint, self.timing,
                            self.across_ranks)
 
@@ -119,9 +129,6 @@ class Trial:
         self.wl = self.build_workload()
         self.timing["build_s"] = time.perf_counter() - t0
         self.check_knobs()
-        t0 = time.perf_counter()
-        self.flops_per_micro, self.flops_error = self.figures.get("flops", self.figure_key(), self.count_flops)
-        self.timing["flops_s"] = time.perf_counter() - t0
         self.t_setup = t_setup
 
     def build_workload(self):
@@ -182,10 +189,41 @@ class Trial:
         self.training_parts(model)
         self.timing["setup_s"] = time.perf_counter() - self.t_setup
 
-    def reference_pass(self) -> float:
+    def reference_pass(self) -> float | None:
         """The fp32 reference loss, on the untouched model placed on the device (harness.distributed's
-        FSDP ranks take it from their sharded model instead: the whole model never fits one rank)."""
-        return self.reference_loss(self.wl.model.to(self.device))
+        FSDP ranks take it from their sharded model instead: the whole model never fits one rank).
+
+        On a CPU one not filed yet is taken after the measured steps (None here; `deferred_reference`):
+        the peak is the process's resident high-water mark, and a pass here changed it for good (glibc's
+        heap and the kernels it first used: +3 MiB on a tiny bf16 trial, which one reusing the figure
+        did not have). Its weights wait on disk, where they take no resident memory."""
+        model = self.wl.model.to(self.device)
+        if self.device.type != "cpu" or self.world > 1:
+            return self.reference_loss(model)
+        filed = self.reference_loss(model, measure=False)
+        if filed is None:
+            self.untouched = tempfile.NamedTemporaryFile(prefix="bench-untouched-", suffix=".pt")
+            torch.save(model.state_dict(), self.untouched.name)
+        return filed
+
+    def deferred_reference(self) -> float:
+        """The reference loss reference_pass left for after the measured steps: the untouched weights in
+        a model built again, the memory wall down (the trained model is still held)."""
+        t0 = time.perf_counter()
+        measure.lift_cpu_memory_limit()
+        transforms.set_numerics("fp32", False)
+        try:
+            with self.untouched:
+                model = workloads.build(self.job["workload"]).model
+                model.load_state_dict(torch.load(self.untouched.name, weights_only=True))
+            return self.reference_loss(model)
+        except Exception:  # the measurement stands; only the check against the reference is lost
+            print("bench: the fp32 reference loss could not be taken after the measured steps; the first loss is "
+                  "not checked against it:\n" + traceback.format_exc(), file=sys.stderr, flush=True)
+            return float("nan")
+        finally:
+            self.untouched = None
+            self.timing["reference_s"] = self.timing.get("reference_s", 0.0) + time.perf_counter() - t0
 
     def training_model(self) -> torch.nn.Module:
         """Placed (bf16-true: cast), checkpointed, sharded; sets `eager` (what the loss calls) and the
@@ -248,31 +286,28 @@ class Trial:
                 torch.compiler.cudagraph_mark_step_begin()
             self.sync_gradients(i == self.accum - 1)
             with self.autocast:
-                loss = self.loss_of(batch)
+                loss = one_number(self.loss_of(batch))
             self.scaler.scale(loss / self.accum).backward()
             self.meter.pending.append(loss.detach().clone())  # a CUDA-graph output would be overwritten next step
         self.scaler.step(self.opt)
         self.scaler.update()
         self.opt.zero_grad(set_to_none=not self.cuda_graphs)  # graphs: keep owned .grad (transforms.own_gradients)
 
-    def reference_loss(self, model) -> float:
+    def reference_loss(self, model, measure: bool = True) -> float | None:
         """fp32 eager loss of the untouched model on the first batch: what every precision must match.
 
         Reused from an earlier trial only for the same weights and batch (their sums are in the key),
-        so a factory that builds differently each time still gets its own reference.
+        so a factory that builds differently each time still gets its own reference. With `measure`
+        False: the filed one, or None.
         """
         batch = transforms.to_device(self.sample_batch(self.wl.dataset, self.wl.collate), self.device, False)
         key = {**self.figure_key(), "weights_and_batch": fingerprint([*model.parameters(), *model.buffers(), batch])}
-        return self.figures.get("reference", key, lambda: self.fp32_loss(model, batch))
+        return self.figures.get("reference", key, (lambda: self.fp32_loss(model, batch)) if measure else lambda: None)
 
     def fp32_loss(self, model, batch) -> float:
         buffers = [(b, b.clone()) for b in model.buffers()]  # keep BatchNorm stats as they were
         with torch.no_grad():
-            out = self.wl.loss(model, batch)
-            if isinstance(out, torch.Tensor) and out.numel() != 1:
-                raise UserFacingError(f"the loss returned a tensor of shape {tuple(out.shape)}, not one number: "
-                                      "reduce it (e.g. reduction='mean', or .mean())")
-            loss = float(out)
+            loss = float(one_number(self.wl.loss(model, batch)))
             for b, saved in buffers:
                 b.copy_(saved)
         return loss
@@ -357,9 +392,19 @@ class Trial:
         peak = self.footprint.read()
         losses = self.meter.losses
         self.take_breakdown()
+        if self.untouched is not None:
+            self.reference = self.deferred_reference()
         return self.record(per_step, peak, losses, self.reference, time.perf_counter() - t_start)
 
+    def count_flops_once(self) -> None:
+        """FLOPs of a micro-batch (filed once per build and shape), counted after the measured steps: the
+        meta-device build and the counter's dispatch left ~5 MiB resident that the CPU peak counted."""
+        t0 = time.perf_counter()
+        self.flops_per_micro, self.flops_error = self.figures.get("flops", self.figure_key(), self.count_flops)
+        self.timing["flops_s"] = time.perf_counter() - t0
+
     def record(self, per_step, peak, losses, reference, wall) -> dict:
+        self.count_flops_once()
         eff_batch = self.samples_per_step()
         step = measure.spread(per_step)
         samples = {"median": eff_batch / step["median"], "p10": eff_batch / step["p90"],

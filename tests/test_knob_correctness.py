@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import launch, measure, nvml, spec as specs, transforms
+from harness import footprint, launch, measure, nvml, spec as specs, transforms
 from harness.errors import UserError
 from harness.spec import Measure
 from harness.knobs import CHOICES as KNOB_CHOICES
@@ -63,19 +63,27 @@ def test_activations_leave_out_saved_weights():
     assert with_weights >= 2 * 1024 * 1024 * 4  # what it counted before
 
 
-def test_peak_is_reset_after_the_reference_pass(monkeypatch):
-    """The fp32 reference pass must not inflate the trial's peak: reset comes after it."""
+def test_on_a_cpu_the_reference_pass_and_the_flop_count_come_after_the_peak_is_read(monkeypatch):
+    """The fp32 reference pass must not inflate the trial's peak. On a GPU the peak is reset after it; on a
+    CPU the resident high-water mark kept what it changed (+3 MiB, and +5 MiB from the FLOP count's meta
+    build), so both come after the peak is read, on the untouched weights, and the loss matches the old one."""
     from harness import trial as trial_mod
     calls = []
     monkeypatch.setattr(measure, "reset_peak", lambda device: calls.append("reset"))
-    real_reference = trial_mod.Trial.reference_loss
-    monkeypatch.setattr(trial_mod.Trial, "reference_loss", lambda self, m: calls.append("reference") or real_reference(self, m))
+    real_reference, real_read = trial_mod.Trial.fp32_loss, footprint.CpuFootprint.read
+    monkeypatch.setattr(trial_mod.Trial, "fp32_loss", lambda self, m, b: calls.append("reference") or real_reference(self, m, b))
+    monkeypatch.setattr(trial_mod.Trial, "count_flops", lambda self: calls.append("flops") or [None, None])
+    monkeypatch.setattr(footprint.CpuFootprint, "read", lambda self: calls.append("read") or real_read(self))
     job = {"workload": {"name": "emberformer", "params": WORKLOADS["emberformer"].presets["tiny"]},
            "config": {"batch_size": 2}, "device": "cpu", "measure": FAST}
     t = trial_mod.Trial(job, trial_mod.Heartbeat(None))
-    t.prepare()
-    t.build_training()
-    assert calls == ["reference", "reset"]
+    torch.manual_seed(0)  # the trial's seed: the weights it starts from
+    built = t.build_workload()
+    untouched, batch = built.model, t.sample_batch(built.dataset, None)
+    rec = t.run()
+    assert calls.index("read") < calls.index("reference") and calls.index("read") < calls.index("flops")
+    assert "reference" not in calls[:calls.index("reset")] and t.untouched is None
+    assert rec["loss"]["reference"] == t.fp32_loss(untouched, batch) == rec["loss"]["first"]  # fp32: the same loss
 
 
 def test_no_context_reading_is_said_not_left_none(monkeypatch):

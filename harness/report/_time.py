@@ -3,11 +3,12 @@
 A trial's phases, from its record's `timing` (seconds, measured by the parent and the child):
 
     start-up    launch to the trial's own code running: process start (fork or interpreter), imports
-    build       device, memory wall, the model, FLOP count, fp32 reference loss, knobs, optimizer, data
+    build       device, memory wall, the model, fp32 reference loss (on a GPU), knobs, optimizer, data
     compile     the first step of a compiled config (`compile_s`)
     warm-up     the first step of an eager config, and the untimed warm-up steps
     measuring   the timed windows
-    teardown    the rest of the trial's wall time: memory breakdown, record, process exit
+    teardown    the rest of the trial's wall time: memory breakdown, fp32 reference loss (on a CPU), FLOP
+                count, record, process exit
 
 A trial that ended before it measured (OOM, crash, timeout, error) keeps the phases it reported;
 the rest of its wall time is "ended early", never guessed into a phase.
