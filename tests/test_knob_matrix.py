@@ -85,7 +85,7 @@ def assert_refused_by_the_cli(tmp_path, workload_name, knob, value, device):
     res = CliRunner().invoke(main, ["trial", str(spec), "--device", device, "--set", f"{knob}={text}"])
     assert res.exit_code == 2, (knob, value, res.output)
     lines = [line for line in res.output.splitlines() if line.startswith("error")]
-    assert len(lines) == 1 and f"{knob}: {text} cannot run on" in lines[0] and "cannot run on" in lines[0], res.output
+    assert len(lines) == 1 and f"{knob}: {text} cannot run on" in lines[0], res.output
     assert "Traceback" not in res.output
 
 
