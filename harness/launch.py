@@ -172,6 +172,11 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
             save_log(log_path, log)
         result = record.read(result_path)
         outcome = classify(proc.returncode, result, killed_for, log)
+        if died_at_the_cpu_wall(job, proc.returncode, outcome, read_heartbeat(Path(job["heartbeat"]))):
+            name = signal.Signals(-proc.returncode).name
+            outcome = failure(record.OOM, name, f"killed by {name} in its steps under the CPU memory wall: read as out "
+                              "of memory (a library that does not check a failed allocation); `bench trial` without "
+                              "--memory-budget tells a crash apart", log)
         if result is None and not killed_for and getattr(proc, "server_died", False):
             outcome = failure(record.INTERRUPTED, SERVER_DIED, "the warm trial server was killed during the trial "
                               "(from outside: the trial did nothing wrong); it runs again", log)
@@ -286,6 +291,15 @@ def remove_stale_workdirs() -> None:
             continue
         if not alive:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def died_at_the_cpu_wall(job: dict, rc: int | None, outcome: dict, beat: dict | None) -> bool:
+    """A CPU trial under a memory wall that SIGSEGV or SIGBUS killed in its steps: allocations past the wall
+    fail there, and a library that does not check one crashes instead of raising (one batch past the wall
+    in ~40 ended so; the rest raised out-of-memory errors)."""
+    return (outcome["status"] == record.CRASH and job["device"] == "cpu" and bool(job.get("memory_budget"))
+            and rc in (-signal.SIGSEGV, -signal.SIGBUS)
+            and (beat or {}).get("phase") in ("first_step", "warmup", "measure"))
 
 
 def classify(rc: int, result: dict | None, killed_for: str | None, log: str) -> dict:

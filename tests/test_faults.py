@@ -89,6 +89,15 @@ def test_segfault_is_a_crash_by_sigsegv(matrix):
     assert "Segmentation fault" in out["log"].read_text()  # faulthandler's stack is kept
 
 
+def test_a_segfault_in_the_steps_under_a_cpu_memory_wall_is_read_as_out_of_memory(faulty_env):
+    """A batch past the wall once died of SIGSEGV in its first step (a library that does not check a failed
+    allocation): a crash, which the planner does not read as the wall. Without a wall it stays a crash."""
+    walled = run_fault(faulty_env, "segfault", budget=2 * 1024**3)["rec"]
+    assert walled["status"] == record.OOM and walled["error"]["type"] == "SIGSEGV", walled["error"]
+    assert "under the CPU memory wall: read as out of memory" in walled["error"]["message"]
+    assert "without --memory-budget tells a crash apart" in walled["error"]["message"]
+
+
 def test_abort_is_a_crash_not_an_oom(matrix):
     out = matrix["abort"]
     assert out["rec"]["status"] == record.CRASH
