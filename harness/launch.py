@@ -296,7 +296,7 @@ def remove_stale_workdirs() -> None:
 def died_at_the_cpu_wall(job: dict, rc: int | None, outcome: dict, beat: dict | None) -> bool:
     """A CPU trial under a memory wall that SIGSEGV or SIGBUS killed in its steps: allocations past the wall
     fail there, and a library that does not check one crashes instead of raising (one batch past the wall
-    in ~40 ended so; the rest raised out-of-memory errors)."""
+    in 26 ended so, in CI; the rest raised out-of-memory errors)."""
     return (outcome["status"] == record.CRASH and job["device"] == "cpu" and bool(job.get("memory_budget"))
             and rc in (-signal.SIGSEGV, -signal.SIGBUS)
             and (beat or {}).get("phase") in ("first_step", "warmup", "measure"))
