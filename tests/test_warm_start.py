@@ -25,6 +25,7 @@ def faulty(faulty_path, tmp_path):
 
 def run(folder, fault="none", budget=None, trial=None, **params):
     pid_file = folder / "whoami.json"
+    pid_file.unlink(missing_ok=True)  # written by this trial's first build
     path = faulty_spec(folder, "warm", [fault], trial=dict(trial or {"timeout": "60s", "stall": "30s", "warmup_steps": 1,
                                                                       "window": 0.02, "min_windows": 1, "max_windows": 2,
                                                                       "max_seconds": 0.2}),
