@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from dataclasses import replace
 
 import psutil
 import pytest
 
 from harness import launch, record, spec as specs, zygote
-from tests.conftest import faulty_spec
+from tests.conftest import FAULTY_DIR, faulty_spec
 
 MANY = 6  # trials through one server before the op-free check
 
@@ -54,7 +56,12 @@ def test_a_trial_reuses_freed_memory_as_the_users_process_would(faulty):
     fault its activations in afresh: the quickstart's batch 32 ran 30% slower than in the user's process."""
     rec, who = run(faulty, "whoami", budget=512 * 1024**2, refault=True)
     assert rec["status"] == record.OK, rec.get("error")
-    assert who["refault_kib"] < 8 * 1024, who  # 53 MiB a step when every block is mapped afresh
+    # against the same steps in a plain Python process on this machine now: late in a long CI run both
+    # fault in more (12-26 MiB seen, where a fresh machine gives ~0), and 53 MiB is the forced policy's
+    plain = subprocess.run([sys.executable, "-c", "from faulty import refault_kib; print(refault_kib())"],
+                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(FAULTY_DIR)})
+    assert plain.returncode == 0, plain.stderr
+    assert who["refault_kib"] < max(8 * 1024, 2 * int(plain.stdout)), (who, int(plain.stdout))
 
 
 def test_the_memory_wall_holds_through_the_warm_start(faulty):
