@@ -200,7 +200,7 @@ class Trial:
         model = self.wl.model.to(self.device)
         if self.device.type != "cpu" or self.world > 1:
             return self.reference_loss(model)
-        filed = self.reference_loss(model, measure=False)
+        filed = self.reference_loss(model, filed_only=True)
         if filed is None:
             self.untouched = tempfile.NamedTemporaryFile(prefix="bench-untouched-", suffix=".pt")
             torch.save(model.state_dict(), self.untouched.name)
@@ -293,16 +293,16 @@ class Trial:
         self.scaler.update()
         self.opt.zero_grad(set_to_none=not self.cuda_graphs)  # graphs: keep owned .grad (transforms.own_gradients)
 
-    def reference_loss(self, model, measure: bool = True) -> float | None:
+    def reference_loss(self, model, filed_only: bool = False) -> float | None:
         """fp32 eager loss of the untouched model on the first batch: what every precision must match.
 
         Reused from an earlier trial only for the same weights and batch (their sums are in the key),
-        so a factory that builds differently each time still gets its own reference. With `measure`
-        False: the filed one, or None.
+        so a factory that builds differently each time still gets its own reference. `filed_only`: the
+        filed one, or None (nothing measured).
         """
         batch = transforms.to_device(self.sample_batch(self.wl.dataset, self.wl.collate), self.device, False)
         key = {**self.figure_key(), "weights_and_batch": fingerprint([*model.parameters(), *model.buffers(), batch])}
-        return self.figures.get("reference", key, (lambda: self.fp32_loss(model, batch)) if measure else lambda: None)
+        return self.figures.get("reference", key, (lambda: None) if filed_only else lambda: self.fp32_loss(model, batch))
 
     def fp32_loss(self, model, batch) -> float:
         buffers = [(b, b.clone()) for b in model.buffers()]  # keep BatchNorm stats as they were
