@@ -202,7 +202,9 @@ class Trial:
             return self.reference_loss(model)
         filed = self.reference_loss(model, filed_only=True)
         if filed is None:
-            self.untouched = tempfile.NamedTemporaryFile(prefix="bench-untouched-", suffix=".pt")
+            # in the trial's folder, which the sweep removes even when it kills the trial
+            folder = Path(self.job["heartbeat"]).parent if self.job.get("heartbeat") else None
+            self.untouched = tempfile.NamedTemporaryFile(prefix="bench-untouched-", suffix=".pt", dir=folder)
             torch.save(model.state_dict(), self.untouched.name)
         return filed
 

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -59,8 +60,17 @@ def run_fault(folder: Path, fault: str, budget: int | None = None, width: int = 
     return {"rec": rec, "elapsed": time.monotonic() - started, "log": log, "pid_file": pid_file}
 
 
+def untouched_weights() -> set[Path]:
+    return set(Path(tempfile.gettempdir()).glob("bench-untouched-*"))
+
+
 @pytest.fixture(scope="module")
-def matrix(faulty_env):
+def untouched_before_the_matrix() -> set[Path]:
+    return untouched_weights()
+
+
+@pytest.fixture(scope="module")
+def matrix(faulty_env, untouched_before_the_matrix):
     with ThreadPoolExecutor(max_workers=3) as pool:
         futures = {fault: pool.submit(run_fault, faulty_env, fault) for fault in MATRIX_FAULTS}
         return {fault: future.result() for fault, future in futures.items()}
@@ -69,6 +79,13 @@ def matrix(faulty_env):
 def test_the_matrix_ran_through_the_warm_start(matrix):
     """Every row above is a trial forked from the warm trial server (harness.zygote), not a fresh interpreter."""
     assert {fault: out["rec"]["start"]["method"] for fault, out in matrix.items()} == dict.fromkeys(MATRIX_FAULTS, "warm")
+
+
+def test_a_killed_trial_leaves_no_untouched_weights_behind(matrix, untouched_before_the_matrix):
+    """A CPU trial keeps its untouched weights on disk until the reference pass after its steps; the
+    trials killed in their steps (hang, segfault, abort) once left that file in the temp folder for good."""
+    assert matrix["hang"]["rec"]["status"] == record.TIMEOUT and matrix["segfault"]["rec"]["status"] == record.CRASH
+    assert untouched_weights() - untouched_before_the_matrix == set()
 
 
 def error_of(outcome: dict) -> dict:
