@@ -171,12 +171,8 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
         if log_path is not None:
             save_log(log_path, log)
         result = record.read(result_path)
-        outcome = classify(proc.returncode, result, killed_for, log)
-        if died_at_the_cpu_wall(job, proc.returncode, outcome, read_heartbeat(Path(job["heartbeat"]))):
-            name = signal.Signals(-proc.returncode).name
-            outcome = failure(record.OOM, name, f"killed by {name} in its steps under the CPU memory wall: read as out "
-                              "of memory (a library that does not check a failed allocation); `bench trial` without "
-                              "--memory-budget tells a crash apart", log)
+        outcome = classify(proc.returncode, result, killed_for, log,
+                           in_steps_under_a_cpu_wall(job, read_heartbeat(Path(job["heartbeat"]))))
         if result is None and not killed_for and getattr(proc, "server_died", False):
             outcome = failure(record.INTERRUPTED, SERVER_DIED, "the warm trial server was killed during the trial "
                               "(from outside: the trial did nothing wrong); it runs again", log)
@@ -293,17 +289,15 @@ def remove_stale_workdirs() -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def died_at_the_cpu_wall(job: dict, rc: int | None, outcome: dict, beat: dict | None) -> bool:
-    """A CPU trial under a memory wall that SIGSEGV or SIGBUS killed in its steps: allocations past the wall
-    fail there, and a library that does not check one crashes instead of raising (one batch past the wall
-    in 26 ended so, in CI; the rest raised out-of-memory errors)."""
-    return (outcome["status"] == record.CRASH and job["device"] == "cpu" and bool(job.get("memory_budget"))
-            and rc in (-signal.SIGSEGV, -signal.SIGBUS)
+def in_steps_under_a_cpu_wall(job: dict, beat: dict | None) -> bool:
+    """Whether the trial was in its steps on a CPU under a memory wall, where allocations past the wall fail."""
+    return (job["device"] == "cpu" and bool(job.get("memory_budget"))
             and (beat or {}).get("phase") in ("first_step", "warmup", "measure"))
 
 
-def classify(rc: int, result: dict | None, killed_for: str | None, log: str) -> dict:
-    """How the trial ended -> its record. The child's own word wins when it left one."""
+def classify(rc: int, result: dict | None, killed_for: str | None, log: str, at_cpu_wall: bool = False) -> dict:
+    """How the trial ended -> its record. The child's own word wins when it left one. `at_cpu_wall`:
+    it died in its steps under a CPU memory wall (in_steps_under_a_cpu_wall)."""
     if killed_for:
         return failure(record.TIMEOUT, "Timeout", killed_for, log)
     if result is not None:
@@ -312,6 +306,13 @@ def classify(rc: int, result: dict | None, killed_for: str | None, log: str) -> 
         return failure(record.OOM, "bad_alloc", "aborted with std::bad_alloc (allocation failed)", log)
     if "MemoryError" in log or errors.is_oom_text(log):  # one table of every library's OOM words
         return failure(record.OOM, "OutOfMemory", "allocation failed before the trial could report", log)
+    if at_cpu_wall and rc in (-signal.SIGSEGV, -signal.SIGBUS):
+        # a library that does not check a failed allocation crashes instead of raising (one batch past
+        # the wall in 26 ended so, in CI; the rest raised out-of-memory errors)
+        name = signal.Signals(-rc).name
+        return failure(record.OOM, name, f"killed by {name} in its steps under the CPU memory wall: read as out of "
+                       "memory (a library that does not check a failed allocation); `bench trial` without "
+                       "--memory-budget tells a crash apart", log)
     if rc < 0:
         name = signal.Signals(-rc).name
         hint = " (an unexplained SIGKILL is often the kernel's OOM killer)" if rc == -signal.SIGKILL else ""

@@ -122,6 +122,18 @@ def test_abort_is_a_crash_not_an_oom(matrix):
     assert "faulty.py" in error_of(out)["log_tail"]  # where it aborted
 
 
+def test_a_segfault_counts_as_oom_only_in_the_steps_under_a_cpu_wall():
+    job, steps = {"device": "cpu", "memory_budget": 2 * 1024**3}, {"phase": "measure"}
+    assert launch.in_steps_under_a_cpu_wall(job, steps)
+    assert not launch.in_steps_under_a_cpu_wall(job, {"phase": "build"})
+    assert not launch.in_steps_under_a_cpu_wall(dict(job, memory_budget=None), steps)
+    assert not launch.in_steps_under_a_cpu_wall(dict(job, device="cuda:0"), steps)
+    assert launch.classify(-signal.SIGSEGV, None, None, "", at_cpu_wall=True)["status"] == record.OOM
+    assert launch.classify(-signal.SIGBUS, None, None, "", at_cpu_wall=True)["status"] == record.OOM
+    assert launch.classify(-signal.SIGABRT, None, None, "", at_cpu_wall=True)["status"] == record.CRASH
+    assert launch.classify(-signal.SIGSEGV, None, None, "")["status"] == record.CRASH
+
+
 def test_abort_counts_as_oom_only_with_bad_alloc():
     said = "terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc\n"
     assert launch.classify(-signal.SIGABRT, None, None, said)["status"] == record.OOM
