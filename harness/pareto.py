@@ -17,6 +17,7 @@ Tiers pick the same way under stricter headroom: the guides' "safe / balanced / 
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 from harness.errors import UserError
@@ -262,8 +263,7 @@ def spread(row, objective: str = "samples") -> float | None:
     rec = Record.of(row)
     runs = rec.runs(objective)
     if len(runs) > 2:
-        mean = sum(runs) / len(runs)
-        return (sum((r - mean) ** 2 for r in runs) / (len(runs) - 1)) ** 0.5 / mean
+        return statistics.stdev(runs) / statistics.mean(runs)
     return rec.step_cv
 
 
@@ -379,9 +379,7 @@ def speedup(best, base, objective: str = "samples") -> tuple[float, float | None
     ratios = [x / y for x, y in zip(a, b) if x and y]  # a round where either run failed pairs nothing
     if not ratios:
         return None
-    mean = sum(ratios) / len(ratios)
-    spread = (sum((r - mean) ** 2 for r in ratios) / (len(ratios) - 1)) ** 0.5 if len(ratios) > 1 else None
-    return speed(best, objective) / speed(base, objective), spread
+    return speed(best, objective) / speed(base, objective), statistics.stdev(ratios) if len(ratios) > 1 else None
 
 
 def versus(row, base, objective: str = "samples") -> Versus | None:
