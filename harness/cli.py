@@ -469,8 +469,9 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
     spec_path = spec_path_of(info, storage, results)
     spec = study_spec(spec_path, info)
     choice = study_choice(rows, info, spec)
-    if fmt == "html":
-        out_path = out_path or studies.study_dir(results, name) / "report.html"
+    if fmt == "html" and not out_path:
+        out_path = studies.study_dir(results, name) / "report.html"
+        out_path.parent.mkdir(parents=True, exist_ok=True)  # bench's own folder; a study in a database has none yet
     if out_path:
         refuse_own_file(out_path, spec_path, spec, storage, results, name)
     if fmt == "table":
@@ -560,15 +561,17 @@ def pick_study(name: str | None, scenario: str | None, results: Path, storage: s
 def refuse_own_file(path: Path, spec_path: str | None, spec, storage: str | None, results: Path, name: str,
                     option: str = "--out") -> None:
     """`--out` (a report) or `--to` (apply's config) onto the study's journal or database, its spec, or
-    bench's other files in its folder would replace what bench reads with what it writes; so would a
-    report onto the apply target or into the Hydra group of profiles apply writes: refused."""
+    bench's files in any study's folder would replace what bench reads with what it writes; so would
+    either onto a backup apply made, and a report onto the apply target, into the Hydra group of
+    profiles apply writes, or over any existing file that is not a report: refused. A report's folder
+    must exist (a typo there made folders from the root down)."""
     writes = "the report" if option == "--out" else "the config"
-    own = {"the study's journal": None if storage else studies.study_dir(results, name) / stores.JOURNAL,
+    owned = {"the study's journal": None if storage else studies.study_dir(results, name) / stores.JOURNAL,
            "the study's database": stores.sqlite_path(storage) if storage else None,
            "the study's spec": spec_path,
            "the spec's apply target": spec.apply.file if option == "--out" and spec is not None and spec.apply else None}
     target = path.resolve()
-    for what, own_path in own.items():
+    for what, own_path in owned.items():
         if own_path is not None and Path(own_path).resolve() == target:
             raise UserError(f"{option} {path}: that is {what}, which bench reads to report and apply; write "
                             f"{writes} to another file")
@@ -576,10 +579,35 @@ def refuse_own_file(path: Path, spec_path: str | None, spec, storage: str | None
     if group is not None and target.is_relative_to(Path(group).resolve()):
         raise UserError(f"{option} {path}: that is inside the spec's Hydra config group {group}, where apply "
                         "writes each device's profile and every file is a Hydra option; write the report elsewhere")
-    folder = studies.study_dir(results, name).resolve()
-    if not storage and target.is_relative_to(folder) and not (option == "--out" and target.name.startswith("report")):
-        raise UserError(f"{option} {path}: inside the study's folder only report files go (its journal, "
-                        f"logs, locks and caches are bench's); write {writes} elsewhere")
+    own = None if storage else studies.study_dir(results, name).resolve()
+    folder = own if own and target.is_relative_to(own) else study_folder_holding(target, results)
+    if folder and not (option == "--out" and target.name.startswith("report")):
+        whose = "the study's folder" if folder == own else f"study {folder.name}'s folder"
+        raise UserError(f"{option} {path}: inside {whose} only report files go (its journal, logs, locks and "
+                        f"caches are bench's); write {writes} elsewhere")
+    if apply.BACKUP_INFIX in target.name:
+        raise UserError(f"{option} {path}: that is a backup bench apply made of your config, maybe its only copy; "
+                        f"write {writes} to another file")
+    if option == "--out" and target.is_file() and target.suffix.lower() not in REPORT_SUFFIXES:
+        raise UserError(f"{option} {path}: that file exists and is not a report (a report replaces only "
+                        f"{', '.join(sorted(REPORT_SUFFIXES))} files); write the report to another file")
+    if option == "--out" and not target.parent.is_dir():
+        raise UserError(f"{option} {path}: folder {target.parent} does not exist; create it, or write the report elsewhere")
+
+
+REPORT_SUFFIXES = {".csv", ".json", ".html", ".htm", ".txt", ".md"}
+"""What --out may replace when the file exists: a report's kinds, never a spec, config, journal, lock or database."""
+
+
+def study_folder_holding(target: Path, results: Path) -> Path | None:
+    """The folder of any study under `results` (one holding a journal) that `target` lies in, or None."""
+    root = results.resolve()
+    for folder in target.parents:
+        if not folder.is_relative_to(root):
+            return None
+        if (folder / stores.JOURNAL).exists():
+            return folder
+    return None
 
 
 def write_text(path: Path, text: str) -> None:
@@ -591,7 +619,6 @@ def write_text(path: Path, text: str) -> None:
                 stream.write(text)
             return
         target = path.resolve()
-        target.parent.mkdir(parents=True, exist_ok=True)
         apply.replace_file(target, text.encode())
     except OSError as exc:
         raise UserError(f"--out {path}: cannot write ({exc.strerror or exc}); pick a writable path") from None

@@ -197,3 +197,30 @@ def test_report_out_refuses_the_hydra_config_group_apply_writes(project):
     assert result.exit_code == 2 and "Hydra config group" in result.output, result.output
     assert (group / "cpu.yaml").read_text() == "# @package _global_\nbatch_size: 8\n"
     assert list(group.iterdir()) == [group / "cpu.yaml"]
+
+
+def test_report_out_refuses_another_studys_files_a_backup_and_a_file_that_is_not_a_report(known_study):
+    """Each was overwritten with exit 0: another study's journal (its measurements gone), the only
+    backup of the user's config, another spec; and a typo'd folder was made from the root down."""
+    other = known_study / "results" / "other"
+    other.mkdir()
+    (other / "journal.log").write_bytes(b"another study's measurements")
+    backup = known_study / "examples" / "config.yaml.bench-backup-20261125-101010"
+    backup.write_text("data_loader:\n  batch_size: 8\n")
+    (known_study / "other.yaml").write_text("study: other\n")
+    refused = {other / "journal.log": "inside study other's folder", other / "summary.csv": "inside study other's folder",
+               backup: "a backup bench apply made", known_study / "other.yaml": "not a report",
+               known_study / "no" / "such" / "r.csv": "folder"}
+    for target, said in refused.items():
+        before = target.read_bytes() if target.exists() else None
+        out = CliRunner().invoke(main, ["report", "known", "--format", "csv", "--out", str(target)])
+        assert out.exit_code == 2 and said in out.output and "Traceback" not in out.output, (target, out.output)
+        assert (target.read_bytes() if target.exists() else None) == before
+    assert not (known_study / "no").exists() and not (other / "summary.csv").exists()
+    for _ in range(2):  # a report replaces a report
+        out = CliRunner().invoke(main, ["report", "known", "--format", "csv", "--out", "known.csv"])
+        assert out.exit_code == 0, out.output
+    assert (known_study / "known.csv").read_text().startswith("number,")
+    out = CliRunner().invoke(main, ["apply", "best", "--study", "known", "--to", str(backup)])
+    assert out.exit_code == 2 and "a backup bench apply made" in out.output
+    assert backup.read_text() == "data_loader:\n  batch_size: 8\n"
