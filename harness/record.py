@@ -99,7 +99,7 @@ class Record:
     busy: dict | None = None
     """What made the machine busy during the trial (harness.busy.describe), None when it was quiet."""
     remeasured_after: dict | None = None
-    """Studies before version 2: the busy verdict of a first run this trial replaced."""
+    """What spoiled the run this trial replaced on a quiet machine: its busy verdict, or {"noisy_cv": CV}."""
     log: str | None = None
     """The trial's log file."""
     repeats: tuple[Run, ...] = ()

@@ -176,7 +176,8 @@ class Sweep:
         self.retry_what_stopped_the_last_sweep()
         running = len(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
         self.progress.started(self.counted(), self.total, self.spec.study, running)
-        self.quiet.wait("the sweep starts", longest=2 * busy.EACH_WAIT_S, run=False)
+        if self.quiet.wait("the sweep starts", longest=2 * busy.EACH_WAIT_S, run=False) is None:
+            self.remeasure_what_ran_busy()
         for _ in range(1 + RESEARCHES):
             if not self.search():
                 return
@@ -393,6 +394,8 @@ class Sweep:
             raise UserError(f"{self.spec.path}: objective: tokens, but workload {workload_label(self.spec.workload)} "
                             "reports no tokens_per_sample (its samples have no length); set objective: samples and re-run")
         rec.update(number=trial.number, config=config)
+        if trial.user_attrs.get("remeasured_after"):  # what spoiled the run this one replaces, for the report
+            rec["remeasured_after"] = trial.user_attrs["remeasured_after"]
         rec.setdefault("error", None)
         rec["log"] = self.log_of(trial.number)
         before = self.leader_so_far()
@@ -742,6 +745,32 @@ class Sweep:
             self.study.set_user_attr("stopped_on_error", [])  # last: a kill before it retries again, nothing lost
         self.progress.note(f"running again the {len(stopped)} config(s) that stopped the last sweep with an error")
 
+    def remeasure_what_ran_busy(self) -> None:
+        """On a quiet machine, what a busy one measured runs again, so that "run the same command again
+        when the machine is quiet" does what it says: a trial measured busy, or too noisy to rank (once),
+        is set aside (superseded) and its config queued; a busy confirmation run is freed to run again.
+        A confirmed trial keeps its own run: the median of its runs already outvotes one busy figure."""
+        with self.claiming():
+            rows, attrs = rows_of(self.study), self.study.user_attrs
+            again = [r for r in rows if r["status"] == record.OK and not pareto.confirmed(r) and (
+                     r.get("busy") or (pareto.noisy(r) and "noisy_cv" not in (r.get("remeasured_after") or {})))]
+            trials = {t.number: t for t in self.study.get_trials(deepcopy=False)}
+            for r in again:
+                first = r.get("busy") or {"noisy_cv": record.Record.of(r).step_cv}
+                requeue(self.study, sampler_params(self.spec, r["config"]),
+                        {**trials[r["number"]].user_attrs, "remeasured_after": first})
+            if again:
+                self.study.set_user_attr("superseded", sorted(superseded(self.study) | {r["number"] for r in again}))
+            runs = [key for key, slot in attrs.items() if key.startswith("confirm:") and isinstance(slot, dict)
+                    and slot.get("state") == "done" and (slot.get("run") or {}).get("busy")]
+            for key in runs:
+                self.study.set_user_attr(key, {"state": "free"})
+        if again:
+            self.progress.note(f"the machine is quiet: measuring again {len(again)} trial(s) a busy machine or noise "
+                               "spoiled (" + ", ".join(f"#{r['number']}" for r in again) + ")")
+        if runs:
+            self.progress.note(f"the machine is quiet: {len(runs)} confirmation run(s) made on a busy machine run again")
+
     def fail_stale_trials(self) -> None:
         """RUNNING trials no live worker holds: interrupted, re-queued (recover_trials)."""
         with self.claiming():
@@ -873,7 +902,7 @@ def report_config(config: dict) -> str:
 
 
 def requeue(study: optuna.Study, params: dict, attrs: dict) -> None:
-    keep = {k: v for k, v in attrs.items() if k in ("baseline", "config")}
+    keep = {k: v for k, v in attrs.items() if k in ("baseline", "config", "remeasured_after")}
     study.enqueue_trial(params, user_attrs=keep, skip_if_exists=False)
 
 

@@ -97,3 +97,59 @@ def test_looking_at_the_machine_measures_cores_in_use():
     cores = os.cpu_count() or 1
     assert flag is None or flag["busy_cores"] > busy.OTHERS_CORES
     assert flag is not None or cores > 8  # on a many-core box one spinning core may stay under the sum
+
+
+def test_run_again_on_a_quiet_machine_measures_again_what_a_busy_one_spoiled(tmp_path, monkeypatch):
+    """The advice "run the same command again when the machine is quiet" once measured nothing: the
+    resume found every trial measured. Now the busy trial runs again in a new one, which says why."""
+    monkeypatch.setattr(busy, "POLL_S", 0.01)
+    spec = specs.load(faulty_spec(tmp_path, "load", ["none"]))
+    study = studies.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    monkeypatch.setenv(busy.WAIT_ENV, "0")
+    monkeypatch.setattr(busy, "now", lambda device, sample_s=busy.SAMPLE_S: BUSY)
+    studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=Lines()).run()
+    (first,) = studies.rows_of(study)
+    assert first["busy"]["busy_cores"] == 1.9
+    study.set_user_attr(studies.confirm_key(first["number"], 0), {"state": "done", "run": {
+        "status": "ok", "throughput": 1.0, "peak_memory": 1, "busy": BUSY}})  # a busy confirmation run, too
+
+    monkeypatch.setattr(busy, "now", lambda device, sample_s=busy.SAMPLE_S: None)  # quiet now
+    progress = Lines()
+    studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=progress).run()
+    (again,) = studies.rows_of(study)
+    assert again["number"] != first["number"] and again["status"] == "ok" and not again["busy"]
+    assert again["remeasured_after"]["busy_cores"] == 1.9
+    assert "measuring again 1 trial(s) a busy machine or noise spoiled (#0)" in "\n".join(progress.lines)
+    assert study.user_attrs[studies.confirm_key(first["number"], 0)] == {"state": "free"}
+    choice = report.annotate(studies.rows_of(study), {"name": "load"})
+    assert "re-measured #1: the machine was busy during its first run (1.9 of 2 cores" in str(report.summary(choice, {}))
+    assert "when the machine is quiet" not in report.next_step(choice)
+
+    progress = Lines()  # measured quiet: the next resume has nothing to measure again
+    studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=progress).run()
+    assert [r["number"] for r in studies.rows_of(study)] == [again["number"]]
+    assert not any("measuring again" in line for line in progress.lines)
+
+
+def oom(number: int, busy_flag=None) -> dict:
+    return {"number": number, "status": "oom", "config": {"batch_size": 8 << number}, "throughput": None,
+            "peak_memory": None, "busy": busy_flag, "baseline": number == 0, "error": {"type": "OutOfMemory"}}
+
+
+def test_the_next_step_of_a_study_that_ran_out_of_memory_on_a_busy_machine_is_the_memory_advice():
+    """Load does not change what fits: the busy advice (run again when quiet) was given, which changes nothing."""
+    choice = report.annotate([oom(0, BUSY), oom(1, BUSY)], {"name": "load"})
+    assert report.next_step(choice).startswith("no config fits")
+
+
+def test_a_best_whose_confirmation_runs_were_busy_is_not_acted_on():
+    """The baseline's confirmation runs ran at 50 and 8 samples/s against 749 alone, and the answer was
+    "keep your config": its figure was the busy runs'."""
+    def ok(number, speed, runs):
+        return {"number": number, "status": "ok", "config": {"batch_size": 8 << number}, "throughput": speed,
+                "peak_memory": 1 << 30, "busy": None, "baseline": number == 0, "error": None,
+                "timing": {"step_s": {"cv": 0.01, "median": 0.1}},
+                "repeats": [{"status": "ok", "throughput": r, "peak_memory": 1 << 30, "busy": BUSY} for r in runs]}
+    choice = report.annotate([ok(0, 749.2, [50.3, 8.0]), ok(1, 1205.7, [1188.7, 1153.1]), ok(2, 700.0, []),
+                              ok(3, 690.0, [])], {"name": "load"})
+    assert "when the machine is quiet" in report.next_step(choice)

@@ -347,9 +347,14 @@ def ran(choice: Choice) -> list[Standing]:
     return [s for s in choice.rows if s.record.status not in failures.IN_FLIGHT_OR_NOT_RUN]
 
 
+def ran_busy(s: Standing) -> bool:
+    """Its trial or one of its confirmation runs was measured on a busy machine."""
+    return bool(s.record.busy) or any(r.busy for r in s.record.repeats)
+
+
 def busy_story(choice: Choice) -> str | None:
     ran_rows = ran(choice)
-    busy_rows = [s for s in ran_rows if s.record.busy or any(r.busy for r in s.record.repeats)]
+    busy_rows = [s for s in ran_rows if ran_busy(s)]
     if not ran_rows:
         return None  # nothing ran to be quiet or busy for
     if not busy_rows:
@@ -361,10 +366,15 @@ def busy_story(choice: Choice) -> str | None:
 
 
 def next_step(choice: Choice) -> str:
-    noisy, ran_rows = [s for s in choice.rows if s.noisy], ran(choice)
-    busy_rows = [s for s in ran_rows if s.record.busy]
-    if noisy or len(busy_rows) * 2 > len(ran_rows):
-        return "run `bench sweep` again when the machine is quiet: noisy or busy trials are not measurements to act on"
+    ran_rows = ran(choice)
+    measured = [s for s in ran_rows if s.record.status == record.OK]  # an OOM or a failure is not a figure load spoils
+    noisy, busy_rows = [s for s in measured if s.noisy], [s for s in measured if ran_busy(s)]
+    if noisy and all("noisy_cv" in (s.record.remeasured_after or {}) for s in noisy):
+        return (f"trial(s) {', '.join(f'#{s.number}' for s in noisy)} stayed noisy when measured again on a quiet machine: "
+                "give trials longer (trial.max_seconds) or steadier data, and sweep again")
+    if noisy or len(busy_rows) * 2 > len(measured) or any(s in busy_rows for s in (choice.best, choice.leader)):
+        return ("run `bench sweep` again when the machine is quiet: it measures again what a busy machine or noise "
+                "spoiled, and the figures deciding this one are such")
     if not ran_rows:
         return "nothing ran to a result yet: run the same `bench sweep` to resume"
     if choice.best is None and not any(s.record.status in (record.OK, record.OOM, record.DIVERGED) for s in ran_rows):
@@ -393,8 +403,10 @@ def watch_lines(choice: Choice) -> list[str]:
             lines.append(f"skipped #{r.number} {describe(r.config)}: {skip.get('reason')} "
                          f"(inferred from trials {', '.join(map(str, skip.get('from', [])))}); not measured")
         if r.remeasured_after:
-            lines.append(f"re-measured #{r.number}: the machine was busy during its first run "
-                         f"({busy.describe(r.remeasured_after)})")
+            first = r.remeasured_after
+            why = (f"its first run's windows disagreed by {first['noisy_cv']:.0%}" if "noisy_cv" in first
+                   else f"the machine was busy during its first run ({busy.describe(first)})")
+            lines.append(f"re-measured #{r.number}: {why}")
     return lines
 
 
