@@ -444,3 +444,26 @@ def test_a_resume_says_only_the_confirmation_runs_that_are_left(tmp_path, faulty
     third = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
     assert third.exit_code == 0 and "confirming" not in third.output, third.output
     assert len(repeats) == 5, repeats
+
+
+INTERRUPTED_IMPORT = """
+import sys
+class Interrupt:  # Ctrl-C arriving while Python imports the command's libraries
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "harness.cli":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, Interrupt)
+from harness.entry import main
+main()
+"""
+
+
+def test_ctrl_c_while_bench_starts_is_one_line_and_exit_130(tmp_path):
+    """The first half second of `bench report` or `bench sweep` is imports: Ctrl-C there printed a
+    10-44 line KeyboardInterrupt traceback from inside optuna or numpy."""
+    from importlib.metadata import entry_points
+    assert entry_points(group="console_scripts")["bench"].value == "harness.entry:main"
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED_IMPORT], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 130 and done.stderr == "interrupted while bench started; nothing was written\n", done.stderr
