@@ -247,6 +247,10 @@ def to_terminal(write) -> bool:
 
 def sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto) -> dict | None:
     current = apply.read_current(spec.apply) if spec.apply else {}
+    if spec.apply and (typo := apply.misspelled(spec.apply, current, spec.knob_names())):
+        knob, key, theirs = typo
+        raise UserError(f"{spec.path}: apply: {knob} is read from {key}, which is not in {spec.apply.file.name}, but "
+                        f"{theirs} is; fix the key under apply.keys (the sweep would measure a baseline that is not your config)")
     base = spec.baseline(current)
     for knob, line in (apply.not_found(spec.apply, current, spec.knob_names()) if spec.apply else {}).items():
         err.print(f"note: your current config: {line}; the baseline takes {knob} {base.get(knob)}",

@@ -411,6 +411,18 @@ def test_report_and_apply_without_a_study(cwd):
     assert nothing_written(cwd)
 
 
+def test_a_misspelled_apply_key_is_refused_before_any_trial(cwd):
+    """data_loader.batchsize for data_loader.batch_size: the sweep ran, measured batch 4 as "your config"
+    (the file holds 8), called it best, and only apply refused."""
+    write(cwd, "config.yaml", text="data_loader:\n  batch_size: 8   # by hand\noptimizer:\n  lr: 0.001\n")
+    write(cwd, "s.yaml", {"study": "s", "workload": {"name": "emberformer", "preset": "tiny"},
+                          "search": {"batch_size": [4, 8]}, "trials": 2,
+                          "apply": {"file": "config.yaml", "keys": {"batch_size": "data_loader.batchsize"}}})
+    assert_user_error(bench("sweep", "s.yaml"), "apply: batch_size is read from data_loader.batchsize",
+                      "but data_loader.batch_size is; fix the key under apply.keys")
+    assert nothing_written(cwd)
+
+
 # ---- trial numbers and apply targets (one real study: an ok trial and an error trial) -----------------
 
 TARGET = "# the user's training config\ntrain:\n  batch_size: 16   # tuned by hand\n  lr: 0.001\n"

@@ -249,6 +249,29 @@ def not_found(target: ApplyTarget, current: Mapping, names) -> dict[str, str]:
     return lines
 
 
+def misspelled(target: ApplyTarget, current: Mapping, names) -> tuple[str, str, str] | None:
+    """(knob, key, the file's key) for a knob whose key is not in the file but one spelled almost like
+    it is (data_loader.batchsize for data_loader.batch_size): a typo, which would have the sweep measure
+    as "your config" a baseline that is not."""
+    data = _plain_data(target.file)
+    leaves = list(flatten(data)) if data else []
+    for knob in not_found(target, current, names):
+        for m in target.keys.get(knob, ()):
+            close = difflib.get_close_matches(m.key, leaves, n=1, cutoff=0.9)
+            if close:
+                return knob, m.key, close[0]
+    return None
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """A nested mapping as {"a.b.c": leaf}: the dotted keys apply's key maps use."""
+    out = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        out.update(flatten(value, name + ".") if isinstance(value, dict) else {name: value})
+    return out
+
+
 def _check_knob_name(knob: object, known_knobs: Collection[str] | None, where: str) -> None:
     if not isinstance(knob, str) or not knob:
         raise UserError(f"{where}: a knob name must be a non-empty string")

@@ -13,7 +13,7 @@ from pathlib import Path
 from harness.apply._comments import stale_comments
 from harness.apply._document import _Document, _load_document, _lookup, _parse_data, _read_knobs, _same, _set
 from harness.apply._edit import _insert_keys, _replace_value
-from harness.apply._keymaps import ABSENT, FORMATS, PRESETS, ApplyTarget, KeyMap, LrRule
+from harness.apply._keymaps import ABSENT, FORMATS, PRESETS, ApplyTarget, KeyMap, LrRule, flatten
 from harness.errors import UserError
 from harness.units import size
 
@@ -279,15 +279,6 @@ def run_length(target: ApplyTarget) -> tuple[int | None, str]:
     said = f"{name} says {epochs[0]} {epochs[1]} but not how many steps an epoch has" if epochs else \
         f"{name} names no max_steps"
     return None, said
-
-
-def flatten(tree: dict, prefix: str = "") -> dict:
-    """A nested mapping as {"a.b.c": leaf}: the dotted keys apply's key maps use."""
-    out = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        out.update(flatten(value, name + ".") if isinstance(value, dict) else {name: value})
-    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from collections.abc import Collection
 import yaml
 
 from harness.apply._keymaps import ApplyTarget
-from harness.apply._plan import flatten
+from harness.apply._keymaps import flatten
 
 
 NOT_A_SIZE = frozenset({"lr", "samples", "dropout", "temperature", "aux_weight", "hard_fraction", "lora_dropout",
