@@ -1061,7 +1061,10 @@ def rows_of(study: optuna.Study) -> list[dict]:
         rec = dict(t.user_attrs.get("record") or {})
         if not_run_itself(t):
             continue  # a duplicate's measurement is in the table under its own number
-        if t.state == TrialState.RUNNING and not rec:
+        if t.state == TrialState.RUNNING and not rec and is_stale(t.user_attrs.get("worker")):
+            rec = {"status": record.INTERRUPTED, "throughput": None, "peak_memory": None, "error": {
+                   "type": "Interrupted", "message": "its bench process died; the next `bench sweep` runs it again"}}
+        elif t.state == TrialState.RUNNING and not rec:
             rec = {"status": "running", "throughput": None, "peak_memory": None, "error": None}
         elif interrupted(t) and not rec:
             rec = {"status": record.INTERRUPTED, "throughput": None, "peak_memory": None,

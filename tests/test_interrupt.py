@@ -219,7 +219,9 @@ def test_kill_9_takes_the_trial_down_and_resume_recovers_the_stale_trial(gated):
     assert wait_until_gone(pgid) == [], "the trial (or its grandchild) outlived its killed sweep"
     assert pid_gone(grandchild)
     before = by_fault(report_rows(gated))
-    assert [r["status"] for r in before["hang"]] == ["running"]  # as the killed sweep left it
+    # RUNNING in the study, as the killed sweep left it; the report says it will run again (it said `running`)
+    assert [r["status"] for r in before["hang"]] == ["interrupted"]
+    assert "its bench process died; the next `bench sweep` runs it again" in before["hang"][0]["error"]["message"]
     assert_resumes(gated, before, stale_note=True)
 
 
