@@ -581,14 +581,19 @@ class Sweep:
     def challenger(self) -> dict | None:
         """The fastest unconfirmed fitting config that would be chosen over the confirmed best if its
         single run held (pareto.prefer: faster than the best's median, or tied with it and lighter
-        where memory is scarce)."""
-        objective = self.spec.objective
-        fits = self.candidates(rows_of(self.study))
+        where memory is scarce); where the leader ties with your config, which stays, one faster than
+        your config beyond the noise: ties are not transitive, and confirmed it may be chosen over the tie."""
+        objective, rows = self.spec.objective, rows_of(self.study)
+        fits = self.candidates(rows)
         capacity = pareto.capacity(fits, self.spec.memory_budget)
         best = pareto.pick([r for r in fits if pareto.confirmed(r)], objective, capacity)
         if best is None:
             return None
         open_ = [r for r in fits if not pareto.confirmed(r) and pareto.prefer([best, r], objective, capacity) is r]
+        choice = pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, objective)
+        if not open_ and choice.kept:
+            base = next(r for r in rows if r["number"] == choice.baseline.number)
+            open_ = [r for r in fits if not pareto.confirmed(r) and pareto.faster(r, base, objective)]
         return max(open_, key=lambda r: pareto.speed(r, objective), default=None)
 
     def candidates(self, rows: list[dict]) -> list[dict]:

@@ -454,3 +454,27 @@ def test_a_worker_that_dies_mid_sweep_leaves_no_trial_running_for_the_one_that_g
     states = [t.state for t in study.get_trials(deepcopy=False)]
     assert TrialState.RUNNING not in states
     assert len({search.key(c) for c in runner.runs}) == 4  # the cap, not one short
+
+
+def test_where_a_tie_keeps_your_config_a_config_faster_than_yours_is_confirmed(tmp_path):
+    """A noisy confirmation run of the leader (7.0 against 12.0) made it tie with your config, which stayed;
+    batch 16 fp32 measured 10.0 once, 1.4x yours, and was never confirmed or named."""
+    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32", "bf16-mixed"])
+    seen = {}
+
+    def table(config):
+        key = (config["batch_size"], config["precision"])
+        seen[key] = seen.get(key, 0) + 1
+        runs = {(8, "fp32"): [7.0, 7.1, 6.9], (16, "bf16-mixed"): [12.0, 7.0, 12.0],
+                (16, "fp32"): [10.0, 9.9, 10.1], (8, "bf16-mixed"): [6.0, 6.0, 6.0]}[key]
+        return {"status": "ok", "throughput": runs[min(seen[key], 3) - 1], "peak_memory": 20 * MiB,
+                "timing": {"step_s": {"cv": 0.005}}}
+
+    sweep = sweep_for(spec, tmp_path, Runner(table), total=4, baseline={"batch_size": 8, "precision": "fp32"})
+    sweep.run()
+    rows = studies.rows_of(sweep.study)
+    by_config = {(r["config"]["batch_size"], r["config"]["precision"]): r for r in rows}
+    assert pareto.confirmed(by_config[(16, "fp32")]) and seen[(16, "fp32")] == 3
+    choice = pareto.choose(rows, spec.memory_budget, spec.headroom)
+    assert choice.leader.number == by_config[(16, "bf16-mixed")]["number"]  # it ties with your config
+    assert choice.best.number == by_config[(16, "fp32")]["number"]  # and this one surely beats yours
