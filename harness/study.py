@@ -176,7 +176,8 @@ class Sweep:
         self.retry_what_stopped_the_last_sweep()
         running = len(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
         self.progress.started(self.counted(), self.total, self.spec.study, running)
-        if self.quiet.wait("the sweep starts", longest=2 * busy.EACH_WAIT_S, run=False) is None:
+        waits = self.quiet.left > 0  # BENCH_QUIET_WAIT=0: measure the machine as it is, never measure again
+        if self.quiet.wait("the sweep starts", longest=2 * busy.EACH_WAIT_S, run=False) is None and waits:
             self.remeasure_what_ran_busy()
         for _ in range(1 + RESEARCHES):
             if not self.search():

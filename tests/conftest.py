@@ -14,7 +14,7 @@ FAULTY_DIR = ROOT / "tests" / "workloads"
 # tree's copy (`bench apply best`), and the tests must not depend on whether a user ran it.
 EMBERFORMER_CONFIG = ROOT / "tests" / "data" / "projects" / "emberformer-config.yaml"
 
-# The suite must pass on a machine others are using: a sweep here never waits for quiet (it still
+# The suite must pass on a machine others are using: a sweep here never waits for quiet, nor measures again what load spoiled (it still
 # looks, and says so); tests/test_busy.py sets the wait where it tests it.
 os.environ.setdefault("BENCH_QUIET_WAIT", "0")
 

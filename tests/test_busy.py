@@ -114,6 +114,10 @@ def test_run_again_on_a_quiet_machine_measures_again_what_a_busy_one_spoiled(tmp
         "status": "ok", "throughput": 1.0, "peak_memory": 1, "busy": BUSY}})  # a busy confirmation run, too
 
     monkeypatch.setattr(busy, "now", lambda device, sample_s=busy.SAMPLE_S: None)  # quiet now
+    monkeypatch.setenv(busy.WAIT_ENV, "0")
+    studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=Lines()).run()  # 0: the machine as it is
+    assert [r["number"] for r in studies.rows_of(study)] == [first["number"]]
+    monkeypatch.setenv(busy.WAIT_ENV, "120")
     progress = Lines()
     studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=progress).run()
     (again,) = studies.rows_of(study)
