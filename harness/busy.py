@@ -89,16 +89,14 @@ class Quiet:
         self.device, self.say, self.left = device, say, budget_s
         self.busy_runs = 0
 
-    def wait(self, what: str, longest: float = EACH_WAIT_S, run: bool = True) -> dict | None:
-        """Look at the machine before `what` (a `run` of a trial, or not); while it is busy, wait (at
-        most `longest`, and only what is left of the sweep's budget). The verdict that stands: None
-        when quiet."""
+    def wait(self, what: str, longest: float = EACH_WAIT_S) -> dict | None:
+        """Look at the machine before `what`; while it is busy, wait (at most `longest`, and only what
+        is left of the sweep's budget). The verdict that stands: None when quiet."""
         flag = now(self.device)
         if flag is None:
             return None
         bound = min(longest, self.left)
         if bound <= 0:
-            self.busy_runs += run
             self.say(f"machine busy before {what} ({describe(flag)}); no waiting left ({WAIT_ENV}): "
                      "measuring anyway, its figures will be noise")
             return flag
@@ -112,14 +110,18 @@ class Quiet:
         if flag is None:
             self.say(f"quiet after {waited:.0f}s: measuring")
             return None
-        self.busy_runs += run
         self.say(f"still busy after {waited:.0f}s ({describe(flag)}): measuring anyway; "
                  "its figures will be noise, not the config's speed")
         return flag
 
+    def measured(self, verdict: dict | None) -> None:
+        """A run ended with this verdict (busy before it or during it, or None): what `closing` counts."""
+        self.busy_runs += verdict is not None
+
     def closing(self) -> str | None:
-        """The sweep's last word on load, when any run had to be measured on a busy machine."""
+        """The sweep's last word on load, when any run was measured on a busy machine (the runs the live
+        output marks busy)."""
         if not self.busy_runs:
             return None
-        return (f"{self.busy_runs} run(s) started on a busy machine: the answer is noise where their figures "
+        return (f"{self.busy_runs} run(s) measured on a busy machine: the answer is noise where their figures "
                 "decide it; run the same command again when the machine is quiet")

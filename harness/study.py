@@ -177,7 +177,7 @@ class Sweep:
         running = len(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
         self.progress.started(self.counted(), self.total, self.spec.study, running)
         waits = self.quiet.left > 0  # BENCH_QUIET_WAIT=0: measure the machine as it is, never measure again
-        if self.quiet.wait("the sweep starts", longest=2 * busy.EACH_WAIT_S, run=False) is None and waits:
+        if self.quiet.wait("the sweep starts", longest=2 * busy.EACH_WAIT_S) is None and waits:
             self.remeasure_what_ran_busy()
         for _ in range(1 + RESEARCHES):
             if not self.search():
@@ -481,6 +481,7 @@ class Sweep:
         rec = launch.run(self.job(config, number, repeat), launch.Limits(self.spec.trial_timeout_s, self.spec.stall_s),
                          log, on_beat=self.progress.trial_phase)
         rec["busy"] = stayed_busy or busy.verdict(before, busy.snapshot(self.device))
+        self.quiet.measured(rec["busy"])
         return rec
 
     # -- confirmation ------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ def test_a_machine_that_stays_busy_is_measured_in_bounded_time_and_called_noise(
     assert "machine busy before the sweep starts" in text and "still busy after" in text
     assert "no waiting left (BENCH_QUIET_WAIT): measuring anyway, its figures will be noise" in text
     assert rows[0]["busy"]["busy_cores"] == 1.9
-    assert "started on a busy machine: the answer is noise" in lines[-1]
+    assert "1 run(s) measured on a busy machine: the answer is noise" in lines[-1]
     choice = report.annotate(rows, {"name": "load"})
     assert any("the machine was busy during 1 of 1 trials: #0" in line for line in report.story(choice))
     assert "when the machine is quiet" in report.next_step(choice)
@@ -157,3 +157,13 @@ def test_a_best_whose_confirmation_runs_were_busy_is_not_acted_on():
     choice = report.annotate([ok(0, 749.2, [50.3, 8.0]), ok(1, 1205.7, [1188.7, 1153.1]), ok(2, 700.0, []),
                               ok(3, 690.0, [])], {"name": "load"})
     assert "when the machine is quiet" in report.next_step(choice)
+
+
+def test_a_run_that_turned_busy_after_it_started_is_counted_in_the_sweeps_last_word(tmp_path, monkeypatch):
+    """The live output marked 5 trials busy and the last line said "4 run(s) started on a busy machine":
+    it counted only the runs the machine was busy before."""
+    during = {"load1": 4.2, "cores": 2, "steal": 0.0, "gpu_processes": 0}
+    monkeypatch.setattr(busy, "verdict", lambda before, after: during)
+    rows, lines, launched = sweep(tmp_path, iter([None] * 50), 60, monkeypatch)
+    assert rows[0]["busy"] == during
+    assert lines[-1].startswith("1 run(s) measured on a busy machine: the answer is noise")
