@@ -167,3 +167,10 @@ def test_a_run_that_turned_busy_after_it_started_is_counted_in_the_sweeps_last_w
     rows, lines, launched = sweep(tmp_path, iter([None] * 50), 60, monkeypatch)
     assert rows[0]["busy"] == during
     assert lines[-1].startswith("1 run(s) measured on a busy machine: the answer is noise")
+
+
+def test_the_next_step_while_a_sweep_runs_is_to_wait_for_it():
+    """`bench report` beside a live sweep told the user to run `bench sweep` again when the machine is quiet."""
+    running = {**oom(1), "status": "running", "error": None}
+    choice = report.annotate([oom(0, BUSY), running], {"name": "load"})
+    assert report.next_step(choice) == "a sweep is running (trial #1): `bench report` again when it ends"

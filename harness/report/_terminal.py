@@ -366,6 +366,9 @@ def busy_story(choice: Choice) -> str | None:
 
 
 def next_step(choice: Choice) -> str:
+    running = [s for s in choice.rows if s.record.status == "running"]
+    if running:  # its sweep decides what runs next, and may yet measure again what load spoiled
+        return f"a sweep is running (trial #{running[0].number}): `bench report` again when it ends"
     ran_rows = ran(choice)
     measured = [s for s in ran_rows if s.record.status == record.OK]  # an OOM or a failure is not a figure load spoils
     noisy, busy_rows = [s for s in measured if s.noisy], [s for s in measured if ran_busy(s)]
