@@ -454,6 +454,11 @@ def test_predictions_get_their_own_card_apart_from_the_measured_table_and_compil
     from harness.report import _terminal  # the terminal's line: chances, not "beats best 41%" (read as +41%)
     said = " ".join(" ".join(_terminal.model_lines(choice)).split())
     assert "93% chance it fits, 41% chance it beats best" in said, said
+    kept = dataclasses.replace(choice, best=choice.baseline)  # a tie keeps your config: the chance is against the leader
+    assert kept.kept and kept.leader is not kept.baseline
+    leader = f"the leader (#{kept.leader.number})"
+    assert f"41% chance it beats {leader}" in " ".join(" ".join(_terminal.model_lines(kept)).split())
+    assert f"chance it beats {leader}" in html.unescape(report.render_html(kept, synthetic_study()))
 
 
 def test_no_predictions_no_card():

@@ -186,7 +186,7 @@ def _predicted(choice: Choice) -> str:
         for p in predicted)
     head = (f"<tr><th>config</th><th class=\"num\">predicted {esc(choice.unit)}</th><th class=\"num\">"
             "likely within, either way</th><th class=\"num\">predicted peak</th><th class=\"num\">chance it fits</th>"
-            "<th class=\"num\">chance it beats best</th></tr>")
+            f"<th class=\"num\">chance it beats {esc(_terminal.beaten(choice))}</th></tr>")
     return _card("Predicted, not measured", f'<div class="table-wrap"><table class="predicted"><thead>{head}'
                  f"</thead><tbody>{rows}</tbody></table></div>",
                  note="the search's model, fit from the trials above; run one with `bench trial`")

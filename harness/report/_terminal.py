@@ -262,8 +262,14 @@ def model_lines(choice: Choice) -> list[str]:
             lines.append(f"  {describe(p['config'])}  ~{p['speed']:.1f} {objective}/s (likely within "
                          f"×{math.exp(p['speed_sd']):.2f} either way), "
                          f"peak ~{size(p['peak_memory'])}, {p['fit_chance']:.0%} chance it fits, "
-                         f"{p['beat_chance']:.0%} chance it beats best")
+                         f"{p['beat_chance']:.0%} chance it beats {beaten(choice)}")
     return lines
+
+
+def beaten(choice: Choice) -> str:
+    """What a prediction's chance to beat is against: the planner's bar, the leader, which is best
+    unless a tie keeps your config."""
+    return f"the leader (#{choice.leader.number})" if choice.kept else "best"
 
 
 def why_lines(choice: Choice) -> list[str]:
