@@ -247,12 +247,13 @@ def to_terminal(write) -> bool:
 
 def sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto) -> dict | None:
     current = apply.read_current(spec.apply) if spec.apply else {}
-    if spec.apply and (typo := apply.misspelled(spec.apply, current, spec.knob_names())):
+    missing = apply.not_found(spec.apply, current, spec.knob_names()) if spec.apply else {}
+    if typo := apply.misspelled(spec.apply, missing):
         knob, key, theirs = typo
         raise UserError(f"{spec.path}: apply: {knob} is read from {key}, which is not in {spec.apply.file.name}, but "
                         f"{theirs} is; fix the key under apply.keys (the sweep would measure a baseline that is not your config)")
     base = spec.baseline(current)
-    for knob, line in (apply.not_found(spec.apply, current, spec.knob_names()) if spec.apply else {}).items():
+    for knob, line in missing.items():
         err.print(f"note: your current config: {line}; the baseline takes {knob} {base.get(knob)}",
                   markup=False, highlight=False, soft_wrap=True)
     if not specs.keeps_effective_batch(spec, base):

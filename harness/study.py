@@ -592,8 +592,8 @@ class Sweep:
         if best is None:
             return None
         open_ = [r for r in fits if not pareto.confirmed(r) and pareto.prefer([best, r], objective, capacity) is r]
-        choice = pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, objective)
-        if not open_ and choice.kept:
+        choice = None if open_ else pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, objective)
+        if choice is not None and choice.kept:
             base = next(r for r in rows if r["number"] == choice.baseline.number)
             open_ = [r for r in fits if not pareto.confirmed(r) and pareto.faster(r, base, objective)]
         return max(open_, key=lambda r: pareto.speed(r, objective), default=None)

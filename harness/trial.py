@@ -216,7 +216,7 @@ class Trial:
         transforms.set_numerics("fp32", False)
         try:
             with self.untouched:
-                model = workloads.build(self.job["workload"]).model
+                model = self.build_workload().model
                 model.load_state_dict(torch.load(self.untouched.name, weights_only=True))
             return self.reference_loss(model)
         except Exception:  # the measurement stands; only the check against the reference is lost

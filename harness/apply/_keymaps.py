@@ -249,13 +249,13 @@ def not_found(target: ApplyTarget, current: Mapping, names) -> dict[str, str]:
     return lines
 
 
-def misspelled(target: ApplyTarget, current: Mapping, names) -> tuple[str, str, str] | None:
-    """(knob, key, the file's key) for a knob whose key is not in the file but one spelled almost like
-    it is (data_loader.batchsize for data_loader.batch_size): a typo, which would have the sweep measure
-    as "your config" a baseline that is not."""
-    data = _plain_data(target.file)
+def misspelled(target: ApplyTarget, missing: Collection[str]) -> tuple[str, str, str] | None:
+    """(knob, key, the file's key) for one of the `missing` knobs (not_found's) whose key is not in the
+    file but one spelled almost like it is (data_loader.batchsize for data_loader.batch_size): a typo,
+    which would have the sweep measure as "your config" a baseline that is not."""
+    data = _plain_data(target.file) if missing else None
     leaves = list(flatten(data)) if data else []
-    for knob in not_found(target, current, names):
+    for knob in missing:
         for m in target.keys.get(knob, ()):
             close = difflib.get_close_matches(m.key, leaves, n=1, cutoff=0.9)
             if close:
