@@ -51,7 +51,7 @@ from pathlib import Path
 
 import optuna
 
-from harness import pareto, spec as specs, study as studies
+from harness import ledger, pareto, spec as specs, study as studies
 
 GiB = 2**30
 CARD = 80 * GiB
@@ -172,12 +172,12 @@ def answer(rows: list[dict]) -> dict | None:
 def run_bench(seed: int, trials: int) -> tuple[dict | None, int]:
     land = Landscape(seed)
     spec = spec_for(seed, trials)
-    study = studies.create(spec, optuna.storages.InMemoryStorage(), "cuda")
-    studies.enqueue_baseline(study, spec, spec.config(USER))
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cuda")
+    ledger.enqueue_baseline(study, spec, spec.config(USER))
     runs = Runs(land)
     with tempfile.TemporaryDirectory() as results:
         studies.Sweep(spec, study, "cuda", Path(results), trials, None, auto=True, runner=runs).run()
-    return answer(studies.rows_of(study)), runs.count
+    return answer(ledger.rows_of(study)), runs.count
 
 
 def run_optuna(seed: int, runs: int, kind: str) -> dict | None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import optuna
 
-from harness import pareto, search, spec as specs, study as studies
+from harness import ledger, pareto, search, spec as specs, study as studies
 from harness.units import parse_size
 
 WITHIN = 0.02
@@ -88,9 +88,9 @@ class Counter:
 def run_bench(land: dict, path: Path, seed: int) -> tuple[int, float, list]:
     grid = len(land["rows"])
     spec = spec_for(land, path, seed, trials=grid)
-    study = studies.create(spec, optuna.storages.InMemoryStorage(), land["device"])
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), land["device"])
     base = next((r["config"] for r in land["rows"] if r.get("baseline")), land["rows"][0]["config"])
-    studies.enqueue_baseline(study, spec, base)
+    ledger.enqueue_baseline(study, spec, base)
     counter = Counter(land)
     with tempfile.TemporaryDirectory() as results:  # the claim lock's folder; nothing else is written
         sweep = studies.Sweep(spec, study, land["device"], Path(results), grid, None, auto=False, runner=counter)
@@ -98,7 +98,7 @@ def run_bench(land: dict, path: Path, seed: int) -> tuple[int, float, list]:
             if not sweep.plan_next():
                 break
             sweep.run_one()
-    wrong = [r for r in studies.rows_of(study) if r["status"] == "skipped" and search.key(r["config"]) in land["fits"]]
+    wrong = [r for r in ledger.rows_of(study) if r["status"] == "skipped" and search.key(r["config"]) in land["fits"]]
     return counter.hit_at or grid, counter.hit_s or counter.seconds, wrong
 
 

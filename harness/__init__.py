@@ -16,11 +16,10 @@ def load_study(study: str | None = None, results: str | Path = "results", storag
     """
     import pandas as pd
 
-    from harness import report
-    from harness import study as studies
+    from harness import ledger, report, storage as stores
 
     results = Path(results)
-    name = study or studies.latest_study(results, storage)
-    loaded = studies.load(studies.existing_storage(storage, results, name), name)
-    rows = studies.rows_of(loaded)
-    return pd.DataFrame(report.flat(report.annotate(rows, studies.study_info(loaded))))
+    name = study or ledger.latest_study(results, storage)
+    loaded = ledger.load(stores.existing_storage(storage, results, name), name)
+    rows = ledger.rows_of(loaded)
+    return pd.DataFrame(report.flat(report.annotate(rows, ledger.study_info(loaded))))

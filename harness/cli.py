@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from harness import __version__, apply, knobs, launch, nvml, pareto, report, spec as specs, storage as stores, study as studies
+from harness import __version__, apply, knobs, launch, ledger, nvml, pareto, report, spec as specs, storage as stores, study as studies
 from harness.errors import UserError
 from harness.record import Record
 from harness.units import parse_duration, parse_size, size
@@ -263,14 +263,14 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
     if not storage_url:
         make_results_folder(results)
     storage = stores.open_storage(storage_url, results, spec.study, say=lambda line: err.print(escape(line), soft_wrap=True))
-    study = studies.create(studies.including(spec, base), storage, device)
+    study = ledger.create(ledger.including(spec, base), storage, device)
     if study.get_trials(deepcopy=False):  # a resume: the study's own space, device kind and budget
-        spec = studies.resumed(spec, study, device)
+        spec = ledger.resumed(spec, study, device)
     else:
-        spec = studies.including(spec, base)
-        studies.enqueue_baseline(study, spec, base)
-    studies.enqueue_grid(study, spec)
-    where = studies.redact(storage_url) if storage_url else str(studies.study_dir(results, spec.study))
+        spec = ledger.including(spec, base)
+        ledger.enqueue_baseline(study, spec, base)
+    ledger.enqueue_grid(study, spec)
+    where = stores.redact(storage_url) if storage_url else str(stores.study_dir(results, spec.study))
     out.print(f"[bold]bench sweep[/bold] {escape(spec.study)}: {escape(specs.workload_label(spec.workload))} "
               f"on {device}, {spec.space_size()} configs in the space, up to {total} trials → {escape(where)}")
     if os.environ.get(QUICK_ENV):
@@ -469,13 +469,13 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
 def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
     """Show what a study measured (default: the most recent one)."""
     name = pick_study(study_name, scenario, results, storage)
-    study = studies.load(studies.existing_storage(storage, results, name), name)
-    rows, info = studies.rows_of(study), studies.study_info(study)
+    study = ledger.load(stores.existing_storage(storage, results, name), name)
+    rows, info = ledger.rows_of(study), ledger.study_info(study)
     spec_path = spec_path_of(info, storage, results)
     spec = study_spec(spec_path, info)
     choice = study_choice(rows, info, spec)
     if fmt == "html" and not out_path:
-        out_path = studies.study_dir(results, name) / "report.html"
+        out_path = stores.study_dir(results, name) / "report.html"
         out_path.parent.mkdir(parents=True, exist_ok=True)  # bench's own folder; a study in a database has none yet
     if out_path:
         refuse_own_file(out_path, spec_path, spec, storage, results, name)
@@ -503,8 +503,8 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
 
 
 def spec_path_of(info: dict, storage: str | None, results: Path) -> str | None:
-    """studies.spec_file, told which project holds the study's journal (the results folder's parent)."""
-    return studies.spec_file(info, None if storage else Path(results).resolve().parent)
+    """ledger.spec_file, told which project holds the study's journal (the results folder's parent)."""
+    return ledger.spec_file(info, None if storage else Path(results).resolve().parent)
 
 
 def required_spec(info: dict, storage: str | None, results: Path, scenario: str | None):
@@ -546,11 +546,11 @@ def pick_study(name: str | None, scenario: str | None, results: Path, storage: s
     """STUDY, else the most recent; with --scenario, that scenario's study of the same spec."""
     if name is not None and not name.strip():
         raise UserError("the study name is empty; name a study, or leave it out for the most recent one")
-    given, name = name, name or studies.latest_study(results, storage)
+    given, name = name, name or ledger.latest_study(results, storage)
     if not scenario:
         return name
     try:
-        info = studies.study_info(studies.load(studies.existing_storage(storage, results, name), name))
+        info = ledger.study_info(ledger.load(stores.existing_storage(storage, results, name), name))
     except UserError:
         if given is None:
             raise
@@ -571,7 +571,7 @@ def refuse_own_file(path: Path, spec_path: str | None, spec, storage: str | None
     profiles apply writes, or over any existing file that is not a report: refused. A report's folder
     must exist (a typo there made folders from the root down)."""
     writes = "the report" if option == "--out" else "the config"
-    owned = {"the study's journal": None if storage else studies.study_dir(results, name) / stores.JOURNAL,
+    owned = {"the study's journal": None if storage else stores.study_dir(results, name) / stores.JOURNAL,
            "the study's database": stores.sqlite_path(storage) if storage else None,
            "the study's spec": spec_path,
            "the spec's apply target": spec.apply.file if option == "--out" and spec is not None and spec.apply else None}
@@ -584,7 +584,7 @@ def refuse_own_file(path: Path, spec_path: str | None, spec, storage: str | None
     if group is not None and target.is_relative_to(Path(group).resolve()):
         raise UserError(f"{option} {path}: that is inside the spec's Hydra config group {group}, where apply "
                         "writes each device's profile and every file is a Hydra option; write the report elsewhere")
-    own = None if storage else studies.study_dir(results, name).resolve()
+    own = None if storage else stores.study_dir(results, name).resolve()
     folder = own if own and target.is_relative_to(own) else study_folder_holding(target, results)
     if folder and not (option == "--out" and target.name.startswith("report")):
         whose = "the study's folder" if folder == own else f"study {folder.name}'s folder"
@@ -645,8 +645,8 @@ def write_text(path: Path, text: str) -> None:
 def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, storage, results):
     """Write the chosen config into the spec's apply target (with a backup and a diff)."""
     name = pick_study(study_name, scenario, results, storage)
-    study = studies.load(studies.existing_storage(storage, results, name), name)
-    rows, info = studies.rows_of(study), studies.study_info(study)
+    study = ledger.load(stores.existing_storage(storage, results, name), name)
+    rows, info = ledger.rows_of(study), ledger.study_info(study)
     spec = required_spec(info, storage, results, info.get("scenario"))
     choice = study_choice(rows, info, spec)
     chosen = choice.row_for(which, parse_size(budget, "--budget") if budget else None, name)

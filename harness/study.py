@@ -1,4 +1,5 @@
-"""The study: sampler, the ask/run/tell loop, resume (where it is stored: harness/storage.py).
+"""The sweep: the ask/run/tell loop that fills a study (what a study holds and how it is read:
+harness/ledger.py; where it is stored: harness/storage.py).
 
 Two objectives: throughput (maximize) and peak memory (minimize). Every trial carries the same two
 constraints (Optuna 5 `set_constraint`, feasible when <= 0): `memory` (over the budget's usable
@@ -8,26 +9,22 @@ user attributes, so the study alone is enough to report and apply.
 """
 from __future__ import annotations
 
-import datetime
 import hashlib
 import itertools
-import json
 import random
 import socket
 import time
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
 
-from harness import __version__, apply, busy, failures, launch, pareto, planner, record, search
-from harness import storage
-from harness.storage import (JOURNAL, existing_storage, is_stale, open_storage,  # noqa: F401 (open_storage: API)
-                             redact, study_dir, worker_id)
+from harness import apply, busy, failures, launch, ledger, pareto, planner, record, search, storage
 from harness.errors import UserError
-from harness.spec import Dimension, Spec, all_configs, keeps_effective_batch, workload_label
+from harness.spec import Spec, all_configs, workload_label
+from harness.storage import is_stale, study_dir, worker_id
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -51,83 +48,6 @@ RESEARCHES = 1
 """With --trials auto, how many times the search goes on after confirmation lowered the best's figure."""
 CONFIRM_POLL_S = 1.0
 """How often a worker looks whether another worker's confirmation run is recorded."""
-
-
-# ---- storage (harness/storage.py holds where and how; these read a study) ----------------------
-
-def latest_study(results: Path, storage_url: str | None) -> str:
-    """The most recently written study: under results/, or in the given storage."""
-    if storage_url:
-        summaries = optuna.get_all_study_summaries(existing_storage(storage_url, results, ""))
-        if not summaries:
-            raise UserError(f"--storage {redact(storage_url)}: holds no study; run `bench sweep` first")
-        return max(summaries, key=lambda s: s.datetime_start or datetime.datetime.min).study_name
-    journals = sorted(Path(results).glob(f"*/{JOURNAL}"), key=lambda p: p.stat().st_mtime)
-    journals = [j for j in journals if j.stat().st_size > 0]
-    if not journals:
-        raise UserError(f"no study under {results}/; run `bench sweep SPEC` first")
-    return journals[-1].parent.name
-
-
-def load(storage, name: str) -> optuna.Study:
-    try:
-        return optuna.load_study(study_name=name, storage=storage)
-    except KeyError:
-        raise UserError(f"no study named {name!r} in that storage; `bench report` lists what is there") from None
-
-
-def relative(path: Path) -> str | None:
-    """The spec's path relative to the sweep's folder, when inside it: how another machine's checkout finds it."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return None
-
-
-def spec_file(info: dict, project: Path | None = None) -> str | None:
-    """The study's spec on this machine: at its path relative to the sweep's folder inside `project`
-    (the folder holding the study's results: a copy of the project, whose own apply target is the one
-    to write), else in the current folder where the swept one is gone (another machine's checkout),
-    else where it was swept. None for a study `bench sweep` did not make."""
-    relative, swept = info.get("spec_relative"), info.get("spec_path")
-    if relative and project is not None and (project / relative).is_file():
-        return str(project / relative)
-    if relative and Path(relative).is_file() and (not swept or not Path(swept).exists()):
-        return relative
-    return swept
-
-
-def make_sampler(spec: Spec) -> optuna.samplers.BaseSampler:
-    samplers = {
-        # multivariate+group: compile is searched only in a later phase, so trials' spaces differ;
-        # constant_liar: several workers do not all sample the same point.
-        "tpe": lambda: optuna.samplers.TPESampler(seed=spec.seed, n_startup_trials=min(5, max(spec.trials // 3, 1)),
-                                                  multivariate=True, group=True, constant_liar=True),
-        "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=spec.seed),
-        "random": lambda: optuna.samplers.RandomSampler(seed=spec.seed),
-        "grid": lambda: optuna.samplers.RandomSampler(seed=spec.seed),  # the grid itself is enqueued (create)
-    }
-    return samplers[spec.sampler]()
-
-
-def create(spec: Spec, storage, device: str) -> optuna.Study:
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    try:  # loaded first: a resume writes nothing before `resumed` has agreed to it
-        study = optuna.load_study(study_name=spec.study, storage=storage, sampler=make_sampler(spec))
-    except KeyError:
-        study = optuna.create_study(study_name=spec.study, storage=storage, load_if_exists=True,
-                                    directions=["maximize", "minimize"], sampler=make_sampler(spec))
-    if "spec_path" not in study.user_attrs:
-        attrs = {"spec_path": str(spec.path), "spec_relative": relative(spec.path), "scenario": spec.scenario, "workload": spec.workload,
-                 "memory_budget": spec.memory_budget, "headroom": spec.headroom, "device": device,
-                 "objective": spec.objective,
-                 # what the sampler's params index (ordinal knobs are suggested as positions): a resume keeps it
-                 "choices": {knob: list(spec.sampled.get(knob, dim.choices)) for knob, dim in spec.search.items()
-                             if dim.choices},
-                 "created": datetime.datetime.now().isoformat(timespec="seconds"), "bench": __version__}
-        for key, value in attrs.items():
-            study.set_user_attr(key, value)
-    return study
 
 
 # ---- the sweep loop ------------------------------------------------------------------------------
@@ -225,8 +145,8 @@ class Sweep:
     def keep_model(self) -> None:
         """The planner's predictions for the configs never measured and one line on why best is best,
         kept with the study for `bench report` (predictions, never measurements)."""
-        if self.spec.sampler == "tpe" and rows_of(self.study):
-            rows = rows_of(self.study)
+        if self.spec.sampler == "tpe" and ledger.rows_of(self.study):
+            rows = ledger.rows_of(self.study)
             self.study.set_user_attr("model", self.planner(rows).summary(rows, self.leader_so_far()))
 
     def plan_next(self) -> bool:
@@ -259,7 +179,7 @@ class Sweep:
     def queue_planned(self) -> bool:
         eager = self.eager_phase()
         apart = self.compile_apart()
-        rows = rows_of(self.study)
+        rows = ledger.rows_of(self.study)
         config = self.planner(rows).next(rows, include=lambda c: not apart or c.get("compile", "off") == "off",
                                          stop=planner.EAGER_STOP_CHANCE if eager else planner.STOP_CHANCE if self.auto else None)
         if config is not None:
@@ -276,7 +196,7 @@ class Sweep:
 
     def planner(self, rows: list[dict] | None = None) -> planner.Planner:
         # without a budget the wall is the device's memory, as the report's choice takes it: known once a trial ran
-        limit = self.spec.memory_budget or pareto.capacity(rows_of(self.study) if rows is None else rows, None)
+        limit = self.spec.memory_budget or pareto.capacity(ledger.rows_of(self.study) if rows is None else rows, None)
         if self._planner is None or self._planner.limit != limit:
             self._planner = planner.Planner(list(all_configs(self.spec)), limit * (1 - self.spec.headroom) if limit else None,
                                             limit, self.device, self.spec.objective,
@@ -320,7 +240,7 @@ class Sweep:
         """Queue every compile mode of the next-best eager config (by measured speed, feasible ones),
         up to COMPILE_TOP of them: the best always, each further one only while compiling has beaten
         its eager twin beyond the noise, since a cold compile costs a minute on a CPU. False if none."""
-        rows = rows_of(self.study)
+        rows = ledger.rows_of(self.study)
         eager = sorted((r for r in self.candidates(rows) if r["config"].get("compile") == "off"),
                        key=lambda r: -pareto.speed(r, self.spec.objective))[:COMPILE_TOP]
         compiled: dict[tuple, list[dict]] = {}
@@ -344,7 +264,7 @@ class Sweep:
         return True
 
     def enqueue(self, config: dict) -> None:
-        self.study.enqueue_trial(sampler_params(self.spec, config), user_attrs={"config": config})
+        self.study.enqueue_trial(ledger.sampler_params(self.spec, config), user_attrs={"config": config})
 
     def queued(self) -> bool:
         return bool(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
@@ -364,7 +284,7 @@ class Sweep:
             self.enqueue_unmeasured(trial.number)
             return False
         # sampler: grid measures every config (that is how landscapes are recorded and skips checked)
-        skip = None if self.spec.sampler == "grid" else search.skip_reason(config, rows_of(self.study),
+        skip = None if self.spec.sampler == "grid" else search.skip_reason(config, ledger.rows_of(self.study),
                                                                            usable_memory(self.spec))
         if skip:
             self.tell_skipped(trial, config, skip)
@@ -412,7 +332,7 @@ class Sweep:
     def stop_if_every_config_fails_alike(self, log: str | None) -> None:
         """Nothing trained and the first trials (every config, in a smaller space) failed with one error in
         the user's code: stop, and have the next sweep run them again (the user was told to fix it and re-run)."""
-        rows = rows_of(self.study)
+        rows = ledger.rows_of(self.study)
         enough = min(failures.SAME_ERROR_STOPS_AFTER, self.spec.space_size())
         if same := failures.hopeless(rows, enough):
             self.study.set_user_attr("stopped_on_error", [r["number"] for r in rows if r["status"] == record.ERROR])
@@ -434,7 +354,7 @@ class Sweep:
             try:
                 # suggest() even for enqueued trials: it records their fixed params with distributions,
                 # so the sampler sees every trial (baseline, grid, compile and frontier probes included).
-                params = suggest(trial, self.spec, eager_only=self.eager_phase() and "config" not in trial.user_attrs)
+                params = ledger.suggest(trial, self.spec, eager_only=self.eager_phase() and "config" not in trial.user_attrs)
                 config = trial.user_attrs.get("config") or self.spec.config(params)
                 trial.set_user_attr("config", config)
                 if not trial.user_attrs.get("baseline") and self.baseline_pending(config):
@@ -451,7 +371,7 @@ class Sweep:
         was interrupted and this trial (a grid's twin, or its re-queued self) carries its mark on."""
         marked = [t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")
                   and t.state != TrialState.WAITING]
-        return (bool(marked) and all(interrupted(t) for t in marked)
+        return (bool(marked) and all(ledger.interrupted(t) for t in marked)
                 and any(search.key(t.user_attrs.get("config") or {}) == search.key(config) for t in marked))
 
     def job(self, config: dict, number: int, repeat: bool = False) -> dict:
@@ -489,7 +409,7 @@ class Sweep:
         """Re-measure the leader and the baseline in fresh processes, interleaved (A B A B); then each
         config that would win over the confirmed best if its single run held (at most CHALLENGERS):
         a race, so best is never beaten by an unconfirmed run and no run is spent on a clear loser."""
-        rows = rows_of(self.study)
+        rows = ledger.rows_of(self.study)
         fits = self.candidates(rows)
         leaders = sorted(fits, key=lambda r: -pareto.speed(r, self.spec.objective))[:CONFIRM_TOP]
         base = next((r for r in rows if r.get("baseline") and r["status"] == record.OK), None)
@@ -525,15 +445,15 @@ class Sweep:
             try:
                 rec = self.runner(row["config"], row["number"], repeat=True)  # a warm compile cache is fine here
             except KeyboardInterrupt as stop:
-                self.study.set_user_attr(confirm_key(row["number"], round_), {"state": "free"})
+                self.study.set_user_attr(ledger.confirm_key(row["number"], round_), {"state": "free"})
                 stop.confirmation = row["number"]  # what the CLI's one line says was stopped
                 raise
             if rec["status"] == record.INTERRUPTED:  # stopped from outside: the run is free to run again
-                self.study.set_user_attr(confirm_key(row["number"], round_), {"state": "free"})
+                self.study.set_user_attr(ledger.confirm_key(row["number"], round_), {"state": "free"})
                 continue
             run = {"status": rec["status"], "throughput": rec.get("throughput"), "tokens_per_s": rec.get("tokens_per_s"),
                    "peak_memory": rec.get("peak_memory"), "busy": rec.get("busy")}
-            self.study.set_user_attr(confirm_key(row["number"], round_), {"state": "done", "run": run})
+            self.study.set_user_attr(ledger.confirm_key(row["number"], round_), {"state": "done", "run": run})
             value = pareto.speed(run, self.spec.objective) if run["throughput"] else None  # the unit trials are told in
             speed = f"{value:.1f} {self.spec.objective}/s" if value else (rec.get("error") or {}).get("message", "")
             self.progress.note(f"  #{row['number']} confirmation run {round_ + 1} of {CONFIRM_ROUNDS}: "
@@ -545,7 +465,7 @@ class Sweep:
             attrs = self.study.user_attrs
             for round_ in range(CONFIRM_ROUNDS):
                 for row in chosen:
-                    key = confirm_key(row["number"], round_)
+                    key = ledger.confirm_key(row["number"], round_)
                     if self.confirmation_free(attrs.get(key), row["number"], round_, attrs):
                         self.study.set_user_attr(key, {"state": "claimed", "worker": worker_id(), "at": time.time()})
                         return row, round_
@@ -569,7 +489,7 @@ class Sweep:
         """Each of `chosen`'s confirmation runs not yet done, by trial number (a claimed one counts: it
         may be a dead worker's)."""
         attrs = self.study.user_attrs
-        return {r["number"]: sum((attrs.get(confirm_key(r["number"], k)) or {}).get("state") != "done"
+        return {r["number"]: sum((attrs.get(ledger.confirm_key(r["number"], k)) or {}).get("state") != "done"
                                  and k >= len((attrs.get("repeats") or {}).get(str(r["number"])) or [])
                                  for k in range(CONFIRM_ROUNDS))
                 for r in chosen}
@@ -577,7 +497,7 @@ class Sweep:
     def confirmation_pending(self, chosen: list[dict]) -> bool:
         """A run of `chosen` is claimed and not yet done (claim_confirmation found none free: a live worker's)."""
         attrs = self.study.user_attrs
-        return any((attrs.get(confirm_key(r["number"], k)) or {}).get("state") == "claimed"
+        return any((attrs.get(ledger.confirm_key(r["number"], k)) or {}).get("state") == "claimed"
                    for r in chosen for k in range(CONFIRM_ROUNDS))
 
     def challenger(self) -> dict | None:
@@ -585,7 +505,7 @@ class Sweep:
         single run held (pareto.prefer: faster than the best's median, or tied with it and lighter
         where memory is scarce); where the leader ties with your config, which stays, one faster than
         your config beyond the noise: ties are not transitive, and confirmed it may be chosen over the tie."""
-        objective, rows = self.spec.objective, rows_of(self.study)
+        objective, rows = self.spec.objective, ledger.rows_of(self.study)
         fits = self.candidates(rows)
         capacity = pareto.capacity(fits, self.spec.memory_budget)
         best = pareto.pick([r for r in fits if pareto.confirmed(r)], objective, capacity)
@@ -732,7 +652,7 @@ class Sweep:
         trial.set_user_attr("record", rec)
         if config:  # queued before the FAIL: a kill between the two leaves a RUNNING trial, recovered again
             # its params from the config: a trial stopped inside suggest() holds only some of them
-            requeue(self.study, sampler_params(self.spec, config), {**trial.user_attrs, "config": config})
+            ledger.requeue(self.study, ledger.sampler_params(self.spec, config), {**trial.user_attrs, "config": config})
         self.study.tell(trial, state=TrialState.FAIL)
 
     def retry_what_stopped_the_last_sweep(self) -> None:
@@ -747,8 +667,8 @@ class Sweep:
             for number in stopped:
                 attrs = trials[number].user_attrs if number in trials else {}
                 if attrs.get("config"):
-                    requeue(self.study, sampler_params(self.spec, attrs["config"]), attrs)
-            self.study.set_user_attr("superseded", sorted(set(superseded(self.study)) | set(stopped)))
+                    ledger.requeue(self.study, ledger.sampler_params(self.spec, attrs["config"]), attrs)
+            self.study.set_user_attr("superseded", sorted(set(ledger.superseded(self.study)) | set(stopped)))
             self.study.set_user_attr("stopped_on_error", [])  # last: a kill before it retries again, nothing lost
         self.progress.note(f"running again the {len(stopped)} config(s) that stopped the last sweep with an error")
 
@@ -758,16 +678,16 @@ class Sweep:
         is set aside (superseded) and its config queued; a busy confirmation run is freed to run again.
         A confirmed trial keeps its own run: the median of its runs already outvotes one busy figure."""
         with self.claiming():
-            rows, attrs = rows_of(self.study), self.study.user_attrs
+            rows, attrs = ledger.rows_of(self.study), self.study.user_attrs
             again = [r for r in rows if r["status"] == record.OK and not pareto.confirmed(r) and (
                      r.get("busy") or (pareto.noisy(r) and "noisy_cv" not in (r.get("remeasured_after") or {})))]
             trials = {t.number: t for t in self.study.get_trials(deepcopy=False)}
             for r in again:
                 first = r.get("busy") or {"noisy_cv": record.Record.of(r).step_cv}
-                requeue(self.study, sampler_params(self.spec, r["config"]),
+                ledger.requeue(self.study, ledger.sampler_params(self.spec, r["config"]),
                         {**trials[r["number"]].user_attrs, "remeasured_after": first})
             if again:
-                self.study.set_user_attr("superseded", sorted(superseded(self.study) | {r["number"] for r in again}))
+                self.study.set_user_attr("superseded", sorted(ledger.superseded(self.study) | {r["number"] for r in again}))
             runs = [key for key, slot in attrs.items() if key.startswith("confirm:") and isinstance(slot, dict)
                     and slot.get("state") == "done" and (slot.get("run") or {}).get("busy")]
             for key in runs:
@@ -812,9 +732,9 @@ class Sweep:
 
     def counted(self) -> int:
         """Trials that count toward the total: measured (not duplicates, not interrupted) or running."""
-        aside = superseded(self.study)
-        done = sum(1 for t in self.finished() if not not_run_itself(t) and t.number not in aside
-                   and not interrupted(t) and t.user_attrs.get("status") != record.SKIPPED)
+        aside = ledger.superseded(self.study)
+        done = sum(1 for t in self.finished() if not ledger.not_run_itself(t) and t.number not in aside
+                   and not ledger.interrupted(t) and t.user_attrs.get("status") != record.SKIPPED)
         running = len(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))  # other workers'
         return done + running
 
@@ -823,9 +743,9 @@ class Sweep:
 
         `besides`: a trial just claimed, left out so that another worker's claim of its config is seen.
         """
-        out, aside = {}, superseded(self.study)
+        out, aside = {}, ledger.superseded(self.study)
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)):
-            if interrupted(t) or not_run_itself(t) or t.number == besides or t.number in aside:
+            if ledger.interrupted(t) or ledger.not_run_itself(t) or t.number == besides or t.number in aside:
                 continue
             if "config" in t.user_attrs:
                 out.setdefault(search.key(t.user_attrs["config"]), t)
@@ -834,7 +754,7 @@ class Sweep:
     def best_as_reported(self, number: int | None = None) -> tuple[dict | None, str | None]:
         """The row `bench report` would call best now, and the report's reason where trial `number` (just
         measured) or the leader is faster yet not best: a tie with your config, or one run a confirmed best outranks."""
-        rows = rows_of(self.study)
+        rows = ledger.rows_of(self.study)
         choice = pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, self.spec.objective)
         best = next((r for r in rows if choice.best is not None and r["number"] == choice.best.number), None)
         if choice.kept or choice.sure_over_tie:
@@ -845,21 +765,9 @@ class Sweep:
 
     def leader_so_far(self) -> dict | None:
         """The leading config's row: the planner's bar and the slow cut's (ties with your config do not matter here)."""
-        rows = rows_of(self.study)
+        rows = ledger.rows_of(self.study)
         leader = pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, self.spec.objective).leader
         return next((r for r in rows if leader is not None and r["number"] == leader.number), None)
-
-
-def interrupted(t: optuna.trial.FrozenTrial) -> bool:
-    """Stopped, never measured: by bench (Ctrl-C, a signal, a dead process) or by Optuna's heartbeat
-    (a FAIL without bench's record: a database worker that stopped beating)."""
-    return t.user_attrs.get("status") == record.INTERRUPTED or (t.state == TrialState.FAIL and "record" not in t.user_attrs
-                                                                and not not_run_itself(t))
-
-
-def not_run_itself(t: optuna.trial.FrozenTrial) -> bool:
-    """A duplicate (its config's measurement is another trial's) or a config set aside (Sweep.set_aside)."""
-    return "duplicate_of" in t.user_attrs or "outside_space" in t.user_attrs
 
 
 def cpu_step_limit(spec: Spec) -> float:
@@ -875,42 +783,8 @@ def usable_memory(spec: Spec) -> float | None:
     return spec.memory_budget * (1 - spec.headroom) if spec.memory_budget else None
 
 
-def suggest(trial: optuna.Trial, spec: Spec, eager_only: bool = False) -> dict:
-    """Knob values for `trial`. Numeric choices (batch size, seq_len) are ordinal: the sampler
-    draws an index into the sorted list with suggest_int, so TPE's kernel knows 16 lies between
-    8 and 32 (a categorical would not). In the eager phase compile is held off, not searched."""
-    params = {}
-    for name, dim in spec.search.items():
-        choices = spec.sampled.get(name, dim.choices)
-        if name == "compile" and eager_only:
-            params[name] = "off"
-        elif search.is_ordinal(choices):
-            values = search.ordered(choices)
-            params[name] = values[trial.suggest_int(name, 0, len(values) - 1)]
-        elif choices:
-            params[name] = trial.suggest_categorical(name, list(choices))
-        else:
-            params[name] = trial.suggest_int(name, dim.low, dim.high)
-    return params
-
-
-def sampler_params(spec: Spec, config: dict) -> dict:
-    """The params a sampler stores for `config` (ordinal knobs as indices): what enqueue_trial takes."""
-    params = {}
-    for name, dim in spec.search.items():
-        if name in config:
-            value, choices = config[name], spec.sampled.get(name, dim.choices)
-            params[name] = search.ordered(choices).index(value) if search.is_ordinal(choices) else value
-    return params
-
-
 def report_config(config: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in config.items())
-
-
-def requeue(study: optuna.Study, params: dict, attrs: dict) -> None:
-    keep = {k: v for k, v in attrs.items() if k in ("baseline", "config", "remeasured_after")}
-    study.enqueue_trial(params, user_attrs=keep, skip_if_exists=False)
 
 
 def confirmation_words(to_do: dict[int, int]) -> str:
@@ -923,170 +797,6 @@ def confirmation_words(to_do: dict[int, int]) -> str:
     return ", ".join(f"#{number} {runs} more run{'s' * (runs > 1)}" for number, runs in left.items()) + ", interleaved"
 
 
-def confirm_key(number: int, round_: int) -> str:
-    """The study attribute holding trial `number`'s confirmation run `round_` (claimed, then done)."""
-    return f"confirm:{number}:{round_}"
-
-
-def confirmation_runs(attrs: dict) -> dict[str, list[dict]]:
-    """Trial number (str) -> its recorded confirmation runs, in round order: confirm:* records, after
-    the runs of a study from before them (one `repeats` attribute)."""
-    runs = {number: list(done) for number, done in (attrs.get("repeats") or {}).items()}
-    done = sorted((int(parts[1]), int(parts[2]), value["run"]) for key, value in attrs.items()
-                  if key.startswith("confirm:") and len(parts := key.split(":")) == 3
-                  and isinstance(value, dict) and value.get("state") == "done")
-    for number, _, run in done:
-        runs.setdefault(str(number), []).append(run)
-    return runs
-
-
 def eager_twin(config: dict) -> tuple:
     """The key of the same config without compile."""
     return search.key({**config, "compile": "off"})
-
-
-# ---- baseline ------------------------------------------------------------------------------------
-
-def including(spec: Spec, config: dict) -> Spec:
-    """The spec with the user's current config inside its search space, so it can be enqueued. A batch
-    size (or process count) that does not divide the spec's effective_batch goes only into the sampler's
-    choices: your config runs as it is, but no other config is searched at an effective batch not asked for."""
-    search, fixed, sampled = dict(spec.search), dict(spec.fixed), dict(spec.sampled)
-    inexact = not keeps_effective_batch(spec, config)
-    for name, value in config.items():
-        if inexact and name in ("batch_size", "nproc"):
-            if name in search and value not in search[name].choices:
-                sampled[name] = (*sampled.get(name, search[name].choices), value)
-        elif name in search:
-            dim = search[name]
-            if dim.choices and value not in dim.choices:
-                search[name] = Dimension(name, choices=(*dim.choices, value))
-            elif not dim.choices and not dim.low <= value <= dim.high:
-                search[name] = Dimension(name, low=min(dim.low, value), high=max(dim.high, value))
-        elif name in fixed and fixed[name] != value:
-            del fixed[name]
-            search[name] = Dimension(name, choices=(spec.fixed[name], value))
-    return replace(spec, search=search, fixed=fixed, sampled=sampled)
-
-
-def resumed(spec: Spec, study: optuna.Study, device: str) -> Spec:
-    """The spec as the study it resumes ran it; refused when the runs would not be comparable.
-
-    Optuna refuses a categorical knob whose choices change within a study, so a resume's sampler keeps
-    the choices the study was sampled with (they include the first run's baseline value, which a later
-    `bench apply best` may have replaced) while its search is the spec's: a value the spec dropped is
-    never run (Sweep.set_aside). A new choice, another memory budget or another kind of
-    device would mix unlike measurements in one study: that needs a new study. Another objective does too,
-    once a trial was measured in the old one; before that it is recorded, the only write here.
-    """
-    info, name = study.user_attrs, spec.study
-    hint = "resume with the study's settings, or start a new study with --study NAME"
-    if info.get("memory_budget") != spec.memory_budget:
-        raise UserError(f"study {name!r} measured under memory budget {_budget(info.get('memory_budget'))}, this run "
-                        f"asks for {_budget(spec.memory_budget)}; {hint}")
-    if "device" in info and info["device"].split(":")[0] != device.split(":")[0]:
-        raise UserError(f"study {name!r} ran on {info['device']}, this run is on {device}; {hint}")
-    # nothing measured yet in the old objective (its first trial found the workload has no tokens): nothing to mix
-    retarget = info.get("objective", spec.objective) != spec.objective
-    if retarget and any((t.user_attrs.get("record") or {}).get("status") in (record.OK, record.DIVERGED)
-                        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))):
-        raise UserError(f"study {name!r} optimizes {info['objective']}/s, this run asks for {spec.objective}/s; {hint}")
-    changed = workload_changes(info.get("workload"), spec.workload)
-    if changed:
-        raise UserError(f"study {name!r} measured another workload ({'; '.join(changed)}): its trials and this "
-                        f"run's would not be comparable; {hint}")
-    sampled = {knob: tuple(choices) for knob, choices in (info.get("choices") or {}).items()}
-    for trial in study.get_trials(deepcopy=False):  # studies from before "choices" was kept
-        for knob, dist in trial.distributions.items():
-            if isinstance(dist, optuna.distributions.CategoricalDistribution):
-                sampled.setdefault(knob, tuple(dist.choices))
-    kept = {}
-    for knob, choices in sampled.items():
-        dim = spec.search.get(knob)
-        if dim is None or not dim.choices:
-            continue
-        new = [c for c in dim.choices if c not in choices]
-        if new:
-            raise UserError(f"study {name!r}: search.{knob} now has {', '.join(map(str, new))}, which the study's "
-                            f"space ({', '.join(map(str, choices))}) lacks; Optuna cannot change a study's choices: "
-                            f"start a new study with --study NAME")
-        if tuple(dim.choices) != choices:
-            kept[knob] = choices
-    if retarget:
-        study.set_user_attr("objective", spec.objective)
-    return replace(spec, sampled=kept)
-
-
-WORKLOAD_IDENTITY = ("name", "preset", "params", "factory", "model", "loss", "batch", "lightning", "hf", "loop")
-"""What makes two studies' workloads one: the model, its size and how a step runs (not where it lives
-on disk, nor the training arguments a step does not read)."""
-
-
-def workload_changes(stored: dict | None, workload: dict) -> list[str]:
-    """`workload.KEY: was -> now` for each identity key that differs (none for studies from before the
-    workload was kept)."""
-    if stored is None:
-        return []
-    now = json.loads(json.dumps(workload, default=str))
-    return [f"workload.{key}: {stored.get(key)} -> {now.get(key)}" for key in WORKLOAD_IDENTITY
-            if stored.get(key) != now.get(key)]
-
-
-def _budget(size) -> str:
-    return f"{size / 2**30:.3g} GiB" if size else "none"
-
-
-def enqueue_baseline(study: optuna.Study, spec: Spec, config: dict) -> None:
-    """Measure the user's current config first (once per study)."""
-    if any(t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)):
-        return
-    study.enqueue_trial(sampler_params(spec, config), user_attrs={"baseline": True, "config": config},
-                        skip_if_exists=False)
-
-
-def enqueue_grid(study: optuna.Study, spec: Spec) -> None:
-    """sampler: grid — every config once, in order (Optuna's grid samplers call stop(), which ask/tell forbids)."""
-    if spec.sampler != "grid" or any(t.user_attrs.get("grid") for t in study.get_trials(deepcopy=False)):
-        return
-    for config in all_configs(spec):
-        study.enqueue_trial(sampler_params(spec, config), user_attrs={"config": config, "grid": True})
-
-
-# ---- reading -------------------------------------------------------------------------------------
-
-def superseded(study: optuna.Study) -> set[int]:
-    """Trials that stopped a sweep with an error in the user's code, since run again (retry_what_stopped...)."""
-    return set(study.user_attrs.get("superseded") or [])
-
-
-def rows_of(study: optuna.Study) -> list[dict]:
-    """One row per trial for reports: the stored record plus number, baseline and duplicate marks."""
-    rows, repeats, aside = [], confirmation_runs(study.user_attrs), superseded(study)
-    for t in study.get_trials(deepcopy=False):
-        if t.state in (TrialState.WAITING,) or t.number in aside:
-            continue
-        rec = dict(t.user_attrs.get("record") or {})
-        if not_run_itself(t):
-            continue  # a duplicate's measurement is in the table under its own number
-        if t.state == TrialState.RUNNING and not rec and is_stale(t.user_attrs.get("worker")):
-            rec = {"status": record.INTERRUPTED, "throughput": None, "peak_memory": None, "error": {
-                   "type": "Interrupted", "message": "its bench process died; the next `bench sweep` runs it again"}}
-        elif t.state == TrialState.RUNNING and not rec:
-            rec = {"status": "running", "throughput": None, "peak_memory": None, "error": None}
-        elif interrupted(t) and not rec:
-            rec = {"status": record.INTERRUPTED, "throughput": None, "peak_memory": None,
-                   "error": {"type": "Interrupted", "message": "its worker stopped (no heartbeat); it runs again"}}
-        rec.update(number=t.number, config=t.user_attrs.get("config", rec.get("config", {})),
-                   baseline=bool(t.user_attrs.get("baseline")))
-        rec.setdefault("status", t.user_attrs.get("status", "unknown"))
-        if str(t.number) in repeats and rec.get("status") == record.OK:
-            rec["repeats"] = repeats[str(t.number)]
-        rows.append(rec)
-    if any(r["baseline"] and r["status"] != record.INTERRUPTED for r in rows):
-        for r in rows:  # the baseline is the trial that measured it; an interrupted try is only a try
-            r["baseline"] = r["baseline"] and r["status"] != record.INTERRUPTED
-    return rows
-
-
-def study_info(study: optuna.Study) -> dict:
-    return {"name": study.study_name, **study.user_attrs}

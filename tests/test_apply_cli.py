@@ -5,7 +5,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from harness import spec as specs
+from harness import ledger, spec as specs, storage as stores
 from harness import study as studies
 from harness.cli import main
 from tests.conftest import write_spec
@@ -33,7 +33,7 @@ def make_known_study(project, cvs=None, **spec_overrides):
                            search={"batch_size": [8, 16, 32, 64], "precision": ["fp32", "bf16-mixed"]},
                            **spec_overrides)
     spec = specs.load(spec_path)
-    study = studies.create(spec, studies.open_storage(None, project / "results", "known"), "cpu")
+    study = ledger.create(spec, stores.open_storage(None, project / "results", "known"), "cpu")
     sweep = studies.Sweep(spec, study, "cpu", project / "results", len(KNOWN), None)
     for i, (batch, precision, tput, peak, status) in enumerate(KNOWN):
         trial = study.ask({})

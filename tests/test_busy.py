@@ -11,7 +11,7 @@ import optuna
 import pytest
 from rich.console import Console
 
-from harness import busy, cli, report, spec as specs, study as studies
+from harness import busy, cli, ledger, report, spec as specs, study as studies
 from tests.conftest import faulty_spec
 
 BUSY = {"load1": 3.5, "cores": 2, "busy_cores": 1.9, "steal": 0.0, "gpu_processes": 0}
@@ -38,13 +38,13 @@ def sweep(tmp_path, looks, wait_s, monkeypatch):
     monkeypatch.setenv(busy.WAIT_ENV, str(wait_s))
     spec = specs.load(faulty_spec(tmp_path, "load", ["none"]))
     progress = Lines()
-    study = studies.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
     launched = []
     sw = studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=progress)
     real = sw.runner
     sw.runner = lambda config, number, repeat=False: launched.append(number) or real(config, number, repeat)
     sw.run()
-    return studies.rows_of(study), progress.lines, launched
+    return ledger.rows_of(study), progress.lines, launched
 
 
 def test_a_busy_machine_is_waited_for_then_measured_once(tmp_path, monkeypatch):
@@ -104,34 +104,34 @@ def test_run_again_on_a_quiet_machine_measures_again_what_a_busy_one_spoiled(tmp
     resume found every trial measured. Now the busy trial runs again in a new one, which says why."""
     monkeypatch.setattr(busy, "POLL_S", 0.01)
     spec = specs.load(faulty_spec(tmp_path, "load", ["none"]))
-    study = studies.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
     monkeypatch.setenv(busy.WAIT_ENV, "0")
     monkeypatch.setattr(busy, "now", lambda device, sample_s=busy.SAMPLE_S: BUSY)
     studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=Lines()).run()
-    (first,) = studies.rows_of(study)
+    (first,) = ledger.rows_of(study)
     assert first["busy"]["busy_cores"] == 1.9
-    study.set_user_attr(studies.confirm_key(first["number"], 0), {"state": "done", "run": {
+    study.set_user_attr(ledger.confirm_key(first["number"], 0), {"state": "done", "run": {
         "status": "ok", "throughput": 1.0, "peak_memory": 1, "busy": BUSY}})  # a busy confirmation run, too
 
     monkeypatch.setattr(busy, "now", lambda device, sample_s=busy.SAMPLE_S: None)  # quiet now
     monkeypatch.setenv(busy.WAIT_ENV, "0")
     studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=Lines()).run()  # 0: the machine as it is
-    assert [r["number"] for r in studies.rows_of(study)] == [first["number"]]
+    assert [r["number"] for r in ledger.rows_of(study)] == [first["number"]]
     monkeypatch.setenv(busy.WAIT_ENV, "120")
     progress = Lines()
     studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=progress).run()
-    (again,) = studies.rows_of(study)
+    (again,) = ledger.rows_of(study)
     assert again["number"] != first["number"] and again["status"] == "ok" and not again["busy"]
     assert again["remeasured_after"]["busy_cores"] == 1.9
     assert "measuring again 1 trial(s) a busy machine or noise spoiled (#0)" in "\n".join(progress.lines)
-    assert study.user_attrs[studies.confirm_key(first["number"], 0)] == {"state": "free"}
-    choice = report.annotate(studies.rows_of(study), {"name": "load"})
+    assert study.user_attrs[ledger.confirm_key(first["number"], 0)] == {"state": "free"}
+    choice = report.annotate(ledger.rows_of(study), {"name": "load"})
     assert "re-measured #1: the machine was busy during its first run (1.9 of 2 cores" in str(report.summary(choice, {}))
     assert "when the machine is quiet" not in report.next_step(choice)
 
     progress = Lines()  # measured quiet: the next resume has nothing to measure again
     studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=progress).run()
-    assert [r["number"] for r in studies.rows_of(study)] == [again["number"]]
+    assert [r["number"] for r in ledger.rows_of(study)] == [again["number"]]
     assert not any("measuring again" in line for line in progress.lines)
 
 

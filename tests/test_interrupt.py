@@ -364,13 +364,13 @@ def test_ctrl_c_before_any_trial_does_not_claim_one_was_recorded(tmp_path, fault
 def test_ctrl_c_while_a_trial_is_claimed_records_it_interrupted_not_running(tmp_path, faulty_path, monkeypatch):
     """Ctrl-C between ask and claim said "recorded as interrupted" and left the trial running until a resume."""
     import optuna
-    from harness import study as studies
+    from harness import ledger, storage as stores
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(studies, "suggest", ctrl_c)
+    monkeypatch.setattr(ledger, "suggest", ctrl_c)
     path = faulty_spec(tmp_path, "claim", ["none"], trials=1)
     result = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
     assert result.exit_code == 130, result.output
-    study = studies.load(studies.existing_storage(None, tmp_path / "results", "claim"), "claim")
+    study = ledger.load(stores.existing_storage(None, tmp_path / "results", "claim"), "claim")
     states = [(t.state, t.user_attrs.get("status")) for t in study.get_trials(deepcopy=False)]
     assert (optuna.trial.TrialState.FAIL, "interrupted") in states, states
     assert not any(state == optuna.trial.TrialState.RUNNING for state, _ in states), states

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from rich.console import Console
 from rich.spinner import Spinner
 
-from harness import cli, spec as specs, study as studies
+from harness import cli, ledger, spec as specs, storage as stores, study as studies
 from harness.cli import LiveProgress, RunningTrial, main
 from tests.conftest import FAST_TRIAL, write_spec
 
@@ -34,8 +34,8 @@ def test_a_duplicate_is_reported_and_the_child_phases_reach_the_display(project)
     # measuring lasts >= 2 windows of 0.5 s, several of the parent's 0.2 s polls: the phase cannot slip between them
     trial = dict(FAST_TRIAL, window=0.5, min_windows=2, max_seconds=2)
     spec = specs.load(write_spec(project, search={"batch_size": [4, 8]}, trial=trial))
-    study = studies.create(spec, studies.open_storage(None, project / "results", spec.study), "cpu")
-    params = studies.sampler_params(spec, {"batch_size": 4})  # batch size is ordinal: the sampler holds its index
+    study = ledger.create(spec, stores.open_storage(None, project / "results", spec.study), "cpu")
+    params = ledger.sampler_params(spec, {"batch_size": 4})  # batch size is ordinal: the sampler holds its index
     study.enqueue_trial(params)
     study.enqueue_trial(params)  # the same config again: reused, not run, but shown
     progress = Recorder()
@@ -187,7 +187,7 @@ def test_your_batch_that_does_not_divide_the_effective_batch_runs_as_it_is_and_n
     result = CliRunner().invoke(main, ["sweep", str(spec), "--device", "cpu"])
     assert result.exit_code == 0, result.output
     assert "your current config's batch_size 8 does not divide effective_batch 100" in " ".join(result.output.split())
-    study = studies.load(studies.existing_storage(None, project / "results", "tiny"), "tiny")
+    study = ledger.load(stores.existing_storage(None, project / "results", "tiny"), "tiny")
     ran = [t.user_attrs["config"] for t in study.get_trials(deepcopy=False) if "record" in t.user_attrs]
     assert ran[0]["batch_size"] == 8 and len(ran) == 9  # your config, then the 4 sizes that divide 100 x 2 precisions
     assert all(c["batch_size"] * c["accumulation"] == 100 for c in ran[1:]), ran

@@ -11,7 +11,7 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from harness import spec as specs
+from harness import ledger, spec as specs, storage as stores
 from harness import study as studies
 from harness.apply import plan
 from harness.cli import main
@@ -27,7 +27,7 @@ def make_study(project, trials, repeats, name="one", **spec_overrides):
                            search={"batch_size": [8, 16, 32, 64], "precision": ["fp32", "bf16-mixed", "bf16-true"],
                                    "compile": ["off", "default"]}, **spec_overrides)
     spec = specs.load(spec_path)
-    study = studies.create(spec, studies.open_storage(None, project / "results", name), "cpu")
+    study = ledger.create(spec, stores.open_storage(None, project / "results", name), "cpu")
     sweep = studies.Sweep(spec, study, "cpu", project / "results", len(trials), None)
     for i, (knobs, tput, peak, extra) in enumerate(trials):
         trial = study.ask({})
@@ -92,7 +92,7 @@ def test_every_view_states_the_same_best_speedup_and_tie(project):
         bench("apply", "best", "--dry-run").output
     assert "a tie" not in table + dry
     spec = specs.load(project / "one.yaml")
-    sweep = studies.Sweep(spec, studies.load(studies.open_storage(None, project / "results", "one"), "one"), "cpu",
+    sweep = studies.Sweep(spec, ledger.load(stores.open_storage(None, project / "results", "one"), "one"), "cpu",
                           project / "results", 3, None)
     assert sweep.leader_so_far()["number"] == 1 and sweep.best_as_reported()[0]["number"] == 1  # the live "best so far"
 
@@ -104,7 +104,7 @@ def test_the_live_line_says_why_a_single_faster_run_is_not_best(project):
                          ({"batch_size": 32, "precision": "bf16-mixed"}, 130.0, 3.0, {})],
                {1: [117.0, 115.0], 0: [99.0, 101.0]})
     sweep = studies.Sweep(specs.load(project / "one.yaml"),
-                          studies.load(studies.open_storage(None, project / "results", "one"), "one"), "cpu",
+                          ledger.load(stores.open_storage(None, project / "results", "one"), "one"), "cpu",
                           project / "results", 3, None)
     best, note = sweep.best_as_reported(2)
     rows = json.loads(bench("report", "--format", "json").output)
@@ -152,7 +152,7 @@ def test_a_kept_tie_names_whom_the_models_line_is_about_and_apply_says_when_it_w
     make_study(project, [({"batch_size": 8, "precision": "fp32"}, 100.0, 2.0, {}),
                          ({"batch_size": 32, "precision": "bf16-mixed"}, 103.0, 6.0, {})],
                {1: [100.0, 106.0], 0: [101.0, 99.0]})
-    study = studies.load(studies.open_storage(None, project / "results", "one"), "one")
+    study = ledger.load(stores.open_storage(None, project / "results", "one"), "one")
     study.set_user_attr("model", {"predicted": [], "why": "batch 32 is the fastest of its family", "why_for": 1})
     table, page, rows, grid, dry = views(project)
     assert "why trial #1 leads: batch 32" in table and "why trial #1 leads: batch 32" in page
@@ -177,7 +177,7 @@ def test_the_live_best_so_far_is_the_reports_best_and_says_why_the_leader_is_not
     class Shown(studies.Progress):
         def trial_finished(self, number, rec, best, note=None):
             shown.append((best["number"], note))
-    sweep = studies.Sweep(spec, studies.load(studies.open_storage(None, project / "results", "one"), "one"), "cpu",
+    sweep = studies.Sweep(spec, ledger.load(stores.open_storage(None, project / "results", "one"), "one"), "cpu",
                           project / "results", 3, None, Shown())
     monkeypatch.setattr(sweep, "runner", lambda config, number, repeat=False: {
         "status": "ok", "throughput": 50.0, "peak_memory": 1 * GiB, "timing": {"step_s": {"cv": 0.01}}})

@@ -17,7 +17,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from harness import model, pareto, planner, search, spec as specs, study as studies
+from harness import ledger, model, pareto, planner, search, spec as specs, study as studies
 from tests.conftest import write_spec
 
 MiB = 2**20
@@ -143,7 +143,7 @@ def test_accumulated_trials_do_not_pass_their_activations_off_as_held_gradients(
     across micro-batches' term took 8 GiB of their peaks, the activations per sample came out small,
     and the planner spent four compiled trials on batches 4096 to 1792, each out of memory. The
     gradient bytes each trial counts now pin that term."""
-    sp = studies.all_configs(specs.load(ROOT / "sweeps" / "emberformer.yaml"))
+    sp = specs.all_configs(specs.load(ROOT / "sweeps" / "emberformer.yaml"))
     rows = [{"number": i, "status": "ok", "throughput": speed, "peak_memory": peak, "timing": {"step_s": {"cv": 0.02}},
              "memory": {"breakdown": {"gradients": H200_GRADIENTS}},
              "config": {"batch_size": b, "accumulation": a, "precision": p, "checkpointing": c, "compile": m}}
@@ -158,7 +158,7 @@ def test_accumulated_trials_do_not_pass_their_activations_off_as_held_gradients(
 def quickstart_on_a_cpu(throughput: float, cv: float) -> tuple[planner.Planner, dict]:
     """The quickstart's eager space on a CPU (tf32 is left out there; compile comes after) and its
     first trial, fp32 batch 8, as measured (the counted gradients and activations included)."""
-    sp = [c for c in studies.all_configs(specs.load(ROOT / "sweeps" / "emberformer.yaml"))
+    sp = [c for c in specs.all_configs(specs.load(ROOT / "sweeps" / "emberformer.yaml"))
           if c["precision"] != "tf32" and c["compile"] == "off"]
     first = {"number": 0, "status": "ok", "throughput": throughput, "peak_memory": 93_896_704,
              "timing": {"step_s": {"cv": cv}}, "memory": {"breakdown": {"gradients": 2_575_620,
@@ -203,7 +203,7 @@ def test_on_a_cpu_checkpointing_is_expected_to_cost_about_a_recomputed_forward_n
     recorded = {search.key(r["config"]): r for r in json.loads((ROOT / "benchmarks" / "landscapes" / "unet-cpu.json").read_text())}
     seen = [recorded[search.key({"batch_size": b, "precision": p, "checkpointing": "none", "compile": "off", "accumulation": 1})]
             for b, p in ((4, "fp32"), (64, "bf16-mixed"), (64, "fp32"))]
-    plan = planner.Planner(list(studies.all_configs(spec)), usable=0.9 * spec.memory_budget, limit=spec.memory_budget,
+    plan = planner.Planner(list(specs.all_configs(spec)), usable=0.9 * spec.memory_budget, limit=spec.memory_budget,
                            device="cpu")
     assert plan.next(seen) == {"batch_size": 128, "precision": "fp32", "checkpointing": "none", "compile": "off",
                                "accumulation": 1}
@@ -231,7 +231,7 @@ def test_on_a_cpu_no_trial_is_planned_that_would_take_its_whole_timeout(tmp_path
     timeout (the first step, 2 warm-up steps, 3 windows, the memory breakdown and the fp32 reference),
     planned from its first two trials. The sweep's step limit now keeps a trial in half its timeout."""
     spec = specs.load(ROOT / "sweeps" / "emberformer.yaml")
-    study = studies.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
     plan = studies.Sweep(spec, study, "cpu", tmp_path, 12, None, auto=True, runner=None).planner()
     fp32 = {"precision": "fp32", "checkpointing": "none", "compile": "off"}
     rows = [{"number": i, "status": "ok", "throughput": speed, "peak_memory": peak, "timing": {"step_s": {"cv": cv}},
@@ -268,14 +268,14 @@ def test_trials_auto_stops_on_the_models_rule(tmp_path):
             return {"status": "oom", "throughput": None, "peak_memory": None}
         return {"status": "ok", "throughput": speed, "peak_memory": peak, "timing": {"step_s": {"cv": 0.005}}}
 
-    study = studies.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
     sweep = studies.Sweep(spec, study, "cpu", tmp_path, 40, None, Notes(), auto=True, runner=runner)
     sweep.run()
-    measured = [r for r in studies.rows_of(study) if r["status"] in ("ok", "oom")]
+    measured = [r for r in ledger.rows_of(study) if r["status"] in ("ok", "oom")]
     assert len(measured) < len(spec_space := list(specs.all_configs(spec))) // 2  # well before the cap
     assert any("predicted to beat the best" in n for n in notes)
     # the rule itself: no config left has a STOP_CHANCE chance to beat the best by more than its noise
-    rows = studies.rows_of(study)
+    rows = ledger.rows_of(study)
     plan = sweep.planner()
     assert plan.next(rows, stop=planner.STOP_CHANCE) is None
     best = plan.best(rows)
@@ -449,7 +449,7 @@ def test_the_bar_to_beat_is_the_report_s_leader_and_without_a_budget_the_wall_is
         return {"status": "ok", "throughput": speed, "peak_memory": peak, "timing": {"step_s": {"cv": 0.005}},
                 "memory": {"device_total": device_total}}
 
-    study = studies.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
     sweep = studies.Sweep(spec, study, "cpu", tmp_path, 2, None, auto=False, runner=runner)
     assert sweep.planner().limit is None  # nothing measured yet
     sweep.run()

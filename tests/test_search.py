@@ -15,7 +15,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from harness import busy, pareto, search, spec as specs, study as studies
+from harness import busy, ledger, pareto, search, spec as specs, study as studies
 
 MiB = 2**20
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,9 +50,9 @@ class Runner:
 
 
 def sweep_for(spec, tmp_path, runner, total=None, auto=False, baseline=None):
-    study = studies.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
     if baseline:
-        studies.enqueue_baseline(study, spec, spec.config(baseline))
+        ledger.enqueue_baseline(study, spec, spec.config(baseline))
     return studies.Sweep(spec, study, "cpu", tmp_path, total or spec.trials, None, auto=auto, runner=runner)
 
 
@@ -72,7 +72,7 @@ def test_duplicates_are_not_told_as_observations(tmp_path):
     config = spec.config({"batch_size": 8, "precision": "fp32", "checkpointing": "none"})
     sweep.enqueue(config)
     sweep.enqueue(config)
-    sweep.study.enqueue_trial(studies.sampler_params(spec, config), user_attrs={"config": config}, skip_if_exists=False)
+    sweep.study.enqueue_trial(ledger.sampler_params(spec, config), user_attrs={"config": config}, skip_if_exists=False)
     for _ in range(3):
         sweep.run_one()
     complete = sweep.study.get_trials(states=(TrialState.COMPLETE,))
@@ -97,7 +97,7 @@ def test_a_batch_above_an_oom_of_its_family_is_skipped_with_its_record(tmp_path)
     sweep.enqueue(spec2.config({"batch_size": 64, **family}))
     sweep.run_one()
     assert len(runner.runs) == 2
-    rows = studies.rows_of(sweep.study)
+    rows = ledger.rows_of(sweep.study)
     skipped = [r for r in rows if r["status"] == "skipped"]
     assert len(skipped) == 1 and skipped[0]["skip"]["from"] == [0] and skipped[0]["throughput"] is None
     choice = pareto.choose(rows, spec.memory_budget, spec.headroom)
@@ -159,7 +159,7 @@ def test_confirmation_reruns_change_a_noisy_winner(tmp_path):
 
     sweep = sweep_for(spec, tmp_path, Runner(noisy), total=4, baseline={"batch_size": 4, "precision": "fp32"})
     sweep.run()
-    rows = studies.rows_of(sweep.study)
+    rows = ledger.rows_of(sweep.study)
     before = max(rows, key=lambda r: r["throughput"] or 0)
     assert before["config"]["precision"] == "fp32"  # the single runs crown the lucky one
     best = pareto.choose(rows, spec.memory_budget, spec.headroom).best
@@ -175,7 +175,7 @@ def test_the_leader_is_confirmed_even_where_your_config_ran_out_of_memory(tmp_pa
     runner = Runner()
     sweep = sweep_for(spec, tmp_path, runner, baseline={"batch_size": 32, "precision": "fp32", "checkpointing": "none"})
     sweep.run()
-    rows = studies.rows_of(sweep.study)
+    rows = ledger.rows_of(sweep.study)
     assert next(r for r in rows if r["baseline"])["status"] == "oom"
     leader = pareto.choose(rows, spec.memory_budget, spec.headroom).leader
     assert leader.runs == 3 and len(runner.runs) == 6 + 2
@@ -203,13 +203,13 @@ def test_trials_auto_searches_on_when_confirmation_lowers_the_best_it_stopped_ag
         def note(self, message):
             notes.append(message)
 
-    study = studies.create(spec, optuna.storages.InMemoryStorage(), "cpu")
-    studies.enqueue_baseline(study, spec, spec.config({"batch_size": 4, "precision": "fp32", "checkpointing": "none"}))
-    study.enqueue_trial(studies.sampler_params(spec, spec.config({"batch_size": 8, "precision": "fp32", "checkpointing": "none"})),
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    ledger.enqueue_baseline(study, spec, spec.config({"batch_size": 4, "precision": "fp32", "checkpointing": "none"}))
+    study.enqueue_trial(ledger.sampler_params(spec, spec.config({"batch_size": 8, "precision": "fp32", "checkpointing": "none"})),
                         user_attrs={"config": spec.config({"batch_size": 8, "precision": "fp32", "checkpointing": "none"})})
     runner = Runner(table)
     studies.Sweep(spec, study, "cpu", tmp_path, spec.trials, None, Notes(), auto=True, runner=runner).run()
-    best = pareto.choose(studies.rows_of(study), spec.memory_budget, spec.headroom).best
+    best = pareto.choose(ledger.rows_of(study), spec.memory_budget, spec.headroom).best
     top = max(landscape(c)["throughput"] or 0 for c in specs.all_configs(spec))
     if researches:
         assert any("not the 4000.0 the search stopped against: searching on" in n for n in notes)
@@ -298,10 +298,10 @@ def test_a_grid_measures_every_config_even_above_an_oom(tmp_path):
     spec = specs.build(raw, tmp_path / "spec.yaml", None, ())
     runner = Runner()
     sweep = sweep_for(spec, tmp_path, runner, total=5)
-    studies.enqueue_grid(sweep.study, spec)
+    ledger.enqueue_grid(sweep.study, spec)
     sweep.run()
     assert [c["batch_size"] for c in runner.runs[:5]] == [4, 8, 16, 32, 64]  # 64 ran although 32 hit the wall
-    assert not [r for r in studies.rows_of(sweep.study) if r["status"] == "skipped"]
+    assert not [r for r in ledger.rows_of(sweep.study) if r["status"] == "skipped"]
 
 
 def test_a_single_run_faster_than_the_confirmed_best_is_confirmed_too(tmp_path):
@@ -318,7 +318,7 @@ def test_a_single_run_faster_than_the_confirmed_best_is_confirmed_too(tmp_path):
 
     sweep = sweep_for(spec, tmp_path, Runner(drifting), total=4, baseline={"batch_size": 8, "precision": "fp32"})
     sweep.run()
-    rows = studies.rows_of(sweep.study)
+    rows = ledger.rows_of(sweep.study)
     by_config = {(r["config"]["batch_size"], r["config"]["precision"]): r for r in rows}
     challenger = by_config[(8, "bf16-mixed")]
     assert seen[(8, "bf16-mixed")] == 3 and pareto.confirmed(challenger)  # its 10.4 beat the leaders' medians
@@ -347,7 +347,7 @@ def test_the_race_confirms_what_the_choice_can_pick_not_a_compile_that_never_pay
     sweep = sweep_for(spec, tmp_path, runner, auto=True,
                       baseline={"batch_size": 4, "precision": "fp32", "checkpointing": "none", "compile": "off"})
     sweep.run()
-    rows = studies.rows_of(sweep.study)
+    rows = ledger.rows_of(sweep.study)
     eager16 = next(r for r in rows if r["config"] == {**r["config"], "batch_size": 16, "compile": "off"})
     assert pareto.confirmed(eager16)  # the fastest config the choice can pick was in the race
     assert not any(pareto.confirmed(r) for r in rows if r["config"]["compile"] != "off")
@@ -391,7 +391,7 @@ def test_a_lighter_config_tied_with_the_confirmed_leader_is_confirmed_where_memo
     sweep.run()
     runs = [(c["batch_size"], c["precision"]) for c in runner.runs]
     assert runs.count((8, "bf16-mixed")) == (3 if scarce else 1) and runs.count((big, "fp32")) == 1
-    best = pareto.choose(studies.rows_of(sweep.study), spec.memory_budget, spec.headroom).best
+    best = pareto.choose(ledger.rows_of(sweep.study), spec.memory_budget, spec.headroom).best
     assert (best.config["batch_size"], best.config["precision"]) == ((8 if scarce else big), "bf16-mixed")
 
 
@@ -472,7 +472,7 @@ def test_where_a_tie_keeps_your_config_a_config_faster_than_yours_is_confirmed(t
 
     sweep = sweep_for(spec, tmp_path, Runner(table), total=4, baseline={"batch_size": 8, "precision": "fp32"})
     sweep.run()
-    rows = studies.rows_of(sweep.study)
+    rows = ledger.rows_of(sweep.study)
     by_config = {(r["config"]["batch_size"], r["config"]["precision"]): r for r in rows}
     assert pareto.confirmed(by_config[(16, "fp32")]) and seen[(16, "fp32")] == 3
     choice = pareto.choose(rows, spec.memory_budget, spec.headroom)

@@ -8,7 +8,7 @@ import optuna
 import pytest
 from click.testing import CliRunner
 
-from harness import record, report, study as studies, spec as specs
+from harness import ledger, record, report, study as studies, spec as specs, storage as stores
 from harness.cli import main
 from harness.errors import UserError
 from tests.conftest import faulty_spec
@@ -72,27 +72,27 @@ def test_a_resume_keeps_the_choices_the_study_was_sampled_with(tmp_path):
     """After `bench apply best` the old baseline value leaves the space; Optuna then raised
     "CategoricalDistribution does not support dynamic value space"."""
     spec = spec_for(tmp_path, search={"batch_size": [8, 16], "fault": ["none", "inf"]})
-    first = studies.including(spec, {"batch_size": 12})  # the user's old value, outside the list
-    study = studies.create(first, optuna.storages.InMemoryStorage(), "cpu")
+    first = ledger.including(spec, {"batch_size": 12})  # the user's old value, outside the list
+    study = ledger.create(first, optuna.storages.InMemoryStorage(), "cpu")
     t = study.ask()
-    studies.suggest(t, first)
+    ledger.suggest(t, first)
     study.tell(t, [1.0, 1.0])
-    again = studies.resumed(spec, study, "cpu")
+    again = ledger.resumed(spec, study, "cpu")
     assert again.sampled["batch_size"] == (8, 16, 12)  # batch 16 keeps its position (index 2 of 8, 12, 16)
     assert again.search["batch_size"].choices == (8, 16)  # what is searched: the spec's list
     t = study.ask()
-    studies.suggest(t, again)  # raised before
+    ledger.suggest(t, again)  # raised before
     study.tell(t, [1.0, 1.0])
 
 
 def test_a_resume_refuses_a_new_choice(tmp_path):
     first = spec_for(tmp_path, search={"batch_size": [8, 16]})
-    study = studies.create(first, optuna.storages.InMemoryStorage(), "cpu")
+    study = ledger.create(first, optuna.storages.InMemoryStorage(), "cpu")
     t = study.ask()
-    studies.suggest(t, first)
+    ledger.suggest(t, first)
     study.tell(t, [1.0, 1.0])
     with pytest.raises(UserError, match=r"search.batch_size now has 32.*--study NAME"):
-        studies.resumed(spec_for(tmp_path, search={"batch_size": [8, 16, 32]}), study, "cpu")
+        ledger.resumed(spec_for(tmp_path, search={"batch_size": [8, 16, 32]}), study, "cpu")
 
 
 def test_a_resume_on_another_kind_of_device_is_refused(tmp_path):
@@ -100,8 +100,8 @@ def test_a_resume_on_another_kind_of_device_is_refused(tmp_path):
     study.set_user_attr("device", "cuda:0")
     study.set_user_attr("memory_budget", None)
     with pytest.raises(UserError, match=r"ran on cuda:0, this run is on cpu.*--study NAME"):
-        studies.resumed(spec_for(tmp_path), study, "cpu")
-    studies.resumed(spec_for(tmp_path), study, "cuda:1")  # another GPU of the same study: a second worker
+        ledger.resumed(spec_for(tmp_path), study, "cpu")
+    ledger.resumed(spec_for(tmp_path), study, "cuda:1")  # another GPU of the same study: a second worker
 
 
 def test_a_resume_with_another_memory_budget_is_refused_in_one_line(tmp_path, faulty_path, monkeypatch):
@@ -149,8 +149,8 @@ def test_a_resume_that_narrows_a_knob_to_one_value_measures_the_configs_left(tmp
                            search={"batch_size": [16], "accumulation": [1, 2], "fault": ["none"]})
     again = CliRunner().invoke(main, ["sweep", str(narrowed), "--device", "cpu"])
     assert again.exit_code == 0, again.output
-    study = studies.load(studies.existing_storage(None, tmp_path / "results", "s"), "s")
-    ran = {(r["config"]["batch_size"], r["config"]["accumulation"]) for r in studies.rows_of(study) if r["status"] == "ok"}
+    study = ledger.load(stores.existing_storage(None, tmp_path / "results", "s"), "s")
+    ran = {(r["config"]["batch_size"], r["config"]["accumulation"]) for r in ledger.rows_of(study) if r["status"] == "ok"}
     assert {(16, 1), (16, 2)} <= ran, again.output
 
 
@@ -166,8 +166,8 @@ def test_a_resume_that_drops_a_value_never_runs_it_though_the_study_queued_it(tm
     again = CliRunner().invoke(main, ["sweep", str(narrowed), "--device", "cpu"])
     assert again.exit_code == 0, again.output
     assert "not run: batch_size 8 is no longer in the spec's search space" in " ".join(again.output.split())
-    study = studies.load(studies.existing_storage(None, tmp_path / "results", "s"), "s")
-    assert sorted((r["config"]["batch_size"], r["config"]["accumulation"]) for r in studies.rows_of(study)) == [
+    study = ledger.load(stores.existing_storage(None, tmp_path / "results", "s"), "s")
+    assert sorted((r["config"]["batch_size"], r["config"]["accumulation"]) for r in ledger.rows_of(study)) == [
         (8, 1), (16, 1), (16, 2), (32, 1), (32, 2)], again.output  # your config, and the narrowed space
     table = CliRunner().invoke(main, ["report", "--format", "json"])
     assert sorted(r["config"]["batch_size"] for r in json.loads(table.output)) == [8, 16, 16, 32, 32]
@@ -201,7 +201,7 @@ def test_every_config_of_a_space_is_in_it_even_where_a_knob_is_dropped(tmp_path)
                                     "search": {"batch_size": [8], "parallel": ["ddp", "fsdp"],
                                                "reshard_after_forward": [False], "nproc": [2]}}))
     spec = specs.load(path)
-    configs = list(studies.all_configs(spec))
+    configs = list(specs.all_configs(spec))
     assert len(configs) == spec.space_size() == 2 and all(spec.contains(c) for c in configs)
     assert not spec.contains({**configs[0], "batch_size": 16})
 

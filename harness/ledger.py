@@ -1,0 +1,309 @@
+"""The study as bench's ledger: opening, creating and resuming it, writing configs into it, and
+reading it back as one row per trial for every view.
+
+Optuna's study is the store: each trial's user attributes hold bench's full record, the study's
+hold what the sweep was asked and its confirmation runs, so the study alone is enough to report and
+apply. Where a study lives is harness/storage.py; the loop that fills it is harness/study.py.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from harness import __version__, record, search
+from harness.errors import UserError
+from harness.spec import Dimension, Spec, all_configs, keeps_effective_batch
+from harness.storage import JOURNAL, existing_storage, is_stale, redact
+
+
+# ---- opening a study -------------------------------------------------------------------------
+
+def latest_study(results: Path, storage_url: str | None) -> str:
+    """The most recently written study: under results/, or in the given storage."""
+    if storage_url:
+        summaries = optuna.get_all_study_summaries(existing_storage(storage_url, results, ""))
+        if not summaries:
+            raise UserError(f"--storage {redact(storage_url)}: holds no study; run `bench sweep` first")
+        return max(summaries, key=lambda s: s.datetime_start or datetime.datetime.min).study_name
+    journals = sorted(Path(results).glob(f"*/{JOURNAL}"), key=lambda p: p.stat().st_mtime)
+    journals = [j for j in journals if j.stat().st_size > 0]
+    if not journals:
+        raise UserError(f"no study under {results}/; run `bench sweep SPEC` first")
+    return journals[-1].parent.name
+
+
+def load(storage, name: str) -> optuna.Study:
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        raise UserError(f"no study named {name!r} in that storage; `bench report` lists what is there") from None
+
+
+def relative(path: Path) -> str | None:
+    """The spec's path relative to the sweep's folder, when inside it: how another machine's checkout finds it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return None
+
+
+def spec_file(info: dict, project: Path | None = None) -> str | None:
+    """The study's spec on this machine: at its path relative to the sweep's folder inside `project`
+    (the folder holding the study's results: a copy of the project, whose own apply target is the one
+    to write), else in the current folder where the swept one is gone (another machine's checkout),
+    else where it was swept. None for a study `bench sweep` did not make."""
+    relative, swept = info.get("spec_relative"), info.get("spec_path")
+    if relative and project is not None and (project / relative).is_file():
+        return str(project / relative)
+    if relative and Path(relative).is_file() and (not swept or not Path(swept).exists()):
+        return relative
+    return swept
+
+
+def make_sampler(spec: Spec) -> optuna.samplers.BaseSampler:
+    samplers = {
+        # multivariate+group: compile is searched only in a later phase, so trials' spaces differ;
+        # constant_liar: several workers do not all sample the same point.
+        "tpe": lambda: optuna.samplers.TPESampler(seed=spec.seed, n_startup_trials=min(5, max(spec.trials // 3, 1)),
+                                                  multivariate=True, group=True, constant_liar=True),
+        "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=spec.seed),
+        "random": lambda: optuna.samplers.RandomSampler(seed=spec.seed),
+        "grid": lambda: optuna.samplers.RandomSampler(seed=spec.seed),  # the grid itself is enqueued (create)
+    }
+    return samplers[spec.sampler]()
+
+
+def create(spec: Spec, storage, device: str) -> optuna.Study:
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    try:  # loaded first: a resume writes nothing before `resumed` has agreed to it
+        study = optuna.load_study(study_name=spec.study, storage=storage, sampler=make_sampler(spec))
+    except KeyError:
+        study = optuna.create_study(study_name=spec.study, storage=storage, load_if_exists=True,
+                                    directions=["maximize", "minimize"], sampler=make_sampler(spec))
+    if "spec_path" not in study.user_attrs:
+        attrs = {"spec_path": str(spec.path), "spec_relative": relative(spec.path), "scenario": spec.scenario, "workload": spec.workload,
+                 "memory_budget": spec.memory_budget, "headroom": spec.headroom, "device": device,
+                 "objective": spec.objective,
+                 # what the sampler's params index (ordinal knobs are suggested as positions): a resume keeps it
+                 "choices": {knob: list(spec.sampled.get(knob, dim.choices)) for knob, dim in spec.search.items()
+                             if dim.choices},
+                 "created": datetime.datetime.now().isoformat(timespec="seconds"), "bench": __version__}
+        for key, value in attrs.items():
+            study.set_user_attr(key, value)
+    return study
+
+
+def resumed(spec: Spec, study: optuna.Study, device: str) -> Spec:
+    """The spec as the study it resumes ran it; refused when the runs would not be comparable.
+
+    Optuna refuses a categorical knob whose choices change within a study, so a resume's sampler keeps
+    the choices the study was sampled with (they include the first run's baseline value, which a later
+    `bench apply best` may have replaced) while its search is the spec's: a value the spec dropped is
+    never run (Sweep.set_aside). A new choice, another memory budget or another kind of
+    device would mix unlike measurements in one study: that needs a new study. Another objective does too,
+    once a trial was measured in the old one; before that it is recorded, the only write here.
+    """
+    info, name = study.user_attrs, spec.study
+    hint = "resume with the study's settings, or start a new study with --study NAME"
+    if info.get("memory_budget") != spec.memory_budget:
+        raise UserError(f"study {name!r} measured under memory budget {_budget(info.get('memory_budget'))}, this run "
+                        f"asks for {_budget(spec.memory_budget)}; {hint}")
+    if "device" in info and info["device"].split(":")[0] != device.split(":")[0]:
+        raise UserError(f"study {name!r} ran on {info['device']}, this run is on {device}; {hint}")
+    # nothing measured yet in the old objective (its first trial found the workload has no tokens): nothing to mix
+    retarget = info.get("objective", spec.objective) != spec.objective
+    if retarget and any((t.user_attrs.get("record") or {}).get("status") in (record.OK, record.DIVERGED)
+                        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))):
+        raise UserError(f"study {name!r} optimizes {info['objective']}/s, this run asks for {spec.objective}/s; {hint}")
+    changed = workload_changes(info.get("workload"), spec.workload)
+    if changed:
+        raise UserError(f"study {name!r} measured another workload ({'; '.join(changed)}): its trials and this "
+                        f"run's would not be comparable; {hint}")
+    sampled = {knob: tuple(choices) for knob, choices in (info.get("choices") or {}).items()}
+    for trial in study.get_trials(deepcopy=False):  # studies from before "choices" was kept
+        for knob, dist in trial.distributions.items():
+            if isinstance(dist, optuna.distributions.CategoricalDistribution):
+                sampled.setdefault(knob, tuple(dist.choices))
+    kept = {}
+    for knob, choices in sampled.items():
+        dim = spec.search.get(knob)
+        if dim is None or not dim.choices:
+            continue
+        new = [c for c in dim.choices if c not in choices]
+        if new:
+            raise UserError(f"study {name!r}: search.{knob} now has {', '.join(map(str, new))}, which the study's "
+                            f"space ({', '.join(map(str, choices))}) lacks; Optuna cannot change a study's choices: "
+                            f"start a new study with --study NAME")
+        if tuple(dim.choices) != choices:
+            kept[knob] = choices
+    if retarget:
+        study.set_user_attr("objective", spec.objective)
+    return replace(spec, sampled=kept)
+
+
+WORKLOAD_IDENTITY = ("name", "preset", "params", "factory", "model", "loss", "batch", "lightning", "hf", "loop")
+"""What makes two studies' workloads one: the model, its size and how a step runs (not where it lives
+on disk, nor the training arguments a step does not read)."""
+
+
+def workload_changes(stored: dict | None, workload: dict) -> list[str]:
+    """`workload.KEY: was -> now` for each identity key that differs (none for studies from before the
+    workload was kept)."""
+    if stored is None:
+        return []
+    now = json.loads(json.dumps(workload, default=str))
+    return [f"workload.{key}: {stored.get(key)} -> {now.get(key)}" for key in WORKLOAD_IDENTITY
+            if stored.get(key) != now.get(key)]
+
+
+def _budget(size) -> str:
+    return f"{size / 2**30:.3g} GiB" if size else "none"
+
+
+# ---- writing configs into it -----------------------------------------------------------------
+
+def suggest(trial: optuna.Trial, spec: Spec, eager_only: bool = False) -> dict:
+    """Knob values for `trial`. Numeric choices (batch size, seq_len) are ordinal: the sampler
+    draws an index into the sorted list with suggest_int, so TPE's kernel knows 16 lies between
+    8 and 32 (a categorical would not). In the eager phase compile is held off, not searched."""
+    params = {}
+    for name, dim in spec.search.items():
+        choices = spec.sampled.get(name, dim.choices)
+        if name == "compile" and eager_only:
+            params[name] = "off"
+        elif search.is_ordinal(choices):
+            values = search.ordered(choices)
+            params[name] = values[trial.suggest_int(name, 0, len(values) - 1)]
+        elif choices:
+            params[name] = trial.suggest_categorical(name, list(choices))
+        else:
+            params[name] = trial.suggest_int(name, dim.low, dim.high)
+    return params
+
+
+def sampler_params(spec: Spec, config: dict) -> dict:
+    """The params a sampler stores for `config` (ordinal knobs as indices): what enqueue_trial takes."""
+    params = {}
+    for name, dim in spec.search.items():
+        if name in config:
+            value, choices = config[name], spec.sampled.get(name, dim.choices)
+            params[name] = search.ordered(choices).index(value) if search.is_ordinal(choices) else value
+    return params
+
+
+def including(spec: Spec, config: dict) -> Spec:
+    """The spec with the user's current config inside its search space, so it can be enqueued. A batch
+    size (or process count) that does not divide the spec's effective_batch goes only into the sampler's
+    choices: your config runs as it is, but no other config is searched at an effective batch not asked for."""
+    search, fixed, sampled = dict(spec.search), dict(spec.fixed), dict(spec.sampled)
+    inexact = not keeps_effective_batch(spec, config)
+    for name, value in config.items():
+        if inexact and name in ("batch_size", "nproc"):
+            if name in search and value not in search[name].choices:
+                sampled[name] = (*sampled.get(name, search[name].choices), value)
+        elif name in search:
+            dim = search[name]
+            if dim.choices and value not in dim.choices:
+                search[name] = Dimension(name, choices=(*dim.choices, value))
+            elif not dim.choices and not dim.low <= value <= dim.high:
+                search[name] = Dimension(name, low=min(dim.low, value), high=max(dim.high, value))
+        elif name in fixed and fixed[name] != value:
+            del fixed[name]
+            search[name] = Dimension(name, choices=(spec.fixed[name], value))
+    return replace(spec, search=search, fixed=fixed, sampled=sampled)
+
+
+def enqueue_baseline(study: optuna.Study, spec: Spec, config: dict) -> None:
+    """Measure the user's current config first (once per study)."""
+    if any(t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)):
+        return
+    study.enqueue_trial(sampler_params(spec, config), user_attrs={"baseline": True, "config": config},
+                        skip_if_exists=False)
+
+
+def enqueue_grid(study: optuna.Study, spec: Spec) -> None:
+    """sampler: grid — every config once, in order (Optuna's grid samplers call stop(), which ask/tell forbids)."""
+    if spec.sampler != "grid" or any(t.user_attrs.get("grid") for t in study.get_trials(deepcopy=False)):
+        return
+    for config in all_configs(spec):
+        study.enqueue_trial(sampler_params(spec, config), user_attrs={"config": config, "grid": True})
+
+
+def requeue(study: optuna.Study, params: dict, attrs: dict) -> None:
+    keep = {k: v for k, v in attrs.items() if k in ("baseline", "config", "remeasured_after")}
+    study.enqueue_trial(params, user_attrs=keep, skip_if_exists=False)
+
+
+def confirm_key(number: int, round_: int) -> str:
+    """The study attribute holding trial `number`'s confirmation run `round_` (claimed, then done)."""
+    return f"confirm:{number}:{round_}"
+
+
+# ---- reading it back -------------------------------------------------------------------------
+
+def interrupted(t: optuna.trial.FrozenTrial) -> bool:
+    """Stopped, never measured: by bench (Ctrl-C, a signal, a dead process) or by Optuna's heartbeat
+    (a FAIL without bench's record: a database worker that stopped beating)."""
+    return t.user_attrs.get("status") == record.INTERRUPTED or (t.state == TrialState.FAIL and "record" not in t.user_attrs
+                                                                and not not_run_itself(t))
+
+
+def not_run_itself(t: optuna.trial.FrozenTrial) -> bool:
+    """A duplicate (its config's measurement is another trial's) or a config set aside (Sweep.set_aside)."""
+    return "duplicate_of" in t.user_attrs or "outside_space" in t.user_attrs
+
+
+def confirmation_runs(attrs: dict) -> dict[str, list[dict]]:
+    """Trial number (str) -> its recorded confirmation runs, in round order: confirm:* records, after
+    the runs of a study from before them (one `repeats` attribute)."""
+    runs = {number: list(done) for number, done in (attrs.get("repeats") or {}).items()}
+    done = sorted((int(parts[1]), int(parts[2]), value["run"]) for key, value in attrs.items()
+                  if key.startswith("confirm:") and len(parts := key.split(":")) == 3
+                  and isinstance(value, dict) and value.get("state") == "done")
+    for number, _, run in done:
+        runs.setdefault(str(number), []).append(run)
+    return runs
+
+
+def superseded(study: optuna.Study) -> set[int]:
+    """Trials that stopped a sweep with an error in the user's code, since run again (retry_what_stopped...)."""
+    return set(study.user_attrs.get("superseded") or [])
+
+
+def rows_of(study: optuna.Study) -> list[dict]:
+    """One row per trial for reports: the stored record plus number, baseline and duplicate marks."""
+    rows, repeats, aside = [], confirmation_runs(study.user_attrs), superseded(study)
+    for t in study.get_trials(deepcopy=False):
+        if t.state in (TrialState.WAITING,) or t.number in aside:
+            continue
+        rec = dict(t.user_attrs.get("record") or {})
+        if not_run_itself(t):
+            continue  # a duplicate's measurement is in the table under its own number
+        if t.state == TrialState.RUNNING and not rec and is_stale(t.user_attrs.get("worker")):
+            rec = {"status": record.INTERRUPTED, "throughput": None, "peak_memory": None, "error": {
+                   "type": "Interrupted", "message": "its bench process died; the next `bench sweep` runs it again"}}
+        elif t.state == TrialState.RUNNING and not rec:
+            rec = {"status": "running", "throughput": None, "peak_memory": None, "error": None}
+        elif interrupted(t) and not rec:
+            rec = {"status": record.INTERRUPTED, "throughput": None, "peak_memory": None,
+                   "error": {"type": "Interrupted", "message": "its worker stopped (no heartbeat); it runs again"}}
+        rec.update(number=t.number, config=t.user_attrs.get("config", rec.get("config", {})),
+                   baseline=bool(t.user_attrs.get("baseline")))
+        rec.setdefault("status", t.user_attrs.get("status", "unknown"))
+        if str(t.number) in repeats and rec.get("status") == record.OK:
+            rec["repeats"] = repeats[str(t.number)]
+        rows.append(rec)
+    if any(r["baseline"] and r["status"] != record.INTERRUPTED for r in rows):
+        for r in rows:  # the baseline is the trial that measured it; an interrupted try is only a try
+            r["baseline"] = r["baseline"] and r["status"] != record.INTERRUPTED
+    return rows
+
+
+def study_info(study: optuna.Study) -> dict:
+    return {"name": study.study_name, **study.user_attrs}
