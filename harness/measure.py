@@ -106,7 +106,8 @@ def limit_cpu_memory(budget: int) -> None:
 
 
 def lift_cpu_memory_limit() -> None:
-    """The wall taken down again (as far as the hard limit lets): for work after the measured steps."""
+    """The wall taken down again (as far as the hard limit lets): for work after the measured steps, and
+    after an OOM, when the record still has to be written."""
     _, hard = resource.getrlimit(resource.RLIMIT_DATA)
     resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
 
@@ -127,12 +128,6 @@ def refused_memory() -> bool:
         return bool(torch.cuda.is_initialized() and torch.cuda.memory_stats().get("num_ooms", 0))
     except RuntimeError:  # a CUDA error left the context unusable: no count to read
         return False
-
-
-def lift_cpu_memory_limit() -> None:
-    """After an OOM the record still has to be written: give the memory back."""
-    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
 
 
 # ---- CUDA memory --------------------------------------------------------------------------------
