@@ -511,11 +511,14 @@ class Sweep:
         best = pareto.pick([r for r in fits if pareto.confirmed(r)], objective, capacity)
         if best is None:
             return None
-        open_ = [r for r in fits if not pareto.confirmed(r) and pareto.prefer([best, r], objective, capacity) is r]
+        # raced and still unconfirmed (a run crashed or ran out of memory): not a config to act on, nor to race again
+        to_do = self.runs_to_do(fits)
+        fits = [r for r in fits if not pareto.confirmed(r) and to_do[r["number"]]]
+        open_ = [r for r in fits if pareto.prefer([best, r], objective, capacity) is r]
         choice = None if open_ else pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, objective)
         if choice is not None and choice.kept:
             base = next(r for r in rows if r["number"] == choice.baseline.number)
-            open_ = [r for r in fits if not pareto.confirmed(r) and pareto.faster(r, base, objective)]
+            open_ = [r for r in fits if pareto.faster(r, base, objective)]
         return max(open_, key=lambda r: pareto.speed(r, objective), default=None)
 
     def candidates(self, rows: list[dict]) -> list[dict]:

@@ -478,3 +478,33 @@ def test_where_a_tie_keeps_your_config_a_config_faster_than_yours_is_confirmed(t
     choice = pareto.choose(rows, spec.memory_budget, spec.headroom)
     assert choice.leader.number == by_config[(16, "bf16-mixed")]["number"]  # it ties with your config
     assert choice.best.number == by_config[(16, "fp32")]["number"]  # and this one surely beats yours
+
+
+def test_a_challenger_whose_confirmation_run_failed_does_not_hold_up_the_race(tmp_path):
+    """One of the leader's two confirmation runs crashed: it stayed unconfirmed and the fastest open row,
+    so every challenger slot named it again and ran nothing, and your config (4.0) was chosen over a
+    steady 11.0 that was never raced."""
+    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32", "bf16-mixed"])
+    seen, notes = {}, []
+
+    def table(config):
+        key = (config["batch_size"], config["precision"])
+        seen[key] = seen.get(key, 0) + 1
+        if key == (16, "bf16-mixed") and seen[key] == 2:
+            return {"status": "crash", "throughput": None, "peak_memory": None, "error": {"message": "segfault"}}
+        speed = {(8, "fp32"): 4.0, (16, "bf16-mixed"): 12.0, (16, "fp32"): 11.0, (8, "bf16-mixed"): 10.0}[key]
+        return {"status": "ok", "throughput": speed, "peak_memory": 20 * MiB, "timing": {"step_s": {"cv": 0.005}}}
+
+    class Notes(studies.Progress):
+        def note(self, message):
+            notes.append(message)
+
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    ledger.enqueue_baseline(study, spec, spec.config({"batch_size": 8, "precision": "fp32"}))
+    studies.Sweep(spec, study, "cpu", tmp_path, 4, None, Notes(), runner=Runner(table)).run()
+    rows = ledger.rows_of(study)
+    by_config = {(r["config"]["batch_size"], r["config"]["precision"]): r for r in rows}
+    flaky = by_config[(16, "bf16-mixed")]["number"]
+    assert not any(n.startswith(f"#{flaky} ran faster once") for n in notes), notes  # it had its two runs
+    assert seen[(16, "fp32")] == 3 and pareto.confirmed(by_config[(16, "fp32")])
+    assert pareto.choose(rows, spec.memory_budget, spec.headroom).best.number == by_config[(16, "fp32")]["number"]
