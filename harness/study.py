@@ -108,6 +108,7 @@ class Sweep:
             if not self.auto or not self.bar_fell(leader, after):
                 break
             # --trials auto stopped against a figure confirmation did not bear out: search on against the new one
+            self.stale = 0  # an Optuna sampler's patience counts from the new bar
             self.progress.note(f"confirmation puts the best at {pareto.speed(after, self.spec.objective):.1f} "
                                f"{self.spec.objective}/s (#{after['number']}), not the "
                                f"{pareto.speed(leader, self.spec.objective):.1f} the search stopped against: searching on")

@@ -508,3 +508,31 @@ def test_a_challenger_whose_confirmation_run_failed_does_not_hold_up_the_race(tm
     assert not any(n.startswith(f"#{flaky} ran faster once") for n in notes), notes  # it had its two runs
     assert seen[(16, "fp32")] == 3 and pareto.confirmed(by_config[(16, "fp32")])
     assert pareto.choose(rows, spec.memory_budget, spec.headroom).best.number == by_config[(16, "fp32")]["number"]
+
+
+def test_trials_auto_searches_on_with_an_optuna_sampler_too(tmp_path):
+    """With `sampler: random` the patience count was not reset: "searching on" was printed and no trial ran."""
+    raw = {"study": "s", "workload": {"name": "emberformer"}, "trials": 16, "sampler": "random", "seed": 3,
+           "search": {"batch_size": [4, 8, 16, 32], "precision": ["fp32", "bf16-mixed"], "checkpointing": ["none", "full"]},
+           "memory": {"budget": "100MiB", "headroom": 0.1}}
+    spec = specs.build(raw, tmp_path / "spec.yaml", None, ())
+    trials, at_note = [], []
+
+    def lucky_once(config, number, repeat=False):
+        rec = landscape(config)
+        if not repeat:
+            trials.append(number)
+            if len(trials) == 2 and rec["status"] == "ok":  # the first trial after your config's
+                rec["throughput"] = 4000.0  # a wrong figure (a busy machine), which confirmation corrects
+        return rec
+
+    class Notes(studies.Progress):
+        def note(self, message):
+            if "searching on" in message:
+                at_note.append(len(trials))
+
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    ledger.enqueue_baseline(study, spec, spec.config({"batch_size": 8, "precision": "fp32", "checkpointing": "none"}))
+    studies.Sweep(spec, study, "cpu", tmp_path, spec.trials, None, Notes(), auto=True, runner=lucky_once).run()
+    assert at_note, "the lucky first run should have been the bar the search stopped against"
+    assert len(trials) > at_note[0]  # the search went on
