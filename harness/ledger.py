@@ -86,14 +86,15 @@ def create(spec: Spec, storage, device: str) -> optuna.Study:
     except KeyError:
         study = optuna.create_study(study_name=spec.study, storage=storage, load_if_exists=True,
                                     directions=["maximize", "minimize"], sampler=make_sampler(spec))
-    if "spec_path" not in study.user_attrs:
-        attrs = {"spec_path": str(spec.path), "spec_relative": relative(spec.path), "scenario": spec.scenario, "workload": spec.workload,
+    if "spec_path" not in study.user_attrs:  # written last: a header cut off while written is written again, whole
+        attrs = {"spec_relative": relative(spec.path), "scenario": spec.scenario, "workload": spec.workload,
                  "memory_budget": spec.memory_budget, "headroom": spec.headroom, "device": device,
                  "objective": spec.objective,
                  # what the sampler's params index (ordinal knobs are suggested as positions): a resume keeps it
                  "choices": {knob: list(spec.sampled.get(knob, dim.choices)) for knob, dim in spec.search.items()
                              if dim.choices},
-                 "created": datetime.datetime.now().isoformat(timespec="seconds"), "bench": __version__}
+                 "created": datetime.datetime.now().isoformat(timespec="seconds"), "bench": __version__,
+                 "spec_path": str(spec.path)}
         for key, value in attrs.items():
             study.set_user_attr(key, value)
     return study

@@ -244,3 +244,26 @@ def test_errors_that_differ_only_in_their_numbers_are_one_error():
     assert failures.hopeless(rows) is not None
     rows[2]["error"]["message"] = "expected scalar type Float but found Half"
     assert failures.hopeless(rows) is None
+
+
+def test_a_study_header_cut_off_while_written_is_written_whole_by_the_next_sweep(tmp_path, monkeypatch):
+    """Ctrl-C while a new study's header was written left `spec_path` and nothing after it; every later
+    sweep took the header as written, and a resume on another device or workload went unrefused."""
+    storage = optuna.storages.InMemoryStorage()
+    spec = spec_for(tmp_path)
+    real, writes = optuna.Study.set_user_attr, []
+
+    def cut_at_the_third(self, key, value):
+        writes.append(key)
+        if len(writes) == 3:
+            raise KeyboardInterrupt
+        real(self, key, value)
+
+    monkeypatch.setattr(optuna.Study, "set_user_attr", cut_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        ledger.create(spec, storage, "cuda:0")
+    monkeypatch.setattr(optuna.Study, "set_user_attr", real)
+    study = ledger.create(spec, storage, "cuda:0")
+    assert {"spec_path", "device", "workload", "memory_budget", "objective"} <= set(study.user_attrs)
+    with pytest.raises(UserError, match=r"ran on cuda:0, this run is on cpu"):
+        ledger.resumed(spec, study, "cpu")
