@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 from harness import __version__, record, search
 from harness.errors import UserError
 from harness.spec import Dimension, Spec, all_configs, keeps_effective_batch
-from harness.storage import JOURNAL, existing_storage, is_stale, redact
+from harness.storage import JOURNAL, REQUEUE_KEEPS, existing_storage, is_stale, redact
 
 
 # ---- opening a study -------------------------------------------------------------------------
@@ -237,7 +237,7 @@ def enqueue_grid(study: optuna.Study, spec: Spec) -> None:
 
 
 def requeue(study: optuna.Study, params: dict, attrs: dict) -> None:
-    keep = {k: v for k, v in attrs.items() if k in ("baseline", "config", "remeasured_after")}
+    keep = {k: v for k, v in attrs.items() if k in REQUEUE_KEEPS}
     study.enqueue_trial(params, user_attrs=keep, skip_if_exists=False)
 
 

@@ -511,9 +511,13 @@ def no_experimental_warning():
         yield
 
 
+REQUEUE_KEEPS = ("baseline", "config", "remeasured_after")
+"""What a trial queued again keeps of the one it replaces: what it is (your config?), and why it runs again."""
+
+
 def requeue_stale(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
     """Optuna's stale-trial callback: the same config runs again, once, on whichever worker asks next."""
-    keep = {k: v for k, v in trial.user_attrs.items() if k in ("baseline", "config")}
+    keep = {k: v for k, v in trial.user_attrs.items() if k in REQUEUE_KEEPS}
     study.enqueue_trial(trial.params, user_attrs={**keep, "retry_of": trial.number}, skip_if_exists=False)
 
 

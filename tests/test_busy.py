@@ -174,3 +174,15 @@ def test_the_next_step_while_a_sweep_runs_is_to_wait_for_it():
     running = {**oom(1), "status": "running", "error": None}
     choice = report.annotate([oom(0, BUSY), running], {"name": "load"})
     assert report.next_step(choice) == "a sweep is running (trial #1): `bench report` again when it ends"
+
+
+def test_a_re_measurement_lost_with_its_worker_keeps_its_reason_when_queued_again():
+    """A database study's dead worker is found by Optuna's heartbeat, whose callback queued the trial again
+    with only its config: the report lost "re-measured #N", and a noisy trial could be re-measured twice."""
+    from harness import storage
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.enqueue_trial({}, user_attrs={"config": {"batch_size": 8}, "remeasured_after": {"noisy_cv": 0.2}})
+    lost = study.ask()
+    storage.requeue_stale(study, study.trials[lost.number])
+    again = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))[0]
+    assert again.user_attrs["remeasured_after"] == {"noisy_cv": 0.2} and again.user_attrs["retry_of"] == lost.number
