@@ -74,7 +74,7 @@ def make_sampler(spec: Spec) -> optuna.samplers.BaseSampler:
                                                   multivariate=True, group=True, constant_liar=True),
         "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=spec.seed),
         "random": lambda: optuna.samplers.RandomSampler(seed=spec.seed),
-        "grid": lambda: optuna.samplers.RandomSampler(seed=spec.seed),  # the grid itself is enqueued (create)
+        "grid": lambda: optuna.samplers.RandomSampler(seed=spec.seed),  # the grid itself is enqueued (enqueue_grid)
     }
     return samplers[spec.sampler]()
 
@@ -273,7 +273,9 @@ def confirmation_runs(attrs: dict) -> dict[str, list[dict]]:
 
 
 def superseded(study: optuna.Study) -> set[int]:
-    """Trials that stopped a sweep with an error in the user's code, since run again (retry_what_stopped...)."""
+    """Trials set aside and run again: one that stopped a sweep with an error in the user's code
+    (Sweep.retry_what_stopped_the_last_sweep), or one measured on a busy machine or noisy
+    (Sweep.remeasure_what_ran_busy)."""
     return set(study.user_attrs.get("superseded") or [])
 
 
