@@ -497,6 +497,15 @@ def heartbeat(study: optuna.Study, trial: optuna.Trial):
     return get_heartbeat_thread(trial._trial_id, study._storage)
 
 
+def first_beat(study: optuna.Study, trial: optuna.Trial) -> None:
+    """A database trial's first heartbeat, at its claim: Optuna finds a dead worker's trial by a heartbeat
+    gone stale and skips one that never beat, so a worker that died before its trial started (its
+    heartbeat thread starts there) would leave it running for good."""
+    from optuna.storages._heartbeat import is_heartbeat_enabled
+    if is_heartbeat_enabled(study._storage):
+        study._storage.record_heartbeat(trial._trial_id)
+
+
 def fail_stale_trials(study: optuna.Study) -> None:
     """Trials whose worker stopped beating (killed, machine gone) turn FAIL and are queued again."""
     with no_experimental_warning():  # returns at once for a storage without heartbeats (the journal)

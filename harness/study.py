@@ -361,6 +361,7 @@ class Sweep:
                 if not trial.user_attrs.get("baseline") and self.baseline_pending(config):
                     trial.set_user_attr("baseline", True)  # the baseline's config, measured by this trial instead
                 trial.set_user_attr("worker", worker_id())  # last: the claim
+                storage.first_beat(self.study, trial)
                 previous = self.measured_configs(besides=trial.number).get(search.key(config))
             except KeyboardInterrupt:  # Ctrl-C while claiming: interrupted now, as the CLI says, not at the next resume
                 self.tell_interrupted(trial, trial.user_attrs.get("config"), "interrupted by the user (Ctrl-C)")

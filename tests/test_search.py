@@ -536,3 +536,24 @@ def test_trials_auto_searches_on_with_an_optuna_sampler_too(tmp_path):
     studies.Sweep(spec, study, "cpu", tmp_path, spec.trials, None, Notes(), auto=True, runner=lucky_once).run()
     assert at_note, "the lucky first run should have been the bar the search stopped against"
     assert len(trials) > at_note[0]  # the search went on
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning",
+                            "ignore:Heartbeat of storage is supposed to be used with Study.optimize")
+def test_a_database_worker_that_dies_between_its_claim_and_its_trial_is_found_by_the_heartbeat(tmp_path):
+    """Optuna finds another host's dead worker only by a heartbeat gone stale, and skips a RUNNING trial
+    that never beat: one claimed by a worker that died before its trial started stayed running for good."""
+    import time
+
+    from harness import storage
+    spec = make_spec(tmp_path, trials=4)
+    beats = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'db.sqlite'}", heartbeat_interval=1, grace_period=1,
+                                       heartbeat_stale_trial_callback=storage.requeue_stale)
+    study = ledger.create(spec, beats, "cpu")
+    sweep = studies.Sweep(spec, study, "cpu", tmp_path, spec.trials, None, runner=Runner())
+    trial, config, _ = sweep.claim_next()
+    trial.set_user_attr("worker", {"host": "a-host-that-died", "pid": 1, "started": 0.0})  # it dies here
+    time.sleep(2.5)
+    sweep.fail_stale_trials()
+    assert study.trials[trial.number].state == TrialState.FAIL
+    assert [t.user_attrs["config"] for t in study.get_trials(states=(TrialState.WAITING,))] == [config]
