@@ -265,7 +265,7 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
     storage = stores.open_storage(storage_url, results, spec.study, say=lambda line: err.print(escape(line), soft_wrap=True))
     study = ledger.create(ledger.including(spec, base), storage, device)
     if study.get_trials(deepcopy=False):  # a resume: the study's own space, device kind and budget
-        spec = ledger.resumed(spec, study, device)
+        spec = ledger.resumed(spec, study, device, hardware_model(device))
     else:
         spec = ledger.including(spec, base)
         ledger.enqueue_baseline(study, spec, base)
@@ -282,6 +282,12 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
                           claim=stores.claim_lock(storage, results, spec.study), auto=auto)
     sweep.run()
     return sweep.best_as_reported()[0]
+
+
+def hardware_model(device: str) -> str | None:
+    """The model of the device a sweep runs on, as a trial's record names it (torch stays out of the parent)."""
+    from harness import doctor
+    return doctor.cpu_model() if device == "cpu" else nvml.device_name(device)
 
 
 def warn_budget_above_device(budget: int, device: str) -> None:

@@ -70,7 +70,7 @@ def _cpu() -> dict:
     limit = _cgroup_memory_limit()
     flags = _cpuinfo("flags").split()
     return {
-        "model": _cpuinfo("model name") or platform.processor() or platform.machine(),
+        "model": cpu_model(),
         "cores_logical": psutil.cpu_count(logical=True),
         "cores_physical": psutil.cpu_count(logical=False),
         # A container or taskset may pin us to fewer cores than the machine has.
@@ -81,6 +81,11 @@ def _cpu() -> dict:
         "memory_limit": limit,
         "bf16_native": "avx512_bf16" in flags or "amx_bf16" in flags,
     }
+
+
+def cpu_model() -> str:
+    """This CPU's model: what a trial's record names (harness.measure.env_stamp) and a resume compares."""
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def _cpuinfo(key: str) -> str:

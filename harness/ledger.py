@@ -100,14 +100,15 @@ def create(spec: Spec, storage, device: str) -> optuna.Study:
     return study
 
 
-def resumed(spec: Spec, study: optuna.Study, device: str) -> Spec:
+def resumed(spec: Spec, study: optuna.Study, device: str, hardware: str | None = None) -> Spec:
     """The spec as the study it resumes ran it; refused when the runs would not be comparable.
 
     Optuna refuses a categorical knob whose choices change within a study, so a resume's sampler keeps
     the choices the study was sampled with (they include the first run's baseline value, which a later
     `bench apply best` may have replaced) while its search is the spec's: a value the spec dropped is
-    never run (Sweep.set_aside). A new choice, another memory budget or another kind of
-    device would mix unlike measurements in one study: that needs a new study. Another objective does too,
+    never run (Sweep.set_aside). A new choice, another memory budget, another kind of device or
+    another model of it (`hardware`: this machine's GPU or CPU model, as trials record it) would mix
+    unlike measurements in one study: that needs a new study. Another objective does too,
     once a trial was measured in the old one; before that it is recorded, the only write here.
     """
     info, name = study.user_attrs, spec.study
@@ -117,6 +118,10 @@ def resumed(spec: Spec, study: optuna.Study, device: str) -> Spec:
                         f"asks for {_budget(spec.memory_budget)}; {hint}")
     if "device" in info and info["device"].split(":")[0] != device.split(":")[0]:
         raise UserError(f"study {name!r} ran on {info['device']}, this run is on {device}; {hint}")
+    measured_on = machines_measured(study)
+    if hardware and measured_on and hardware not in measured_on:
+        raise UserError(f"study {name!r} was measured on {' and '.join(sorted(measured_on))}, this run is on {hardware}: "
+                        f"their figures would not compare; {hint}")
     # nothing measured yet in the old objective (its first trial found the workload has no tokens): nothing to mix
     retarget = info.get("objective", spec.objective) != spec.objective
     if retarget and any((t.user_attrs.get("record") or {}).get("status") in (record.OK, record.DIVERGED)
@@ -146,6 +151,16 @@ def resumed(spec: Spec, study: optuna.Study, device: str) -> Spec:
     if retarget:
         study.set_user_attr("objective", spec.objective)
     return replace(spec, sampled=kept)
+
+
+def machines_measured(study: optuna.Study) -> set[str]:
+    """The GPU (or, on a CPU, the processor) models the study's trials were measured on, as their records say."""
+    names = set()
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
+        env = (t.user_attrs.get("record") or {}).get("env") or {}
+        if name := env.get("device") or env.get("cpu"):
+            names.add(name)
+    return names
 
 
 WORKLOAD_IDENTITY = ("name", "preset", "params", "factory", "model", "loss", "batch", "lightning", "hf", "loop")

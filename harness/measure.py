@@ -16,6 +16,7 @@ import time
 import torch
 
 from harness import __version__, nvml
+from harness.doctor import cpu_model  # the one reading of it: a resume compares the two (harness.ledger.resumed)
 
 # Nominal dense peak TFLOP/s from NVIDIA datasheets (no sparsity), by precision class, keyed by the
 # exact device name NVML and CUDA report. Names differ by a suffix between parts with different peaks
@@ -355,17 +356,6 @@ def peak_tflops(device_name: str, precision: str) -> float | None:
 
 
 # ---- environment ----------------------------------------------------------------------------------
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
 
 def cpu_bf16() -> bool | None:
     """Whether this CPU has bf16 instructions (AVX512-BF16 or AMX), where torch can tell (x86); else None."""

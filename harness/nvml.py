@@ -62,6 +62,15 @@ def total_memory(device: str) -> int | None:
         return None
 
 
+def device_name(device: str) -> str | None:
+    """The model of CUDA device `device` as torch names it too (e.g. "NVIDIA H100 80GB HBM3"), or None."""
+    try:
+        import pynvml
+        return str(pynvml.nvmlDeviceGetName(handle(_index(device))))
+    except Exception:
+        return None
+
+
 def compute_processes(device: str) -> int:
     """Other processes computing on CUDA device `device` (bench's own, this process and its children,
     left out); 0 on a CPU or where NVML cannot tell."""

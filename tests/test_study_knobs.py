@@ -183,7 +183,8 @@ def test_a_confirmation_run_keeps_its_own_log_and_leaves_the_trials(tmp_path, fa
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
     path = faulty_spec(tmp_path, "s", ["none"], trials=2, search={"batch_size": [8, 16], "fault": ["none"]},
-                       workload={"factory": "printer:build", "params": {"fault": "none", "at_step": 3}})
+                       workload={"factory": "printer:build", "params": {"fault": "none", "at_step": 3,
+                                                                         "steady_ms": 20}})  # batch 16 leads, busy or not
     result = CliRunner().invoke(main, ["sweep", str(path), "--device", "cpu"])
     assert result.exit_code == 0 and "confirmation run 2 of 2" in result.output, result.output
     logs = tmp_path / "results" / "s" / "logs"
@@ -267,3 +268,31 @@ def test_a_study_header_cut_off_while_written_is_written_whole_by_the_next_sweep
     assert {"spec_path", "device", "workload", "memory_budget", "objective"} <= set(study.user_attrs)
     with pytest.raises(UserError, match=r"ran on cuda:0, this run is on cpu"):
         ledger.resumed(spec, study, "cpu")
+
+
+def test_a_resume_on_another_model_of_device_is_refused(tmp_path):
+    """A study swept on one GPU (or CPU) model and resumed on another mixed their figures in one choice."""
+    spec = spec_for(tmp_path)
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cuda:0")
+    t = study.ask()
+    t.set_user_attr("record", {"status": "ok", "env": {"device": "NVIDIA H100 80GB HBM3", "cpu": "AMD EPYC 9454"}})
+    study.tell(t, [1.0, 1.0])
+    with pytest.raises(UserError, match=r"measured on NVIDIA H100 80GB HBM3, this run is on NVIDIA A100-SXM4-80GB: "
+                                         r"their figures would not compare.*--study NAME"):
+        ledger.resumed(spec, study, "cuda:0", "NVIDIA A100-SXM4-80GB")
+    ledger.resumed(spec, study, "cuda:1", "NVIDIA H100 80GB HBM3")  # a second worker on the same model
+    ledger.resumed(spec, study, "cuda:0", None)  # NVML cannot tell: the kind's check alone
+
+
+def test_a_cli_resume_on_another_cpu_model_is_one_line_and_writes_nothing(tmp_path, faulty_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = faulty_spec(tmp_path, "s", ["none"], trials=1)
+    assert CliRunner().invoke(main, ["sweep", str(path), "--device", "cpu"]).exit_code == 0
+    journal = tmp_path / "results" / "s" / "journal.log"
+    before = journal.read_bytes()
+    from harness import doctor
+    monkeypatch.setattr(doctor, "cpu_model", lambda: "Another CPU 9000")
+    again = CliRunner().invoke(main, ["sweep", str(path), "--device", "cpu", "--trials", "2"])
+    assert again.exit_code == 2, again.output
+    assert "this run is on Another CPU 9000: their figures would not compare" in again.output
+    assert journal.read_bytes() == before
