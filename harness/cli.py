@@ -263,9 +263,10 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
     if not storage_url:
         make_results_folder(results)
     storage = stores.open_storage(storage_url, results, spec.study, say=lambda line: err.print(escape(line), soft_wrap=True))
-    study = ledger.create(ledger.including(spec, base), storage, device)
-    if study.get_trials(deepcopy=False):  # a resume: the study's own space, device kind and budget
-        spec = ledger.resumed(spec, study, device, hardware_model(device))
+    hardware = hardware_model(device)
+    study = ledger.create(ledger.including(spec, base), storage, device, hardware)
+    if study.get_trials(deepcopy=False):  # a resume: the study's own space, device and budget
+        spec = ledger.resumed(spec, study, device, hardware)
     else:
         spec = ledger.including(spec, base)
         ledger.enqueue_baseline(study, spec, base)
@@ -285,7 +286,8 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
 
 
 def hardware_model(device: str) -> str | None:
-    """The model of the device a sweep runs on, as a trial's record names it (torch stays out of the parent)."""
+    """The model of the device a sweep runs on (NVML's GPU name, the CPU's model name): a study's
+    resume compares it with the one it was created with (torch stays out of the parent)."""
     from harness import doctor
     return doctor.cpu_model() if device == "cpu" else nvml.device_name(device)
 

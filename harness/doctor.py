@@ -84,7 +84,7 @@ def _cpu() -> dict:
 
 
 def cpu_model() -> str:
-    """This CPU's model: what a trial's record names (harness.measure.env_stamp) and a resume compares."""
+    """This CPU's model: what a trial's record names (harness.measure.env_stamp) and a study's header holds."""
     return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 

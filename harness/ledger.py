@@ -79,7 +79,9 @@ def make_sampler(spec: Spec) -> optuna.samplers.BaseSampler:
     return samplers[spec.sampler]()
 
 
-def create(spec: Spec, storage, device: str) -> optuna.Study:
+def create(spec: Spec, storage, device: str, hardware: str | None = None) -> optuna.Study:
+    """The study `spec` names, made on first use with its header (what it measures, where, under what
+    budget); `hardware`: the device's model, which a resume compares (resumed)."""
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     try:  # loaded first: a resume writes nothing before `resumed` has agreed to it
         study = optuna.load_study(study_name=spec.study, storage=storage, sampler=make_sampler(spec))
@@ -89,7 +91,7 @@ def create(spec: Spec, storage, device: str) -> optuna.Study:
     if "spec_path" not in study.user_attrs:  # written last: a header cut off while written is written again, whole
         attrs = {"spec_relative": relative(spec.path), "scenario": spec.scenario, "workload": spec.workload,
                  "memory_budget": spec.memory_budget, "headroom": spec.headroom, "device": device,
-                 "objective": spec.objective,
+                 "hardware": hardware, "objective": spec.objective,
                  # what the sampler's params index (ordinal knobs are suggested as positions): a resume keeps it
                  "choices": {knob: list(spec.sampled.get(knob, dim.choices)) for knob, dim in spec.search.items()
                              if dim.choices},
@@ -107,7 +109,7 @@ def resumed(spec: Spec, study: optuna.Study, device: str, hardware: str | None =
     the choices the study was sampled with (they include the first run's baseline value, which a later
     `bench apply best` may have replaced) while its search is the spec's: a value the spec dropped is
     never run (Sweep.set_aside). A new choice, another memory budget, another kind of device or
-    another model of it (`hardware`: this machine's GPU or CPU model, as trials record it) would mix
+    another model of it (`hardware`, read as `create` read it; none for studies from before) would mix
     unlike measurements in one study: that needs a new study. Another objective does too,
     once a trial was measured in the old one; before that it is recorded, the only write here.
     """
@@ -118,10 +120,9 @@ def resumed(spec: Spec, study: optuna.Study, device: str, hardware: str | None =
                         f"asks for {_budget(spec.memory_budget)}; {hint}")
     if "device" in info and info["device"].split(":")[0] != device.split(":")[0]:
         raise UserError(f"study {name!r} ran on {info['device']}, this run is on {device}; {hint}")
-    measured_on = machines_measured(study)
-    if hardware and measured_on and hardware not in measured_on:
-        raise UserError(f"study {name!r} was measured on {' and '.join(sorted(measured_on))}, this run is on {hardware}: "
-                        f"their figures would not compare; {hint}")
+    if hardware and info.get("hardware") and info["hardware"] != hardware:
+        raise UserError(f"study {name!r} was measured on {info['hardware']}, this run is on {hardware}: their "
+                        f"figures would not compare; {hint}")
     # nothing measured yet in the old objective (its first trial found the workload has no tokens): nothing to mix
     retarget = info.get("objective", spec.objective) != spec.objective
     if retarget and any((t.user_attrs.get("record") or {}).get("status") in (record.OK, record.DIVERGED)
@@ -151,16 +152,6 @@ def resumed(spec: Spec, study: optuna.Study, device: str, hardware: str | None =
     if retarget:
         study.set_user_attr("objective", spec.objective)
     return replace(spec, sampled=kept)
-
-
-def machines_measured(study: optuna.Study) -> set[str]:
-    """The GPU (or, on a CPU, the processor) models the study's trials were measured on, as their records say."""
-    names = set()
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
-        env = (t.user_attrs.get("record") or {}).get("env") or {}
-        if name := env.get("device") or env.get("cpu"):
-            names.add(name)
-    return names
 
 
 WORKLOAD_IDENTITY = ("name", "preset", "params", "factory", "model", "loss", "batch", "lightning", "hf", "loop")

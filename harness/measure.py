@@ -16,7 +16,7 @@ import time
 import torch
 
 from harness import __version__, nvml
-from harness.doctor import cpu_model  # the one reading of it: a resume compares the two (harness.ledger.resumed)
+from harness.doctor import cpu_model  # one reading of it: the study's header and the records agree
 
 # Nominal dense peak TFLOP/s from NVIDIA datasheets (no sparsity), by precision class, keyed by the
 # exact device name NVML and CUDA report. Names differ by a suffix between parts with different peaks

@@ -273,15 +273,14 @@ def test_a_study_header_cut_off_while_written_is_written_whole_by_the_next_sweep
 def test_a_resume_on_another_model_of_device_is_refused(tmp_path):
     """A study swept on one GPU (or CPU) model and resumed on another mixed their figures in one choice."""
     spec = spec_for(tmp_path)
-    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cuda:0")
-    t = study.ask()
-    t.set_user_attr("record", {"status": "ok", "env": {"device": "NVIDIA H100 80GB HBM3", "cpu": "AMD EPYC 9454"}})
-    study.tell(t, [1.0, 1.0])
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cuda:0", "NVIDIA H100 80GB HBM3")
     with pytest.raises(UserError, match=r"measured on NVIDIA H100 80GB HBM3, this run is on NVIDIA A100-SXM4-80GB: "
                                          r"their figures would not compare.*--study NAME"):
         ledger.resumed(spec, study, "cuda:0", "NVIDIA A100-SXM4-80GB")
     ledger.resumed(spec, study, "cuda:1", "NVIDIA H100 80GB HBM3")  # a second worker on the same model
     ledger.resumed(spec, study, "cuda:0", None)  # NVML cannot tell: the kind's check alone
+    old = ledger.create(spec_for(tmp_path), optuna.storages.InMemoryStorage(), "cuda:0")  # a study from before
+    ledger.resumed(spec, old, "cuda:0", "NVIDIA A100-SXM4-80GB")
 
 
 def test_a_cli_resume_on_another_cpu_model_is_one_line_and_writes_nothing(tmp_path, faulty_path, monkeypatch):
