@@ -89,7 +89,8 @@ def test_warmup_and_compile_are_timed_apart_from_measured_steps(tmp_path):
     # the first step and the warm-up are not among the measured steps (every step's loss is kept)
     assert rec["loss"]["steps"] == 1 + t["warmup_steps"] + t["measured_steps"]
     assert rec["loss"]["scatter"] > 0  # every micro-batch is another batch: the yardstick of "its loss rose"
-    assert 0.05 < rec["env"]["cpu_bf16_speedup"] < 20  # the CPU's bf16 layer speed-up, the planner's bf16 prior
+    # the CPU's bf16 layer speed-up, the planner's bf16 prior: 0.03-0.04 on an AVX2-only AMD EPYC (bf16 emulated)
+    assert 0 < rec["env"]["cpu_bf16_speedup"] < 20
     assert t["measured_steps"] == t["window_steps"] * t["windows"] == t["window_steps"] * len(t["window_step_s"])
     assert rec["samples_per_s"]["p10"] <= rec["throughput"] <= rec["samples_per_s"]["p90"]
 
