@@ -63,7 +63,7 @@ def total_memory(device: str) -> int | None:
 
 
 def device_name(device: str) -> str | None:
-    """The model of CUDA device `device` as torch names it too (e.g. "NVIDIA H100 80GB HBM3"), or None."""
+    """NVML's name of CUDA device `device`'s model (e.g. "NVIDIA H100 80GB HBM3"), or None without NVML."""
     try:
         import pynvml
         return str(pynvml.nvmlDeviceGetName(handle(_index(device))))
