@@ -242,9 +242,11 @@ def enqueue_grid(study: optuna.Study, spec: Spec) -> None:
         study.enqueue_trial(sampler_params(spec, config), user_attrs={"config": config, "grid": True})
 
 
-def requeue(study: optuna.Study, params: dict, attrs: dict) -> None:
+def requeue(study: optuna.Study, spec: Spec, config: dict, attrs: dict) -> None:
+    """`config` queued to run again, keeping of its old trial's `attrs` what it is and why it runs again
+    (its params from the config: a trial stopped inside suggest() holds only some of them)."""
     keep = {k: v for k, v in attrs.items() if k in REQUEUE_KEEPS}
-    study.enqueue_trial(params, user_attrs=keep, skip_if_exists=False)
+    study.enqueue_trial(sampler_params(spec, config), user_attrs={**keep, "config": config}, skip_if_exists=False)
 
 
 def confirm_key(number: int, round_: int) -> str:
@@ -283,6 +285,11 @@ def superseded(study: optuna.Study) -> set[int]:
     (Sweep.retry_what_stopped_the_last_sweep), or one measured on a busy machine or noisy
     (Sweep.remeasure_what_ran_busy)."""
     return set(study.user_attrs.get("superseded") or [])
+
+
+def supersede(study: optuna.Study, numbers) -> None:
+    """Set trials `numbers` aside: no view shows them, their configs' new trials stand in."""
+    study.set_user_attr("superseded", sorted(superseded(study) | set(numbers)))
 
 
 def rows_of(study: optuna.Study) -> list[dict]:

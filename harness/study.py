@@ -146,8 +146,7 @@ class Sweep:
     def keep_model(self) -> None:
         """The planner's predictions for the configs never measured and one line on why best is best,
         kept with the study for `bench report` (predictions, never measurements)."""
-        if self.spec.sampler == "tpe" and ledger.rows_of(self.study):
-            rows = ledger.rows_of(self.study)
+        if self.spec.sampler == "tpe" and (rows := ledger.rows_of(self.study)):
             self.study.set_user_attr("model", self.planner(rows).summary(rows, self.leader_so_far()))
 
     def plan_next(self) -> bool:
@@ -656,8 +655,7 @@ class Sweep:
         trial.set_user_attr("status", record.INTERRUPTED)
         trial.set_user_attr("record", rec)
         if config:  # queued before the FAIL: a kill between the two leaves a RUNNING trial, recovered again
-            # its params from the config: a trial stopped inside suggest() holds only some of them
-            ledger.requeue(self.study, ledger.sampler_params(self.spec, config), {**trial.user_attrs, "config": config})
+            ledger.requeue(self.study, self.spec, config, trial.user_attrs)
         self.study.tell(trial, state=TrialState.FAIL)
 
     def retry_what_stopped_the_last_sweep(self) -> None:
@@ -672,8 +670,8 @@ class Sweep:
             for number in stopped:
                 attrs = trials[number].user_attrs if number in trials else {}
                 if attrs.get("config"):
-                    ledger.requeue(self.study, ledger.sampler_params(self.spec, attrs["config"]), attrs)
-            self.study.set_user_attr("superseded", sorted(set(ledger.superseded(self.study)) | set(stopped)))
+                    ledger.requeue(self.study, self.spec, attrs["config"], attrs)
+            ledger.supersede(self.study, stopped)
             self.study.set_user_attr("stopped_on_error", [])  # last: a kill before it retries again, nothing lost
         self.progress.note(f"running again the {len(stopped)} config(s) that stopped the last sweep with an error")
 
@@ -689,10 +687,9 @@ class Sweep:
             trials = {t.number: t for t in self.study.get_trials(deepcopy=False)}
             for r in again:
                 first = r.get("busy") or {"noisy_cv": record.Record.of(r).step_cv}
-                ledger.requeue(self.study, ledger.sampler_params(self.spec, r["config"]),
-                        {**trials[r["number"]].user_attrs, "remeasured_after": first})
+                ledger.requeue(self.study, self.spec, r["config"], {**trials[r["number"]].user_attrs, "remeasured_after": first})
             if again:
-                self.study.set_user_attr("superseded", sorted(ledger.superseded(self.study) | {r["number"] for r in again}))
+                ledger.supersede(self.study, [r["number"] for r in again])
             runs = [key for key, slot in attrs.items() if key.startswith("confirm:") and isinstance(slot, dict)
                     and slot.get("state") == "done" and (slot.get("run") or {}).get("busy")]
             for key in runs:
