@@ -17,6 +17,7 @@ Tiers pick the same way under stricter headroom: the guides' "safe / balanced / 
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -81,6 +82,12 @@ class Standing:
     @property
     def confirmed(self) -> bool:
         return self.runs > 2
+
+    @property
+    def measured(self) -> bool:
+        """Ran to the end (ok) with a throughput: something to compare with. A diverged trial's
+        throughput trained nothing."""
+        return self.record.measured and bool(self.speed)
 
     @property
     def caveat(self) -> str | None:
@@ -195,7 +202,7 @@ class Choice:
 
     def against_baseline(self, row: Standing) -> Versus | None:
         """`row` against the user's config, as the report states it; None for the baseline itself."""
-        if self.baseline is None or not self.baseline.speed or row.record.baseline:
+        if self.baseline is None or not self.baseline.measured or row.record.baseline:
             return None
         return versus(row.record, self.baseline.record, self.objective)
 
@@ -289,10 +296,11 @@ def confirmed(row) -> bool:
 
 
 def loss_rise(row) -> float | None:
-    """How much the loss rose over the trial, as a share of its first value (negative: it fell)."""
+    """How much the loss rose over the trial, as a share of its first value (negative: it fell); None
+    where either loss is missing or not finite (a NaN rise would make every comparison with it false)."""
     loss = Record.of(row).loss
     first, last = loss.get("first"), loss.get("last")
-    if not isinstance(first, (int, float)) or not isinstance(last, (int, float)) or not first:
+    if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (first, last)) or not first:
         return None
     return (last - first) / abs(first)
 

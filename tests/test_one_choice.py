@@ -218,6 +218,33 @@ def test_a_config_whose_loss_rose_is_never_best_but_shown_as_fastest_but_unsafe(
     assert "trial 1:" in dry and "bf16-true" not in dry.split("---")[0]
 
 
+@pytest.mark.parametrize("last", [float("nan"), float("inf")])
+def test_a_baseline_whose_loss_went_non_finite_neither_condemns_nor_clears_a_rise(project, last):
+    # a NaN rise made every "within chance" comparison false: a 0.2% rise (scatter 0.2) read as unsafe;
+    # an inf one would have cleared any rise
+    sound = {"loss": {"first": 4.8, "last": 4.81, "scatter": 0.2}}
+    rose = {"loss": {"first": 4.8, "last": 5.4, "scatter": 0.01}}
+    make_study(project, [({"batch_size": 8, "precision": "fp32"}, 100.0, 2.0,
+                          {"status": "diverged", "loss": {"first": 4.8, "last": last, "finite": False}}),
+                         ({"batch_size": 32, "precision": "bf16-mixed"}, 200.0, 4.0, sound),
+                         ({"batch_size": 16, "precision": "bf16-mixed"}, 150.0, 3.0, {}),
+                         ({"batch_size": 64, "precision": "bf16-mixed"}, 300.0, 6.0, rose)], {})
+    rows = json.loads(bench("report", "--format", "json").output)
+    assert [r["number"] for r in rows if r["best"]] == [1]
+    assert rows[1]["unsafe"] is None and "its loss rose 4.8 → 5.4" in rows[3]["unsafe"]
+
+
+def test_a_diverged_baseline_is_compared_with_nothing_in_every_view(project):
+    make_study(project, [({"batch_size": 8, "precision": "fp32"}, 100.0, 2.0,
+                          {"status": "diverged", "loss": {"last": float("nan"), "finite": False}})] + CLEAR[1:], {})
+    table, page, rows, grid, dry = views(project)
+    assert [r["number"] for r in rows if r["best"]] == [1]
+    assert [r["vs_baseline"] for r in rows] == [None] * 3 and {r["vs_baseline"] for r in grid} == {""}
+    assert "baseline (trial 0) ended diverged: nothing to compare against" in table and "×" not in table
+    assert "your config (#0) ended diverged: nothing to compare against" in page
+    assert "vs your config - your config ended diverged" in page and "your config 100 samples/s" not in page
+    assert "trial 1:" in dry and "vs your config" not in dry
+
 def test_a_faster_config_tied_with_best_where_memory_is_scarce_is_said_why_it_lost(project):
     # a landscape of the CPU gpt stand-in: batch 16 ran 5.6% faster once than batch 8's confirmed median,
     # within batch 8's noise, at a peak over 75% of the budget: the tie goes to the lighter, in every view

@@ -102,7 +102,7 @@ def _story(choice: Choice) -> str:
         _stat(f"best {choice.unit}", f"{rate(best.speed)} {choice.unit}",
               f"median of {best.runs} run{'s' if best.runs > 1 else ''}"
               + (f"; your config {rate(choice.baseline.speed)} {choice.unit}"
-                 if choice.baseline and choice.baseline.speed else "")),
+                 if choice.baseline and choice.baseline.measured else "")),
         _stat("peak memory", size(best.peak), _memory_change(best, choice.baseline)),
         _stat("headroom left", *_headroom(best, choice)),
     ]
@@ -129,7 +129,9 @@ def _speedup(choice: Choice) -> tuple[str, str]:
     who = choice.best if choice.sure_over_tie else choice.leader
     v = choice.against_baseline(choice.best) if choice.sure_over_tie else choice.versus
     if v is None:
-        return "-", "no baseline measured" if choice.baseline is None or not choice.baseline.speed else "best is your config"
+        if choice.baseline is None:
+            return "-", "no baseline measured"
+        return "-", f"your config ended {choice.baseline.record.status}" if not choice.baseline.measured else "best is your config"
     spread = f" ± {v.spread:.2f}" if v.spread is not None else ""
     runs = f"{v.runs} interleaved runs each" if v.spread is not None else "not confirmed side by side"
     return f"{v.ratio:.2f}×{spread}", (f"a tie: {v.noise_words()}; " if v.tie else "") + \

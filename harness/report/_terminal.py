@@ -42,7 +42,7 @@ def annotate(rows: list[dict], info: dict, run_steps: int | None = None, run_sou
 def marks(s: Standing, choice: Choice) -> dict:
     """The choice's verdict on one trial, as JSON/CSV carry it: the figure it was chosen on and its marks."""
     against = pareto.versus(s.record, choice.baseline.record, choice.objective) \
-        if choice.baseline and s.speed and choice.baseline.speed and s is not choice.baseline else None
+        if choice.baseline and s.speed and choice.baseline.measured and s is not choice.baseline else None
     return {"pareto": s.pareto, "best": s.best, "leader": choice.leader is s, "baseline": s.record.baseline,
             "tier": s.tier, "tiers": [name for name, t in choice.tiers.items() if t is s],
             "noisy": s.noisy, "unsafe": s.unsafe,
@@ -303,7 +303,7 @@ def headline(choice: Choice) -> list[str]:
         if choice.sure_over_tie:
             lines.append(f"vs baseline (trial {best.number} vs trial {base.number}): "
                          f"{choice.against_baseline(best).text(choice.unit)}, memory {signed_size(best.peak - base.peak)}")
-    elif base is not None and not base.speed:
+    elif base is not None and not base.measured:
         lines.append(f"baseline (trial {base.number}) ended {base.record.status}: nothing to compare against")
     if choice.capacity:
         lines.append(f"headroom left: {1 - best.peak / choice.capacity:.0%} of {size(choice.capacity)}")
