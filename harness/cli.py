@@ -669,8 +669,11 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     if to is not None:
         refuse_own_file(to, spec_path_of(info, storage, results), spec, storage, results, name, option="--to")
     current = apply.read_current(spec.apply)
-    plan = apply.plan(spec.apply, to_write(row.config, current, spec.knob_names()), provenance, to=to,
-                      create_keys=create_keys, current_values=current)
+    values = to_write(row.config, current, spec.knob_names())
+    plan = apply.plan(spec.apply, values, provenance, to=to, create_keys=create_keys, current_values=current)
+    # planned before anything is written: a profile it would refuse must leave the main config unwritten too
+    profile = apply.write_hydra_profile(spec.apply, values, row.env.get("device") or "cpu", provenance, current) \
+        if spec.apply.hydra_group_dir else None
     if which == "best" and not budget and choice.kept:
         out.print(f"keeping your config: {choice.why[0]}", highlight=False, markup=False)
     if row.baseline and plan.changes and to is None:
@@ -691,6 +694,8 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
     if plan.unmapped:
         out.print(f"not written (no key for them in apply.keys): {', '.join(plan.unmapped)}", markup=False)
+    if profile is not None:
+        click.echo(profile.diff)
     if dry_run:
         out.print("dry run: nothing written")
         return
@@ -698,10 +703,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
         return
     backup = apply.write(plan)
     out.print(f"wrote {plan.path}" + (f" (backup: {backup})" if backup else ""), markup=False)
-    if spec.apply.hydra_group_dir:
-        device = row.env.get("device") or "cpu"
-        profile = apply.write_hydra_profile(spec.apply, row.config, device, provenance)
-        click.echo(profile.diff)
+    if profile is not None:
         apply.write(profile)
         out.print(f"wrote hardware profile {profile.path}", markup=False)
 

@@ -212,24 +212,29 @@ class Choice:
         return choose([s.record for s in self.rows], budget, self.headroom, self.objective, self.run_steps, self.run_source)
 
     def row_for(self, which: str, budget: int | None = None, study: str = "the study") -> Standing:
-        """The row `bench apply WHICH [--budget SIZE]` writes: best, a tier, a trial number, or the best
-        config that fits a smaller budget. A WHICH that names nothing measured is the user's error."""
-        if budget:
-            row = self.under(budget).best
-            if row is None:
-                raise UserError(f"--budget {size(budget)}: no measured config fits with {self.headroom:.0%} headroom; "
-                                "sweep with a smaller search space or a larger budget")
-            return self.standing(row.number)
-        if which == "best" or which in TIERS:
-            row = self.best if which == "best" else self.tiers[which]
-            if row is None:
-                noisy_rows = [s for s in self.rows if s.noisy]
-                why = (f" (trial{'s' if len(noisy_rows) > 1 else ''} {', '.join(f'#{s.number}' for s in noisy_rows)} "
-                       f"{BUSY_NOISE})" if noisy_rows else "")
-                raise UserError(f"{which}: no measured config qualifies in study {study}{why}; see `bench report`")
-            return row
-        if not which.isdigit():
+        """The row `bench apply WHICH [--budget SIZE]` writes: best or a tier (of the choice made again for
+        a card of `budget` bytes, where given), or a trial number. A WHICH that names nothing measured is
+        the user's error."""
+        if which.isdigit():
+            if budget:
+                raise UserError(f"trial {which} and --budget {size(budget)}: a trial number names the config "
+                                "itself; drop --budget, or say best or a tier to choose under it")
+            return self.trial_row(which, study)
+        if which != "best" and which not in TIERS:
             raise UserError(f"{which!r}: say best, safe, balanced, aggressive or a trial number")
+        choice = self.under(budget) if budget else self
+        row = choice.best if which == "best" else choice.tiers[which]
+        if row is None and budget:
+            raise UserError(f"--budget {size(budget)}: no measured config fits{'' if which == 'best' else f' the {which} tier'} "
+                            f"with {self.headroom:.0%} headroom; sweep with a smaller search space or a larger budget")
+        if row is None:
+            noisy_rows = [s for s in self.rows if s.noisy]
+            why = (f" (trial{'s' if len(noisy_rows) > 1 else ''} {', '.join(f'#{s.number}' for s in noisy_rows)} "
+                   f"{BUSY_NOISE})" if noisy_rows else "")
+            raise UserError(f"{which}: no measured config qualifies in study {study}{why}; see `bench report`")
+        return self.standing(row.number)
+
+    def trial_row(self, which: str, study: str) -> Standing:
         row = self.standing(int(which))
         if row is None:
             raise UserError(f"trial {which}: not in study {study}; `bench report` lists the trials")

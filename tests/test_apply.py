@@ -669,6 +669,10 @@ def test_hydra_profile_for_the_device(tmp_path):
     assert file.read_bytes() == original
     again = write_hydra_profile(target, {"batch_size": 32}, "NVIDIA H200", PROVENANCE)
     assert write(again).read_text() == text  # the previous profile is backed up
+    p.path.write_bytes(text.replace("\n", "\r\n").encode())  # an editor on Windows saved it
+    crlf = write_hydra_profile(target, {"batch_size": 16}, "NVIDIA H200", PROVENANCE)
+    write(crlf)  # was "the file changed after the plan was made" on every try: the plan read it newline-translated
+    assert load(p.path.read_text())["data"]["batch_size"] == 16
 
 
 def test_hydra_profile_needs_the_hydra_section(tmp_path):

@@ -69,6 +69,33 @@ def test_budget_picks_the_best_that_fits_a_smaller_card(known_study):
     assert batch_in(known_study) == 16  # 5 GiB fits 6 GiB with 10% headroom; 8 GiB does not
 
 
+@pytest.mark.parametrize("which, batch", [("best", 16), ("safe", 8), ("aggressive", 16)])
+def test_budget_makes_the_named_choice_for_the_smaller_card(known_study, which, batch):
+    # --budget took best whatever WHICH said: `safe --budget 8GiB` wrote best under 8 GiB
+    result = apply(which, "--budget", "6GiB")
+    assert result.exit_code == 0, result.output
+    assert batch_in(known_study) == batch  # safe keeps 25% of 6 GiB free: only the 2 GiB baseline
+
+
+def test_hydra_profile_is_planned_before_anything_is_written_and_carries_the_rescaled_lr(project):
+    hydra = {"file": "examples/config.yaml", "preset": "lightning", "lr": {"key": "optimizer.lr"},
+             "keys": {"batch_size": "data_loader.batch_size"}, "hydra": {"group_dir": "conf/hardware"}}
+    make_known_study(project, apply=hydra)
+    target = project / "examples" / "config.yaml"
+    swept = target.read_text()
+    # the main config would get trainer.precision created (--create-keys); the profile cannot override a
+    # key the main config lacks, so it refuses: before, the main config was written first and stayed so
+    target.write_text(swept.replace("  precision: 32-true      # 32-true | bf16-mixed | 16-mixed\n", ""))
+    before = target.read_bytes()
+    result = CliRunner().invoke(main, ["apply", "best", "--create-keys"])
+    assert result.exit_code == 2 and "trainer.precision" in result.output, result.output
+    assert target.read_bytes() == before and not list(target.parent.glob("*.bench-backup-*"))
+    target.write_text(swept)
+    assert apply("best").exit_code == 0
+    profile = yaml.safe_load((project / "conf" / "hardware" / "test-gpu.yaml").read_text())
+    assert profile["data_loader"]["batch_size"] == 32 and profile["optimizer"]["lr"] == pytest.approx(1.2e-3)
+
+
 def test_a_trial_named_by_number_whose_figure_is_not_one_to_act_on_is_written_with_a_warning(project):
     make_known_study(project, cvs={1: 1.54})
     result = CliRunner().invoke(main, ["apply", "1", "--dry-run"])
@@ -80,7 +107,8 @@ def test_a_trial_named_by_number_whose_figure_is_not_one_to_act_on_is_written_wi
 def test_refusals_change_nothing(known_study):
     target = known_study / "examples" / "config.yaml"
     before = target.read_bytes()
-    for args in (["4"], ["5"], ["99"], ["--budget", "1GiB"], ["fastest"]):
+    for args in (["4"], ["5"], ["99"], ["--budget", "1GiB"], ["fastest"], ["1", "--budget", "9GiB"],
+                 ["fastest", "--budget", "9GiB"], ["safe", "--budget", "2GiB"]):
         result = CliRunner().invoke(main, ["apply", *args])
         assert result.exit_code == 2, (args, result.output)
         assert len(result.output.strip().splitlines()) == 1, result.output

@@ -11,25 +11,29 @@ from harness.apply._plan import Plan, _already_implied, _assignments, _diff, _ed
 from harness.errors import UserError
 
 
-def write_hydra_profile(target: ApplyTarget, values: dict, device_name: str, provenance: dict) -> Plan:
+def write_hydra_profile(target: ApplyTarget, values: dict, device_name: str, provenance: dict,
+                        current_values: dict | None = None) -> Plan:
     """Plan `<group_dir>/<device-slug>.yaml` holding the mapped keys (pass the Plan to write()).
 
     The profile is `# @package _global_` so its keys land where they are in the main config; pick
     it with `hardware=h200` (for group_dir conf/hardware). Keys must exist in the target file, as
     Hydra refuses to override keys the main config lacks. The learning rate is rescaled against
-    the target's current values.
+    the target's current values (`current_values`: as read before the main config was planned, so a
+    profile planned beside it rescales from the same batch).
     """
     if target.hydra_group_dir is None:
         raise UserError("apply.hydra is not set in the spec; add apply: {hydra: {group_dir: conf/hardware}}")
     doc = _load_document(target.file, target.format)
-    assignments = _assignments(target, values, doc, current_values=None)
+    assignments = _assignments(target, values, doc, current_values=current_values)
     _edits(doc, assignments, create_keys=False)  # refuses keys the main config lacks
     profile = {}
     for a in assignments:
         if not _already_implied(doc, a):
             _set(profile, a.key, a.value)
     path = target.hydra_group_dir / f"{device_slug(device_name)}.yaml"
-    old_text = path.read_text(encoding="utf-8") if path.exists() else ""
+    # as bytes decoded, not read_text: its newline translation would make a CRLF profile never match
+    # the file again when write() checks it is unchanged
+    old_text = path.read_bytes().decode("utf-8") if path.exists() else ""
     old_data = _parse_data(old_text, "yaml", path) if old_text else {}
     lines = ["# @package _global_", *_provenance_lines(provenance), *_block_lines(profile, 0, 2, "yaml")]
     new_text = "".join(line + "\n" for line in lines)
