@@ -294,6 +294,19 @@ def test_lr_rule_with_a_batch_key_that_holds_no_number_says_what_it_holds(tmp_pa
         plan(target, {"batch_size": 32}, PROVENANCE)
 
 
+@pytest.mark.parametrize("devices", ["auto", "[0, 1, 2, 3]", "-1"])
+def test_lr_rule_refuses_a_process_count_the_file_leaves_to_the_launcher(tmp_path, devices):
+    # was read as 1 process: devices: auto -> nproc 8 rescaled the lr x8 while the per-device batch stayed
+    file = tmp_path / "c.yaml"
+    file.write_text(f"data:\n  batch_size: 8\noptimizer:\n  lr: 0.001\ntrainer:\n  devices: {devices}\n")
+    target = target_for(file, preset="lightning", lr={"key": "optimizer.lr"})
+    with pytest.raises(UserError, match=r"apply.lr: trainer.devices holds .*, not a count of processes"):
+        plan(target, {"batch_size": 8, "nproc": 8}, PROVENANCE)
+    assert load(plan(target, {"batch_size": 16}, PROVENANCE).new_text)["optimizer"]["lr"] == pytest.approx(0.002)
+    file.write_text(file.read_text().replace(f"devices: {devices}", "devices: 2"))
+    assert load(plan(target, {"batch_size": 8, "nproc": 8}, PROVENANCE).new_text)["optimizer"]["lr"] == pytest.approx(0.004)
+
+
 def test_lr_linear_scaling_is_in_the_diff(tmp_path):
     file = copy("lightning.yaml", tmp_path)
     target = target_for(file, preset="lightning", lr={"key": "optimizer.lr", "scale": "linear"})
@@ -791,6 +804,20 @@ def test_old_backups_are_pruned_and_stale_temp_files_cleaned(tmp_path):
     kept = sorted(tmp_path.glob("plain.yaml.bench-backup-*"))
     assert len(kept) == _write.KEEP_BACKUPS and sorted(backups[-_write.KEEP_BACKUPS:]) == kept  # the newest
     assert not stale.exists() and fresh.exists()
+
+
+def test_pruning_a_bracketed_files_backups_leaves_other_files_alone(tmp_path):
+    # cfg[12].yaml taken as a glob pattern matched cfg1.yaml's and cfg2.yaml's backups: six of them, so
+    # the oldest was deleted as if it were its own, and its own were never pruned
+    others = []
+    for name in ("cfg1.yaml", "cfg2.yaml"):
+        other = copy("plain.yaml", tmp_path).rename(tmp_path / name)
+        others += [write(plan(target_for(other), {"batch_size": size}, PROVENANCE)) for size in (2, 4, 8)]
+    file = copy("plain.yaml", tmp_path).rename(tmp_path / "cfg[12].yaml")
+    mine = [write(plan(target_for(file), {"batch_size": size}, PROVENANCE)) for size in (2, 4, 8, 16, 32, 64, 128)]
+    assert all(p.exists() for p in others)
+    kept = sorted(p for p in tmp_path.iterdir() if p.name.startswith("cfg[12].yaml.bench-backup-"))
+    assert kept == sorted(mine[-_write.KEEP_BACKUPS:])
 
 
 def test_a_stale_comment_on_a_flow_mappings_line_is_found_too(tmp_path):

@@ -110,7 +110,8 @@ def _assignments(target: ApplyTarget, values: dict, doc: _Document,
     current = current_values if current_values is not None else \
         _read_knobs(target, doc, ("batch_size", "accumulation", "nproc"))
     if target.lr is not None:
-        out += _lr_assignment(target.lr, doc, values, current, [m.key for m in target.keys.get("batch_size", ())])
+        out += _lr_assignment(target.lr, doc, values, current, [m.key for m in target.keys.get("batch_size", ())],
+                              [m.key for m in target.keys.get("nproc", ())])
     if target.preset == "deepspeed":
         out += _deepspeed_total(target, doc, values, current)
     return out
@@ -151,8 +152,13 @@ def _effective_batch(knobs: dict, fallback: dict) -> int | None:
 
 
 def _lr_assignment(rule: LrRule, doc: _Document, values: dict, current: dict,
-                   batch_keys: list[str]) -> list[_Assignment]:
+                   batch_keys: list[str], count_keys: list[str]) -> list[_Assignment]:
     """The learning rate rescaled for the new effective batch; nothing when that batch is unchanged."""
+    launcher = next(((k, v) for k in count_keys if (v := _lookup(doc.data, k)) is not ABSENT), None)
+    if "nproc" in values and "nproc" not in current and launcher:  # "auto", a device list: the launcher decides
+        raise UserError(f"{doc.path}: apply.lr: {launcher[0]} holds {launcher[1]!r}, not a count of processes, so the "
+                        f"global batch it trains at is unknown and the learning rate cannot be rescaled from it; "
+                        f"write the number of processes it runs on there, or remove apply.lr")
     old_batch, new_batch = _effective_batch(current, {}), _effective_batch(values, current)
     if old_batch is None:
         held = next(((k, v) for k in batch_keys if (v := _lookup(doc.data, k)) is not ABSENT), None)

@@ -3,6 +3,7 @@ refusals that leave every file as it was."""
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import stat
 import tempfile
@@ -104,8 +105,9 @@ def _backup(path: Path) -> Path:
 
 def _tidy(path: Path) -> None:
     """Prune backups beyond the newest KEEP_BACKUPS, and temp files a crashed write left beside the file."""
-    backups = sorted(path.parent.glob(f"{path.name}{BACKUP_INFIX}*"), key=lambda p: (p.stat().st_mtime, p.name))
-    stale = [p for p in path.parent.glob(f".{path.name}.*.tmp") if time.time() - p.stat().st_mtime > STALE_TMP_S]
+    name = glob.escape(path.name)  # cfg[1].yaml as a pattern matches cfg1.yaml: another file's backups
+    backups = sorted(path.parent.glob(f"{name}{BACKUP_INFIX}*"), key=lambda p: (p.stat().st_mtime, p.name))
+    stale = [p for p in path.parent.glob(f".{name}.*.tmp") if time.time() - p.stat().st_mtime > STALE_TMP_S]
     for old in backups[:-KEEP_BACKUPS] + stale:
         old.unlink(missing_ok=True)
 
