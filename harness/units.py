@@ -68,6 +68,14 @@ def _finite(value: int | float, where: str, what: str) -> float:
     return number
 
 
+def fixed(value: float, decimals: int) -> str:
+    """`value` to `decimals` places, or to two significant digits where those places would leave fewer
+    (a table column in one unit: 3 MiB reads 0.0029 GiB, not 0.00; 0.04 samples/s not 0.0)."""
+    if value and abs(value) < 10 ** (1 - decimals):
+        return f"{value:.2g}"
+    return f"{value:.{decimals}f}"
+
+
 def gib(n_bytes: float | None) -> str:
     """Bytes as GiB for people; '-' when unknown."""
     return "-" if n_bytes is None else f"{n_bytes / 1024**3:.2f} GiB"

@@ -434,6 +434,24 @@ def test_the_terminal_table_of_a_gpu_sized_study_shows_an_oom_without_a_peak():
     assert "oom" in oom and "26.30" not in oom  # an OOM's peak is not a measurement of the config
 
 
+def test_a_small_peak_beside_gib_sized_ones_and_a_slow_rate_do_not_read_as_zero():
+    rows = synthetic_rows()
+    rows[4]["peak_memory"], rows[4]["throughput"] = 3 * 2**20, 0.04  # 3 MiB read "0.00" GiB, 0.04/s "0.0"
+    buf = io.StringIO()
+    Console(file=buf, width=1 << 12).print(report.table(choose(rows, synthetic_study()), synthetic_study(), None))
+    line = next(line for line in buf.getvalue().splitlines() if re.match(r"[│\s]*4\s", line))
+    assert "0.0029" in line and "0.04" in line and "0.00 " not in line
+    page = render_html(rows, synthetic_study())
+    assert 'data-v="3145728">0.0029<' in page
+
+
+@pytest.mark.parametrize("top, labels", [(12.32, ["0", "2.5", "5", "7.5", "10", "12.5"]),
+                                         (12_320, ["0", "2,500", "5,000", "7,500", "10k", "12.5k"])])
+def test_axis_ticks_of_a_2_5_step_are_labelled_as_they_are(top, labels):
+    from harness.report._svg import _nice_axis, _tick_label
+    assert [_tick_label(t) for t in _nice_axis(top)[1]] == labels  # were 12 and 12k at 12.5 and 12,500
+
+
 def test_predictions_get_their_own_card_apart_from_the_measured_table_and_compile_is_weighed():
     rows = synthetic_rows()
     unmeasured = {"batch_size": 96, "accumulation": 1, "precision": "bf16-mixed", "checkpointing": "full",

@@ -22,7 +22,7 @@ from harness.pareto import Choice, Standing
 from harness.report import _terminal, _time
 from harness.report._format import esc, ordered, rate
 from harness.report._svg import FRONT_COLOUR, OOM_COLOUR, batch_plot, breakdown_plot, frontier_plot
-from harness.units import size
+from harness.units import fixed, size
 
 TIER_ORDER = {"safe": 0, "balanced": 1, "aggressive": 2}
 
@@ -241,7 +241,7 @@ def _peak_column(rows) -> _Column:
     """Peaks in MiB where every one is under a GiB (85 and 95 MiB both read 0.09 GiB), else in GiB."""
     if max((r.peak for r in rows if r.peak is not None), default=0) < 1024**3:
         return _Column("peak memory (MiB)", True, lambda r: _num(r.peak, lambda v: f"{v / 1024**2:,.1f}"))
-    return _Column("peak memory (GiB)", True, lambda r: _num(r.peak, lambda v: f"{v / 1024**3:.2f}"))
+    return _Column("peak memory (GiB)", True, lambda r: _num(r.peak, lambda v: fixed(v / 1024**3, 2)))
 
 
 def _num(value, fmt) -> tuple[str, str]:

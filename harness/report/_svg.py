@@ -50,9 +50,10 @@ OFF_SCALE = 4
 # ---- axis numbers -------------------------------------------------------------------------------
 
 def _tick_label(value: float) -> str:
+    """A tick as people write it: 12.5 stays 12.5 (a 2.5 step), 12,500 is 12.5k, 10,000 is 10k."""
     if value >= 10_000:
-        return f"{value / 1000:,.0f}k"
-    return f"{value:,.0f}" if value >= 10 or value == int(value) else f"{value:g}"
+        return f"{value / 1000:,g}k"
+    return f"{value:,.0f}" if value == int(value) else f"{value:g}"
 
 
 def _nice_step(span: float, count: int) -> float:

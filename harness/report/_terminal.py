@@ -23,7 +23,7 @@ from rich.text import Text
 from harness import busy, failures, knobs, pareto, record
 from harness.pareto import Choice, Standing
 from harness.report import _time
-from harness.units import size
+from harness.units import fixed, size
 
 JSON_KEYS = ("number", "status", "config", "throughput", "peak_memory", "tokens_per_s", "memory", "timing", "flops",
              "loss", "env", "error", "workload", "adapter", "log", "reused", "start", "repeats", "skip", "busy",
@@ -169,10 +169,10 @@ def columns_for(choice: Choice) -> list[Column]:
         Column("", [flags(s) for s in rows]),
         *[Column(k.replace("_", " "), [s.config.get(k, "") for s in rows], knob=k) for k in knob_columns(rows)],
         Column("status", ["noisy" if s.noisy else s.record.status for s in rows]),
-        Column(choice.unit, [f"{s.speed:.1f}" if s.speed else "-" for s in rows], number=True),
+        Column(choice.unit, [fixed(s.speed, 1) if s.speed else "-" for s in rows], number=True),
         Column("runs", [s.runs if s.speed else "-" for s in rows], number=True),
         Column("± cv", [f"{100 * s.cv:.1f}%" if s.cv is not None and s.speed else "-" for s in rows], number=True),
-        Column(f"peak {unit}", ["-" if p is None else f"{p / scale:.{2 if in_gib else 1}f}" for p in peaks],
+        Column(f"peak {unit}", ["-" if p is None else fixed(p / scale, 2 if in_gib else 1) for p in peaks],
                number=True),
         Column("% mem", [f"{100 * p / cap:.0f}%" if p is not None and cap else "-" for p in peaks], number=True),
     ]
