@@ -332,6 +332,24 @@ def test_a_study_with_nothing_measured_says_what_to_do_next_and_claims_no_quiet_
     assert quiet == (status == "crash")  # a crash ran, and the machine was checked for it; an interrupted try did not
 
 
+@pytest.mark.parametrize("baseline, said", [
+    ({"timing": {"step_s": {"cv": 0.7}}}, "your config (#0)'s timed windows disagree (70% CV"),
+    ({"peak_memory": int(9.5 * GiB)}, "your config (#0) ran, but no config leaves the 10% headroom of the 10.00 GiB budget"),
+])
+def test_the_story_says_why_there_is_nothing_to_compare_with_a_baseline_that_ran(baseline, said):
+    """Both read "your config (#0) ended ok: nothing to compare against"."""
+    from harness import report
+    rows = [{"number": 0, "status": "ok", "config": {"batch_size": 8}, "throughput": 100.0, "peak_memory": 2 * GiB,
+             "baseline": True, "timing": {"step_s": {"cv": 0.01}}},
+            {"number": 1, "status": "ok", "config": {"batch_size": 16}, "throughput": 200.0, "peak_memory": int(9.8 * GiB),
+             "timing": {"step_s": {"cv": 0.01}}}]
+    rows[0].update(baseline)
+    choice = report.annotate(rows, {"name": "s", "memory_budget": 10 * GiB, "headroom": 0.1})
+    assert report.story(choice)[0].startswith(said) and "ended ok" not in " ".join(report.story(choice))
+    page = report.render_html(choice, {"name": "s"})
+    assert "No measured configuration qualifies as best" in page and "finished inside the budget" not in page
+
+
 def test_apply_leaves_out_a_knob_never_searched_that_the_file_lacks(project):
     """The file has no checkpointing key and the sweep never varied it: applying your own config, or a trial
     that changes the batch and precision, was refused for a key that would change nothing."""

@@ -274,7 +274,7 @@ def test_renders_what_the_study_stores():
 def test_renders_without_successful_trials():
     rows = [_trial(0, "oom", 64, "fp32"), _trial(1, "crash", 32, "fp32", error=None)]
     page = render_html(rows, {"name": "s", "budget": None, "headroom": 0.1, "env": {}})
-    assert "No configuration finished" in page
+    assert "No configuration was measured" in page
     assert len(re.findall(r'<g class="oom"', page)) == 1
 
 

@@ -94,7 +94,10 @@ def _story(choice: Choice) -> str:
     # why best is best (the search's model) and what compiling cost: the terminal's lines, word for word
     said = _terminal.story(choice) + _terminal.why_lines(choice) + _terminal.compile_lines(choice)
     if best is None:
-        return ('<section class="hero bad"><p>No configuration finished inside the budget.</p>'
+        # the story below says why (nothing fits the headroom, every run noisy); none was measured is not a fit
+        what = ("No measured configuration qualifies as best" if any(s.measured for s in choice.rows)
+                else "No configuration was measured")
+        return (f'<section class="hero bad"><p>{what}.</p>'
                 f'<ul class="story">{_items(said)}</ul></section>')
     lead = ("Your config stays best" if best.record.baseline else "Best") + f": trial #{esc(best.number)}"
     cards = [

@@ -322,8 +322,16 @@ def story(choice: Choice) -> list[str]:
                      f"{verdict}")
     elif best is not None and base is not None and best is base:
         lines.append(f"your config (#{base.number}) is the fastest measured config that fits")
-    elif base is not None:
+    elif base is not None and base.noisy:
+        lines.append(f"your config (#{base.number})'s timed windows disagree ({base.record.step_cv:.0%} CV, most "
+                     "often a busy machine): not a measurement to compare against")
+    elif base is not None and not base.measured:
         lines.append(f"your config (#{base.number}) ended {base.record.status}: nothing to compare against")
+    elif base is not None and leader is None:
+        lines.append(f"your config (#{base.number}) ran, but no config leaves the {choice.headroom:.0%} headroom of "
+                     f"the {size(choice.capacity)} {choice.capacity_label}: nothing to compare with it")
+    elif base is not None:
+        lines.append(f"your config (#{base.number}) is not among the configs best is chosen from: nothing to compare against")
     else:
         lines.append("no baseline in this study: nothing to compare against")
     if leader is not None:
