@@ -561,10 +561,12 @@ def _with_why(choice: Choice, unpaid: set) -> Choice:
             after = (f"pays back only after {p.break_even_steps:,.0f} steps" if p.break_even_steps is not None
                      else "is not faster than eager beyond the noise")
             why.append(f"trial {p.trial} (compile) {after}; the run is {choice.run_source}: not chosen")
+    # a candidate lost on speed alone (where no eager config fits, compile needs no payback to qualify)
     untwinned = [s.number for s in choice.rows if s.record.measured and not s.noisy and not s.unsafe and not s.best
+                 and s.number not in choice.candidates
                  and s.config.get("compile", "off") != "off" and all(p.trial != s.number for p in choice.paybacks)]
     if untwinned:
-        why.append("compiled, but no eager config that fits was measured, so whether the compile "
+        why.append("compiled, but its compile or step time was not recorded, so whether the compile "
                    "pays back is unknown: not chosen: " + ", ".join(f"#{n}" for n in untwinned))
     noisy_rows = [s.number for s in choice.rows if s.noisy]
     if noisy_rows:

@@ -219,3 +219,17 @@ def test_a_noisy_first_run_confirmed_by_steady_runs_is_ranked_again():
     assert pareto.noisy(row(0, 1816.9, 0.2, cv=1.242)) and not pareto.noisy(base)
     choice = pareto.choose([base, lead], None, 0.1)
     assert choice.best.number == 0 and choice.best.record.baseline
+
+
+def test_where_no_eager_config_fits_a_slower_compiled_one_lost_on_speed_not_on_an_unknown_payback():
+    def compiled(n, tput, peak, batch, mode="default", **extra):
+        return {**row(n, tput, peak, **extra), "config": {"batch_size": batch, "compile": mode},
+                "timing": {"step_s": {"cv": 0.005, "median": 0.1}, "compile_s": 30.0, "first_step_s": 30.0}}
+    rows = [compiled(0, 100, 9.8, 8, "off", baseline=True), compiled(1, 300, 6, 8), compiled(2, 200, 5, 4)]
+    choice = pareto.choose(rows, 10 * GiB, 0.1)
+    assert choice.best.number == 1 and 2 in choice.candidates
+    assert not any("pays back is unknown" in line for line in choice.why)  # #1, best, has no better claim
+    rows[0]["peak_memory"] = 2 * GiB  # eager fits: a compile must pay back, and #2's record lacks its compile time
+    del rows[2]["timing"]["compile_s"]
+    assert "compiled, but its compile or step time was not recorded, so whether the compile pays back is unknown: " \
+           "not chosen: #2" in pareto.choose(rows, 10 * GiB, 0.1).why
