@@ -307,6 +307,15 @@ def test_lr_rule_refuses_a_process_count_the_file_leaves_to_the_launcher(tmp_pat
     assert load(plan(target, {"batch_size": 8, "nproc": 8}, PROVENANCE).new_text)["optimizer"]["lr"] == pytest.approx(0.004)
 
 
+def test_lr_rescales_for_the_knobs_written_not_for_one_without_a_key(tmp_path):
+    # accumulation: null leaves the file's accumulation running; the lr was rescaled x8 for its x4 all the same
+    file = tmp_path / "c.yaml"
+    file.write_text("data:\n  batch_size: 8\noptimizer:\n  lr: 0.001\n")
+    target = target_for(file, keys={"batch_size": "data.batch_size", "accumulation": None}, lr={"key": "optimizer.lr"})
+    p = plan(target, {"batch_size": 16, "accumulation": 4}, PROVENANCE)
+    assert load(p.new_text)["optimizer"]["lr"] == pytest.approx(0.002) and p.unmapped == ["accumulation"]
+
+
 def test_lr_linear_scaling_is_in_the_diff(tmp_path):
     file = copy("lightning.yaml", tmp_path)
     target = target_for(file, preset="lightning", lr={"key": "optimizer.lr", "scale": "linear"})

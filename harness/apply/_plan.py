@@ -109,8 +109,9 @@ def _assignments(target: ApplyTarget, values: dict, doc: _Document,
     # nothing (e.g. an interpolated `batch_size: ${data.bs}`).
     current = current_values if current_values is not None else \
         _read_knobs(target, doc, ("batch_size", "accumulation", "nproc"))
-    if target.lr is not None:
-        out += _lr_assignment(target.lr, doc, values, current, [m.key for m in target.keys.get("batch_size", ())],
+    if target.lr is not None:  # from the knobs written: one without a key leaves the file's value running
+        written = {k: v for k, v in values.items() if target.keys.get(k)}
+        out += _lr_assignment(target.lr, doc, written, current, [m.key for m in target.keys.get("batch_size", ())],
                               [m.key for m in target.keys.get("nproc", ())])
     if target.preset == "deepspeed":
         out += _deepspeed_total(target, doc, values, current)
