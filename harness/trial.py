@@ -414,6 +414,10 @@ class Trial:
         tokens = self.wl.tokens_per_sample
         self.timing.update(step_s=step, wall_s=wall)
         status, reason = self.numerics(losses, reference)
+        error = {"type": "diverged", "message": reason} if reason else None
+        over = self.over_budget(peak)
+        if over:
+            status, error = record.OOM, {"type": "OverBudget", "message": over}
         env = measure.env_stamp(self.device, transforms.tf32_mode())
         if self.device.type == "cpu":  # the planner's bf16 prior on this CPU: measured once per study
             env["cpu_bf16_speedup"] = self.figures.get(
@@ -428,9 +432,19 @@ class Trial:
             "loss": {"reference": reference, "first": losses[0] if losses else None,
                      "last": losses[-1] if losses else None, "finite": all(map(math.isfinite, losses)),
                      "steps": len(losses), "scatter": loss_scatter(losses)},
-            "error": {"type": "diverged", "message": reason} if reason else None,
+            "error": error,
             "reused": self.figures.reused or None,
         }
+
+    def over_budget(self, peak: int) -> str | None:
+        """Why a CPU trial that ran to the end did not fit: RLIMIT_DATA fails new mappings past the budget,
+        but pages the process had mapped before its baseline can become resident under it (a 4 MiB budget
+        let a 26 MiB peak through). On CUDA the allocator's cap holds the reserved peak under it."""
+        budget = self.footprint.budget
+        if self.device.type != "cpu" or not budget or peak <= budget:
+            return None
+        return (f"its peak, {peak / 2**20:.1f} MiB resident above the baseline, went over the {budget / 2**20:.1f} MiB "
+                "budget (the CPU wall fails new mappings; memory mapped before the trial filled in under it)")
 
     def graphs_used(self) -> dict:
         """Whether the compiled model ran under CUDA graphs: wanted by the mode, and not skipped."""

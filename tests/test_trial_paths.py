@@ -57,3 +57,19 @@ def test_the_bf16_layer_measured_after_a_trial_at_its_wall_gives_way_to_an_oom_a
     monkeypatch.setattr(trial.measure, "cpu_bf16_speedup", broken)
     with pytest.raises(RuntimeError, match="shapes"):
         trial.bf16_speedup()
+
+
+def test_a_cpu_trial_whose_peak_went_over_the_budget_under_its_wall_is_an_oom(monkeypatch):
+    """RLIMIT_DATA fails new mappings only: pages mapped before the wall can fill in under it, and a
+    4 MiB budget let a 26 MiB peak through as `ok`, on the Pareto front. Here the wall is left off (in
+    this process it would bind pytest itself), which is that leak at its widest."""
+    from harness import measure
+    monkeypatch.setattr(measure, "limit_cpu_memory", lambda budget: None)
+    from tests.test_measure import FAST, TINY_EMBER
+    job = {"workload": TINY_EMBER, "device": "cpu", "measure": FAST, "seed": 0, "memory_budget": 1024**2,
+           "config": {"batch_size": 4, "accumulation": 1, "precision": "fp32", "checkpointing": "none", "compile": "off"}}
+    rec = trial.Trial(job, trial.Heartbeat(None)).run()
+    assert rec["status"] == "oom" and rec["error"]["type"] == "OverBudget", rec["error"]
+    assert rec["peak_memory"] > 1024**2 and "over the 1.0 MiB budget" in rec["error"]["message"]
+    fits = trial.Trial(dict(job, memory_budget=2 * 1024**3), trial.Heartbeat(None)).run()
+    assert fits["status"] == "ok" and fits["error"] is None
