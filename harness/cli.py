@@ -576,8 +576,8 @@ def refuse_own_file(path: Path, spec_path: str | None, spec, storage: str | None
     """`--out` (a report) or `--to` (apply's config) onto the study's journal or database, its spec, or
     bench's files in any study's folder would replace what bench reads with what it writes; so would
     either onto a backup apply made, and a report onto the apply target, into the Hydra group of
-    profiles apply writes, or over any existing file that is not a report: refused. A report's folder
-    must exist (a typo there made folders from the root down)."""
+    profiles apply writes, or over any existing file that is not a report: refused. The folder written
+    into must exist (a typo there made folders from the root down)."""
     writes = "the report" if option == "--out" else "the config"
     owned = {"the study's journal": None if storage else stores.study_dir(results, name) / stores.JOURNAL,
            "the study's database": stores.sqlite_path(storage) if storage else None,
@@ -604,8 +604,8 @@ def refuse_own_file(path: Path, spec_path: str | None, spec, storage: str | None
     if option == "--out" and target.is_file() and target.suffix.lower() not in REPORT_SUFFIXES:
         raise UserError(f"{option} {path}: that file exists and is not a report (a report replaces only "
                         f"{', '.join(sorted(REPORT_SUFFIXES))} files); write the report to another file")
-    if option == "--out" and not target.parent.is_dir():
-        raise UserError(f"{option} {path}: folder {target.parent} does not exist; create it, or write the report elsewhere")
+    if not target.parent.is_dir():
+        raise UserError(f"{option} {path}: folder {target.parent} does not exist; create it, or write {writes} elsewhere")
 
 
 REPORT_SUFFIXES = {".csv", ".json", ".html", ".htm", ".txt", ".md"}

@@ -107,13 +107,22 @@ def test_a_trial_named_by_number_whose_figure_is_not_one_to_act_on_is_written_wi
 def test_refusals_change_nothing(known_study):
     target = known_study / "examples" / "config.yaml"
     before = target.read_bytes()
-    for args in (["4"], ["5"], ["99"], ["--budget", "1GiB"], ["fastest"], ["1", "--budget", "9GiB"],
+    for args in (["4"], ["5"], ["99"], ["--budget", "1GiB"], ["fastest"], ["1", "--budget", "9GiB"], ["--to", "typo/x.yaml"],
                  ["fastest", "--budget", "9GiB"], ["safe", "--budget", "2GiB"]):
         result = CliRunner().invoke(main, ["apply", *args])
         assert result.exit_code == 2, (args, result.output)
         assert len(result.output.strip().splitlines()) == 1, result.output
         assert target.read_bytes() == before
-    assert not list(target.parent.glob("*.bench-backup-*"))
+    assert not list(target.parent.glob("*.bench-backup-*")) and not (known_study / "typo").exists()
+
+
+def test_an_apply_file_in_a_symlink_loop_is_refused_in_one_line(project):
+    (project / "l1.yaml").symlink_to(project / "l2.yaml")
+    (project / "l2.yaml").symlink_to(project / "l1.yaml")
+    spec = write_spec(project, "loop", apply={"file": "l1.yaml", "preset": "lightning"})
+    result = CliRunner().invoke(main, ["sweep", str(spec)])
+    assert result.exit_code == 2 and "apply.file: cannot resolve l1.yaml" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
 
 
 def test_provenance_names_study_trial_and_measurement(known_study):

@@ -167,7 +167,11 @@ def parse_apply_section(raw: object, base_dir: Path, where: str, *,
     section = _mapping(raw, f"{where}: apply", _SECTION_KEYS)
     if "file" not in section:
         raise UserError(f"{where}: apply: `file` is missing; name the training config to write, e.g. file: config.yaml")
-    file = (Path(base_dir) / _text(section["file"], f"{where}: apply.file")).resolve()
+    try:
+        file = (Path(base_dir) / _text(section["file"], f"{where}: apply.file")).resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop (RuntimeError before Python 3.13)
+        raise UserError(f"{where}: apply.file: cannot resolve {section['file']} ({e}); point it at the "
+                        "training config itself") from None
     fmt = FORMATS.get(file.suffix.lower())
     if fmt is None:
         raise UserError(f"{where}: apply.file: {file.name} is neither YAML (.yaml, .yml) nor JSON (.json); "

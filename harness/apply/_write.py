@@ -73,7 +73,7 @@ def _check_source_unchanged(plan: Plan) -> None:
 def _check_writable(destination: Path) -> None:
     folder = destination.parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)  # a new Hydra group folder, or a --to folder
+        folder.mkdir(parents=True, exist_ok=True)  # a new Hydra group folder (the CLI refuses a missing --to folder)
     except OSError as e:
         raise UserError(f"{folder}: cannot create the folder ({e.strerror}); create it or write elsewhere "
                         "with --to") from None
