@@ -91,9 +91,10 @@ class Planner:
         return open_[int(np.argmax(scored["acquisition"]))]
 
     def open_configs(self, rows: list[dict], include=lambda config: True) -> list[dict]:
-        """Configs not measured, not proven over the memory, not above a batch of their family that ran
-        past the trial timeout (larger is slower still), under any batch larger than the dataset, and
-        within TRUST x the largest batch that ran:
+        """Configs not measured, not proven over the memory, not above half a batch of their family that
+        ran past the trial timeout (the step-time prediction that let it run was wrong, so halve, as the
+        finders do at a wall: stepping down one rung at a time cost three timeouts in a row), under any
+        batch larger than the dataset, and within TRUST x the largest batch that ran:
         extrapolating a line a hundredfold is a guess, and a step that takes minutes is a lost trial."""
         measured = {search.key(r["config"]) for r in rows}
         ran = [r["config"]["batch_size"] for r in rows if r.get("status") in ("ok", "diverged")]
@@ -105,7 +106,8 @@ class Planner:
             mine = kin.get(search.memory_family(c), [])
             if (include(c) and c["batch_size"] <= reach and search.key(c) not in measured
                     and search.skip_reason(c, mine, self.usable) is None and not search.above_wall(c, mine, self.usable)
-                    and not any(r.get("status") == "timeout" and r["config"]["batch_size"] <= c["batch_size"] for r in mine)):
+                    and not any(r.get("status") == "timeout" and r["config"]["batch_size"] < 2 * c["batch_size"]
+                                for r in mine)):
                 out.append(c)
         return out
 
