@@ -59,17 +59,13 @@ def test_the_bf16_layer_measured_after_a_trial_at_its_wall_gives_way_to_an_oom_a
         trial.bf16_speedup()
 
 
-def test_a_cpu_trial_whose_peak_went_over_the_budget_under_its_wall_is_an_oom(monkeypatch):
-    """RLIMIT_DATA fails new mappings only: pages mapped before the wall can fill in under it, and a
-    4 MiB budget let a 26 MiB peak through as `ok`, on the Pareto front. Here the wall is left off (in
-    this process it would bind pytest itself), which is that leak at its widest."""
-    from harness import measure
-    monkeypatch.setattr(measure, "limit_cpu_memory", lambda budget: None)
-    from tests.test_measure import FAST, TINY_EMBER
-    job = {"workload": TINY_EMBER, "device": "cpu", "measure": FAST, "seed": 0, "memory_budget": 1024**2,
-           "config": {"batch_size": 4, "accumulation": 1, "precision": "fp32", "checkpointing": "none", "compile": "off"}}
-    rec = trial.Trial(job, trial.Heartbeat(None)).run()
+def test_a_cpu_trial_whose_peak_went_over_the_budget_under_its_wall_is_an_oom(tmp_path, faulty_path):
+    """RLIMIT_DATA fails new private mappings only: shared memory (a DataLoader worker's batches), or pages
+    mapped before the wall, fill in under it; a 4 MiB budget let a 26 MiB peak through as `ok`."""
+    from tests.test_measure import run
+    wl = {"factory": "faulty:build", "params": {"shared_mib": 64}}
+    rec = run(tmp_path, wl, {"batch_size": 8}, budget=48 * 2**20)
     assert rec["status"] == "oom" and rec["error"]["type"] == "OverBudget", rec["error"]
-    assert rec["peak_memory"] > 1024**2 and "over the 1.0 MiB budget" in rec["error"]["message"]
-    fits = trial.Trial(dict(job, memory_budget=2 * 1024**3), trial.Heartbeat(None)).run()
+    assert rec["peak_memory"] > 64 * 2**20 and "over the 48.0 MiB budget" in rec["error"]["message"]
+    fits = run(tmp_path, {"factory": "faulty:build", "params": {}}, {"batch_size": 8}, budget=48 * 2**20)
     assert fits["status"] == "ok" and fits["error"] is None

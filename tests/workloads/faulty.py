@@ -9,9 +9,11 @@ its windows agree even beside a busy loop: for tests whose subject is not the ti
 must reach its confirmation, a best that must exist) on a loaded CI machine. `ballast_kib` makes
 every training forward hold that much memory per sample while it runs (activations without
 their compute): with `steady_ms`, a workload whose throughput grows with the batch up to its wall.
+`shared_mib` makes the build hold that much shared memory, resident but outside a CPU wall's count.
 """
 import ctypes
 import json
+import mmap
 import os
 import random
 import resource
@@ -25,6 +27,7 @@ import torch.nn.functional as F
 
 from harness.workloads import Workload
 
+SHARED = []  # shared_mib's mappings, alive for the process
 FAULTS = ("none", "segfault", "abort", "raise", "hang", "hang_start", "oom", "exit0", "spam", "grandchild",
           "inf", "build_error", "whoami", "desync", "library_oom")
 # What torch raises when a CUDA library cannot get memory, word for word (pytorch
@@ -131,6 +134,12 @@ def build(params: dict) -> Workload:
             json.dump({"pid": os.getpid(), "pgid": os.getpgrp(), "sid": os.getsid(0), "ppid": os.getppid(),
                        "threads": torch.get_num_threads(),
                        "refault_kib": refault_kib() if params.get("refault") else None}, f)
+    if params.get("shared_mib") and not torch.empty(0).is_meta:
+        # shared memory (a DataLoader worker's batches live in it) is resident but not in RLIMIT_DATA's count
+        shared = mmap.mmap(-1, int(params["shared_mib"]) * 2**20, flags=mmap.MAP_SHARED)
+        for _ in range(int(params["shared_mib"])):  # a MiB at a time: one 64 MiB bytes would be private
+            shared.write(b"x" * 2**20)
+        SHARED.append(shared)
     if fault == "spam":
         sys.stdout.write(("spam " * 200 + "\n") * 8000)  # ~8 MB of output
         sys.stdout.flush()
