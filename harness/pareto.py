@@ -225,8 +225,9 @@ class Choice:
         choice = self.under(budget) if budget else self
         row = choice.best if which == "best" else choice.tiers[which]
         if row is None and budget:
-            raise UserError(f"--budget {size(budget)}: no measured config fits{'' if which == 'best' else f' the {which} tier'} "
-                            f"with {self.headroom:.0%} headroom; sweep with a smaller search space or a larger budget")
+            room = self.headroom if which == "best" else TIERS[which]
+            raise UserError(f"--budget {size(budget)}: no measured config fits with the {room:.0%} headroom of "
+                            f"{which}; sweep with a smaller search space or a larger budget")
         if row is None:
             noisy_rows = [s for s in self.rows if s.noisy]
             why = (f" (trial{'s' if len(noisy_rows) > 1 else ''} {', '.join(f'#{s.number}' for s in noisy_rows)} "
@@ -561,7 +562,8 @@ def _with_why(choice: Choice, unpaid: set) -> Choice:
             after = (f"pays back only after {p.break_even_steps:,.0f} steps" if p.break_even_steps is not None
                      else "is not faster than eager beyond the noise")
             why.append(f"trial {p.trial} (compile) {after}; the run is {choice.run_source}: not chosen")
-    # a candidate lost on speed alone (where no eager config fits, compile needs no payback to qualify)
+    # not a candidate, for want of a payback: one that is (where no eager config fits, compiling is what
+    # makes training fit) lost on speed alone
     untwinned = [s.number for s in choice.rows if s.record.measured and not s.noisy and not s.unsafe and not s.best
                  and s.number not in choice.candidates
                  and s.config.get("compile", "off") != "off" and all(p.trial != s.number for p in choice.paybacks)]
