@@ -1,12 +1,13 @@
 """A trial's memory as the device sees it: the wall it trains under, and the peak it is judged on.
 
-One probe per kind of device; a trial asks either the same four things, in this order:
+One probe per kind of device; a trial asks either the same five things, in this order:
 
     start()          before the workload is built: the baseline, and the wall (the memory budget)
     peak()           the footprint so far, as harness.record defines it
     steady_window()  close the first steps' window (its peak kept as `first_step_peak`), give back
                      what their one-off work left cached, and start the steady state's peak
     read()           the record's footprint, after the last measured step
+    over_budget(p)   why a trial that ran to the end still went over the budget (None: it did not)
 
 `memory` is the record's `memory` section, filled in as the trial goes (the trial adds the weights,
 the optimizer state and the breakdown). The clocks and raw probes are harness.measure's.
@@ -17,6 +18,7 @@ import psutil
 import torch
 
 from harness import measure
+from harness.units import size
 
 
 class CpuFootprint:
@@ -52,6 +54,15 @@ class CpuFootprint:
         self.memory.update(peak_rss=peak + self.memory["baseline_rss"], device_total=psutil.virtual_memory().total)
         return peak
 
+    def over_budget(self, peak: int) -> str | None:
+        """Why a trial that ran to the end did not fit, or None: RLIMIT_DATA fails new private mappings
+        past the budget, but shared memory and pages mapped before the wall fill in under it (a 4 MiB
+        budget let a 26 MiB peak through)."""
+        if not self.budget or peak <= self.budget:
+            return None
+        return (f"its peak, {size(peak)} resident above the baseline, went over the {size(self.budget)} budget "
+                "(the CPU wall fails new private mappings; shared or earlier-mapped memory filled in under it)")
+
 
 class CudaFootprint:
     """The caching allocator's reserved peak plus what the process holds outside it (CUDA context,
@@ -86,6 +97,10 @@ class CudaFootprint:
     def read(self) -> int:
         self.memory.update(measure.cuda_memory(self.device, self.memory))
         return self.peak()
+
+    def over_budget(self, peak: int) -> None:
+        """Never: the allocator's cap holds the reserved peak under the budget (an allocation past it raises)."""
+        return None
 
 
 def probe(device: torch.device, budget: int | None, nvml_used_at_start: int | None = None):

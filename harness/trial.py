@@ -415,7 +415,7 @@ class Trial:
         self.timing.update(step_s=step, wall_s=wall)
         status, reason = self.numerics(losses, reference)
         error = {"type": "diverged", "message": reason} if reason else None
-        over = self.over_budget(peak)
+        over = self.footprint.over_budget(peak)
         if over:
             status, error = record.OOM, {"type": "OverBudget", "message": over}
         env = measure.env_stamp(self.device, transforms.tf32_mode())
@@ -435,16 +435,6 @@ class Trial:
             "error": error,
             "reused": self.figures.reused or None,
         }
-
-    def over_budget(self, peak: int) -> str | None:
-        """Why a CPU trial that ran to the end did not fit: RLIMIT_DATA fails new mappings past the budget,
-        but pages the process had mapped before its baseline can become resident under it (a 4 MiB budget
-        let a 26 MiB peak through). On CUDA the allocator's cap holds the reserved peak under it."""
-        budget = self.footprint.budget
-        if self.device.type != "cpu" or not budget or peak <= budget:
-            return None
-        return (f"its peak, {peak / 2**20:.1f} MiB resident above the baseline, went over the {budget / 2**20:.1f} MiB "
-                "budget (the CPU wall fails new mappings; memory mapped before the trial filled in under it)")
 
     def graphs_used(self) -> dict:
         """Whether the compiled model ran under CUDA graphs: wanted by the mode, and not skipped."""
