@@ -460,6 +460,7 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
         rec = launch.run(spec.job(device, config), limits, Path(tmp) / "trial.log")
     rec.setdefault("config", config)
     click.echo(json.dumps(rec, indent=1, default=str))
+    click.echo(outcome(rec, spec.objective), err=True)  # the record is for tools; this line is for you
     sys.exit(1 if rec["status"] in ("crash", "error") else 0)
 
 

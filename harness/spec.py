@@ -184,9 +184,10 @@ def load(path: Path | str, scenario: str | None = None) -> Spec:
     path = Path(path)
     raw = read_yaml(path, "sweep spec")
     check_keys(raw, TOP_KEYS, f"{path}")
-    scenarios = raw.get("scenarios") or {}
-    if not isinstance(scenarios, dict):
-        raise UserError(f"{path}: scenarios must be a mapping of name -> overrides")
+    scenarios = {} if raw.get("scenarios") is None else raw["scenarios"]
+    if not isinstance(scenarios, dict):  # `scenarios: 0` or `[]` is no mapping, however empty
+        raise UserError(f"{path}: scenarios must be a mapping of name -> overrides, like "
+                        f"`scenarios: {{24gb: {{memory: {{budget: 24GiB}}}}}}`; got {scenarios!r}")
     # `24: {...}` is a name as --scenario 24 gives it; the YAML key is a number
     scenarios = {str(k) if isinstance(k, int) and not isinstance(k, bool) else k: v for k, v in scenarios.items()}
     if scenario is not None:
@@ -210,6 +211,9 @@ def printable(name) -> str:
 def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec:
     where = str(path)
     study = raw.get("study", path.stem)
+    if isinstance(study, float):  # YAML read `study: 1.50` as the number 1.5: its spelling is gone
+        raise UserError(f"{where}: study {study!r} reads as a number in YAML; quote the name as you "
+                        f"mean it, e.g. study: \"{study}\"")
     study = check_name(str(study) if isinstance(study, int) and not isinstance(study, bool) else study,
                        f"{where}: study")  # `study: 2024` is YAML's integer, and a fine name
     workload = parse_workload(raw.get("workload"), where, path.parent, raw.get("apply"))

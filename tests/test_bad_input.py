@@ -104,6 +104,11 @@ BAD_SPECS = {
     "every_size_above_effective_batch": (yaml.safe_dump({**GOOD, "search": {"batch_size": [128, 256],
                                                                            "accumulation": {"effective_batch": 64}}}),
                                          "every size (128, 256) is above effective_batch 64"),
+    # once accepted as "no scenarios", and `study: 1.50` refused as a name without saying YAML read a number
+    "scenarios_zero": (yaml.safe_dump({**GOOD, "scenarios": 0}), "scenarios must be a mapping of name -> overrides"),
+    "scenarios_empty_list": (yaml.safe_dump({**GOOD, "scenarios": []}), "got []"),
+    "study_a_float": ("study: 1.50\n" + yaml.safe_dump({k: v for k, v in GOOD.items() if k != "study"}),
+                      'study 1.5 reads as a number in YAML; quote the name as you mean it, e.g. study: "1.5"'),
     # a second line of a key once silently replaced the first (bf16 dropped from the search)
     "duplicate_knob": ("study: s\nsearch:\n  batch_size: [4]\n  precision: [fp32, bf16-mixed]\n  precision: fp32\n",
                        "line 5: invalid YAML (key 'precision' appears twice)"),

@@ -187,19 +187,20 @@ def test_trial_prints_its_json_record(project):
     spec = write_spec(project)
     result = bench("trial", spec, "--set", "batch_size=4", "--set", "precision=bf16-mixed", "--device", "cpu")
     assert result.exit_code == 0, result.output
-    record = json.loads(result.output)
+    record = json.loads(result.stdout)
     assert record["status"] == "ok"
     assert record["config"]["batch_size"] == 4 and record["config"]["precision"] == "bf16-mixed"
     assert record["throughput"] > 0 and record["peak_memory"] > 0
     assert record["timing"]["step_s"]["median"] > 0 and record["timing"]["measured_steps"] >= 2
     assert record["env"]["torch"] and record["env"]["bench"]
+    assert result.stderr.splitlines()[-1].startswith("ok: "), result.stderr  # the record's outcome, said in words
 
 
 def test_trial_under_a_small_memory_budget_is_a_real_oom(project):
     spec = write_spec(project)
     result = bench("trial", spec, "--set", "batch_size=8", "--memory-budget", "8MiB", "--device", "cpu")
     assert result.exit_code == 0, result.output
-    record = json.loads(result.output)
+    record = json.loads(result.stdout)
     assert record["status"] == "oom", record
     assert re.search(r"can't allocate memory|out of memory|MemoryError|could not create a primitive",
                      record["error"]["message"] + record["error"]["type"])
@@ -429,10 +430,12 @@ def test_a_batch_larger_than_the_dataset_fails_at_once_and_says_so(project, batc
     spec = write_spec(project, workload={"name": "emberformer", "preset": "tiny", "params": {"samples": 16}})
     result = bench("trial", spec, "--set", f"batch_size={batch}", "--device", "cpu", "--timeout", "60s")
     assert result.exit_code == 1, result.output  # a trial that failed
-    record = json.loads(result.output)
+    record = json.loads(result.stdout)
     assert record["status"] == "error" and record["error"]["type"] == "BatchOverDataset", record
     assert f"batch_size {batch} is more than the dataset's 16 samples" in record["error"]["message"]
     assert record["timing"]["trial_wall_s"] < 30  # not the timeout
+    # a failed trial says why on stderr too, not only inside the JSON (it exited 1 silently)
+    assert f"error: batch_size {batch} is more than" in result.stderr.splitlines()[-1], result.stderr
 
 
 def test_a_trials_progress_line_is_in_the_objectives_unit():

@@ -31,7 +31,7 @@ def run(*args):
 def trial(*sets):
     result = run("trial", "sweep.yaml", "--device", "cpu", *[a for s in sets for a in ("--set", s)])
     assert result.exit_code == 0, result.output
-    return json.loads(result.output[result.output.index("{"):])
+    return json.loads(result.stdout)
 
 
 # ---- the U-Net case: model class, loss function, batch function; a commented Lightning-style config
@@ -97,7 +97,7 @@ def test_a_param_no_function_takes_is_an_error_not_ignored(tmp_path, monkeypatch
     spec["workload"]["params"]["widht"] = 8
     (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
     result = run("trial", "sweep.yaml", "--device", "cpu")
-    record = json.loads(result.output[result.output.index("{"):])
+    record = json.loads(result.stdout)
     assert record["status"] == "error" and "widht: taken by none of UNet, random_batch" in record["error"]["message"]
 
 
@@ -174,7 +174,7 @@ def test_a_batch_or_loss_of_the_wrong_shape_is_said_in_the_model_forms_terms(tmp
     spec["workload"] = {"model": "mlp:MLP", "loss": loss, "batch": "mlp:make_batch", "path": ".", "params": {}}
     (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
     result = run("trial", "sweep.yaml", "--device", "cpu", "--set", "batch_size=8")
-    record = json.loads(result.output[result.output.index("{"):])
+    record = json.loads(result.stdout)
     assert record["status"] == "error" and said in record["error"]["message"], record["error"]
 
 
@@ -234,7 +234,7 @@ def test_lightning_optimizer_knob_is_refused_not_ignored(tmp_path, monkeypatch):
     pytest.importorskip("lightning")
     copy_example("lightning", tmp_path, monkeypatch, search={"batch_size": [16], "optimizer": ["fused"]})
     result = run("trial", "sweep.yaml", "--device", "cpu")
-    record = json.loads(result.output[result.output.index("{"):])
+    record = json.loads(result.stdout)
     assert record["status"] == "error" and "configure_optimizers" in record["error"]["message"]
 
 
