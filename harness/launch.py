@@ -313,6 +313,8 @@ def classify(rc: int, result: dict | None, killed_for: str | None, log: str, at_
         return failure(record.OOM, name, f"killed by {name} in its steps under the CPU memory wall: read as out of "
                        "memory (a library that does not check a failed allocation); `bench trial` without "
                        "--memory-budget tells a crash apart", log)
+    if rc == -signal.SIGKILL and record.TERMINATED in log:
+        return failure(record.CRASH, "SIGTERM", "killed by SIGTERM (from outside bench, or the training code's own)", log)
     if rc < 0:
         name = signal.Signals(-rc).name
         hint = " (an unexplained SIGKILL is often the kernel's OOM killer)" if rc == -signal.SIGKILL else ""

@@ -32,6 +32,9 @@ STATUSES = (OK, OOM, TIMEOUT, CRASH, ERROR, DIVERGED, INTERRUPTED, SKIPPED)
 EXIT_OK = 0
 EXIT_USER_ERROR = 2
 EXIT_OOM = 3
+# The child's last line when it was sent SIGTERM: it then ends its whole group with SIGKILL (no grandchild
+# may outlive it), so only the log can tell the parent which signal it was.
+TERMINATED = "bench: the trial was sent SIGTERM; ending its process group"
 
 
 @dataclass(frozen=True)

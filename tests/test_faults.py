@@ -30,7 +30,7 @@ TIMEOUT_S = 30.0  # the overall limit; the stall detector must fire well before 
 STALL_S = 3.0
 HANG_START_TIMEOUT_S = 8.0  # a trial hanging before its first step only meets the overall limit
 MATRIX_FAULTS = ("none", "segfault", "abort", "raise", "hang", "hang_start", "exit0", "spam", "grandchild", "inf",
-                 "build_error")
+                 "build_error", "sigterm")
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +113,15 @@ def test_a_segfault_in_the_steps_under_a_cpu_memory_wall_is_read_as_out_of_memor
     assert walled["status"] == record.OOM and walled["error"]["type"] == "SIGSEGV", walled["error"]
     assert "under the CPU memory wall: read as out of memory" in walled["error"]["message"]
     assert "without --memory-budget tells a crash apart" in walled["error"]["message"]
+
+
+def test_a_sigterm_is_said_as_sigterm_not_as_the_oom_killers_sigkill(matrix):
+    """The trial ends its whole process group with SIGKILL when it is terminated (die_with_parent), so a
+    SIGTERM from anywhere once read "killed by SIGKILL (often the kernel's OOM killer)"."""
+    out = matrix["sigterm"]
+    assert out["rec"]["status"] == record.CRASH
+    assert error_of(out)["type"] == "SIGTERM", error_of(out)
+    assert "OOM" not in error_of(out)["message"] and "SIGKILL" not in error_of(out)["message"]
 
 
 def test_abort_is_a_crash_not_an_oom(matrix):

@@ -17,6 +17,7 @@ import mmap
 import os
 import random
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -29,7 +30,7 @@ from harness.workloads import Workload
 
 SHARED = []  # shared_mib's mappings, alive for the process
 FAULTS = ("none", "segfault", "abort", "raise", "hang", "hang_start", "oom", "exit0", "spam", "grandchild",
-          "inf", "build_error", "whoami", "desync", "library_oom")
+          "inf", "build_error", "whoami", "desync", "library_oom", "sigterm")
 # What torch raises when a CUDA library cannot get memory, word for word (pytorch
 # aten/src/ATen/cuda/Exceptions.h: TORCH_CUDABLAS_CHECK, AT_CUDNN_CHECK; ProcessGroupNCCL's message
 # with NCCL's last error), for `fault: library_oom` with `library: ...`.
@@ -110,6 +111,9 @@ def trigger(fault: str, device, library: str = "cublas") -> None:
             hoard.append(torch.ones(64 * 1024 * 1024 // 4, device=device))
     elif fault == "exit0":
         os._exit(0)
+    elif fault == "sigterm":  # something on the machine (or the user's own code) terminates the trial
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
 
 
 def build(params: dict) -> Workload:
