@@ -109,9 +109,14 @@ class Sweep:
                 break
             # --trials auto stopped against a figure confirmation did not bear out: search on against the new one
             self.stale = 0  # an Optuna sampler's patience counts from the new bar
+            capped = not self.remaining()
             self.progress.note(f"confirmation puts the best at {pareto.speed(after, self.spec.objective):.1f} "
                                f"{self.spec.objective}/s (#{after['number']}), not the "
-                               f"{pareto.speed(leader, self.spec.objective):.1f} the search stopped against: searching on")
+                               f"{pareto.speed(leader, self.spec.objective):.1f} the search stopped against: " +
+                               (f"the cap of {self.total} trials is reached; raise the spec's trials and re-run to "
+                                "search on" if capped else "searching on"))
+            if capped:
+                break
         self.keep_model()
         if self.quiet.closing():
             self.progress.note(self.quiet.closing())

@@ -218,6 +218,35 @@ def test_trials_auto_searches_on_when_confirmation_lowers_the_best_it_stopped_ag
         assert best.speed < 0.97 * top
 
 
+def test_at_the_cap_confirmation_lowering_the_bar_does_not_say_searching_on(tmp_path):
+    """The note said "searching on" and no trial ran: the lucky run was the cap's last trial."""
+    spec = make_spec(tmp_path, trials=2)
+    lucky = {}
+
+    def table(config):
+        rec = landscape(config)
+        if config["batch_size"] == 8 and not lucky:
+            lucky["once"] = True
+            rec["throughput"] = 4000.0
+        return rec
+
+    notes = []
+
+    class Notes(studies.Progress):
+        def note(self, message):
+            notes.append(message)
+
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    ledger.enqueue_baseline(study, spec, spec.config({"batch_size": 4, "precision": "fp32", "checkpointing": "none"}))
+    study.enqueue_trial(ledger.sampler_params(spec, spec.config({"batch_size": 8, "precision": "fp32", "checkpointing": "none"})),
+                        user_attrs={"config": spec.config({"batch_size": 8, "precision": "fp32", "checkpointing": "none"})})
+    runner = Runner(table)
+    studies.Sweep(spec, study, "cpu", tmp_path, spec.trials, None, Notes(), auto=True, runner=runner).run()
+    said = [n for n in notes if "the search stopped against" in n]
+    assert said and all("searching on" not in n for n in said), notes
+    assert "the cap of 2 trials is reached; raise the spec's trials" in said[0]
+
+
 def test_trials_auto_stops_before_the_cap(tmp_path):
     spec = make_spec(tmp_path, trials=40, batch_size=[4, 8, 16, 32], precision=["fp32", "bf16-mixed"],
                      checkpointing=["none", "full"], compile=["off", "default"])
