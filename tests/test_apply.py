@@ -777,6 +777,23 @@ def test_provenance_goes_below_a_hydra_package_header(tmp_path):
     assert "# our 24 GB card" in lines and "  batch_size: 16" in lines
 
 
+def test_provenance_goes_below_a_shebang_and_leaves_a_comment_of_yours_alone(tmp_path):
+    """The block went above a `#!` line (which then no longer worked), and replaced a comment of the
+    user's that began "# bench apply:"."""
+    target = tmp_path / "run.yaml"
+    mine = "# bench apply: only on the 24 GB card, says Ana"
+    target.write_text(f"#!/usr/bin/env -S python train.py --config\n{mine}\ndata:\n  batch_size: 8\n")
+    spec = apply.parse_apply_section({"file": "run.yaml", "keys": {"batch_size": "data.batch_size"}}, tmp_path, "s.yaml")
+    provenance = {"study": "s", "trial": 1, "device": "cpu", "throughput": 1.0, "peak_memory": 1, "date": "d"}
+    for _ in range(2):  # the second apply replaces bench's block, and only that
+        apply.write(apply.plan(spec, {"batch_size": 16}, provenance))
+    lines = target.read_text().splitlines()
+    block = _provenance_lines(provenance)
+    assert lines[0] == "#!/usr/bin/env -S python train.py --config"
+    assert lines[1:1 + len(block)] == block
+    assert lines[1 + len(block):] == [mine, "data:", "  batch_size: 16"]
+
+
 def test_a_yaml_target_with_a_byte_order_mark_keeps_it_byte_exactly(tmp_path):
     file = tmp_path / "bom.yaml"
     original = b"\xef\xbb\xbf" + (DATA / "plain.yaml").read_bytes()

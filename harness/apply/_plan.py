@@ -7,6 +7,7 @@ import copy
 import difflib
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -321,14 +322,24 @@ def _with_provenance_comment(text: str, provenance: dict) -> str:
     """The text with the provenance block at the top, replacing the block a previous apply left."""
     newline = "\r\n" if "\r\n" in text else "\n"
     lines = text.splitlines(keepends=True)
-    header = 0  # Hydra reads `# @package ...` only from the leading `# @` lines: keep them first
+    # A `#!` line works only as the first line, and Hydra reads `# @package ...` only from the leading
+    # `# @` lines: both stay above the block
+    header = 1 if lines and lines[0].startswith("#!") else 0
     while header < len(lines) and lines[header].startswith("# @"):
         header += 1
     body = lines[header:]
-    while body and body[0].startswith(PROVENANCE_MARK):
-        body.pop(0)
+    if body and body[0].startswith(_provenance_lines({})[0]):  # bench's own block; a comment of yours stays
+        while body and _written_by_bench(body[0]):
+            body.pop(0)
     block = "".join(line + newline for line in _provenance_lines(provenance))
     return "".join(lines[:header]) + block + "".join(body)
+
+
+def _written_by_bench(line: str) -> bool:
+    """A line of the shapes _provenance_lines writes."""
+    said = line[len(PROVENANCE_MARK):].strip() if line.startswith(PROVENANCE_MARK) else None
+    return said is not None and (said.startswith(("written by bench", "measured ", "vs your config as swept: "))
+                                 or re.match(r"\w+=", said) is not None)
 
 
 def _sidecar_json(destination: Path, provenance: dict, changes: list) -> str:
