@@ -59,7 +59,10 @@ def die_with_parent() -> None:
     def on_sigterm(signum, frame):
         if os.getpid() != me:  # a forked DataLoader worker inherits this handler: it just ends, as by default
             os._exit(128 + signum)
-        os.write(2, f"\n{record.TERMINATED}\n".encode())  # so the parent says SIGTERM, not this SIGKILL
+        try:  # so the parent says SIGTERM, not the SIGKILL below; a dead parent's pipe is no reason to stay
+            os.write(2, f"\n{record.TERMINATED}\n".encode())
+        except OSError:
+            pass
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
     signal.signal(signal.SIGTERM, on_sigterm)
