@@ -67,6 +67,10 @@ MEASURE_YAML_KEYS = {"warmup_steps": "warmup_steps", "window_s": "window", "min_
                      "max_windows": "max_windows", "max_seconds": "max_seconds"}
 
 
+class BusyMachine(Exception):
+    """The sweep ran, but on a machine too busy for its figures to rank any config."""
+
+
 def sweep_best(spec_path, preset: str, budget: int | None, device: str, trials: int, timeout_s: float,
                measure: dict | None = None, search: dict | None = None) -> dict | None:
     """`bench sweep` on a copy of a spec (preset, budget, trial settings; no apply) and its best config.
@@ -107,5 +111,9 @@ def sweep_best(spec_path, preset: str, budget: int | None, device: str, trials: 
         rows = json.loads(subprocess.run([*cli, "report", "--format", "json", "--results", str(results)],
                                          cwd=root, check=True, capture_output=True, text=True).stdout)
     best = next((r for r in rows if r.get("best")), None)
+    spoiled = [r for r in rows if r.get("noisy") or r.get("busy")]
+    if best is None and spoiled:  # a loaded machine is an outcome to state, not a failure of the sweep
+        raise BusyMachine(f"no config qualified as best: {len(spoiled)} of {len(rows)} trials ran on a busy machine "
+                          "or too noisy to rank; run it again on a quiet one")
     return best and {"config": best["config"], "throughput": best["speed"]["value"], "peak_memory": best["peak_memory"],
                      "trials": len(rows), "wall_s": wall}

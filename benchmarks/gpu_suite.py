@@ -24,7 +24,7 @@ from pathlib import Path
 
 import peak_vs_long
 import repeatability
-from _common import QUICK_MEASURE, load_spec, sweep_best, trial
+from _common import QUICK_MEASURE, BusyMachine, load_spec, sweep_best, trial
 from harness import record
 from harness.cli import resolve_device
 from harness.units import parse_size
@@ -313,6 +313,8 @@ def run_checks(s: Suite, write, skip: tuple[str, ...] = ()) -> list[Section]:
             check(s, sec)
         except OutOfTime:  # what it measured before its share ran out stays in the table
             sec.status = "stopped (time): partial" if sec.rows else "not run (time)"
+        except BusyMachine as exc:
+            sec.status = f"no answer (busy machine): {exc}"
         except Exception as exc:  # record it and go on: the other checks still run
             sec.status = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
             sec.data["traceback"] = traceback.format_exc()[-3000:]

@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import QUICK_MEASURE, load_spec, sweep_best, trial
+from _common import QUICK_MEASURE, BusyMachine, load_spec, sweep_best, trial
 from harness import spec as specs
 from harness.cli import resolve_device
 from harness.units import parse_size
@@ -86,10 +86,15 @@ def compare(args) -> list[dict]:
     if args.workload in GUIDE_ADVICE:
         config, source = GUIDE_ADVICE[args.workload]
         answers.append((f"guide: {source}", {"config": config, "wall_s": None}))
-    best = sweep_best(spec_path, preset, budget, device, args.trials, args.sweep_timeout, measure,
-                      search={"compile": ["off"]} if args.quick else None)
+    try:
+        best = sweep_best(spec_path, preset, budget, device, args.trials, args.sweep_timeout, measure,
+                          search={"compile": ["off"]} if args.quick else None)
+    except BusyMachine as exc:
+        best, why = None, str(exc)
+    else:
+        why = "the sweep measured no config that fits"
     if best is None:
-        answers.append(("bench", {"error": "the sweep measured no config that fits", "wall_s": None}))
+        answers.append(("bench", {"error": why, "wall_s": None}))
     else:
         answers.append((f"bench sweep ({best['trials']} trials)", {"config": best["config"], "wall_s": best["wall_s"]}))
     runs = measure_rounds(spec, device, [a for _, a in answers], args.runs)

@@ -39,7 +39,9 @@ def test_gpu_suite_quick_on_cpu_writes_every_check_with_measured_numbers(tmp_pat
     # On a quiet machine every check is done; on a loaded one a check may run out of its share of the
     # slot, which the suite must say. A crash is never acceptable. Numbers are asserted where measured.
     time_out = ("stopped (time): partial", "not run (time)")
-    assert all(c["status"] == "done" or c["status"] in time_out for c in checks.values()), \
+    # a sweep whose every run the load spoiled has no best, and says so (it raised "measured no config" once)
+    busy = checks["emberformer sweep under 24 GiB vs the guide's advice"]["status"].startswith("no answer (busy machine)")
+    assert all(c["status"] == "done" or c["status"] in time_out or busy and "sweep" in t for t, c in checks.items()), \
         [(t, c["status"]) for t, c in checks.items()]
     done_ = {t for t, c in checks.items() if c["status"] == "done"}
     tests = checks["gpu-marked tests"]["data"]
