@@ -214,6 +214,18 @@ def test_tiles_name_the_objective_unit(page):
     assert re.findall(r"<th [^>]*>([^<]*)</th>", tokens)[2] == "tokens/s"  # the objective's column first
 
 
+@pytest.mark.parametrize("workload, label", [
+    ({"model": "mymlp:MyMLP", "loss": "mymlp:my_loss", "batch": "mymlp:make_batch"}, "mymlp:MyMLP"),
+    ({"lightning": {"model": "charlm:CharLM"}}, "charlm:CharLM"),
+    ({"factory": "mypkg.models:build"}, "mypkg.models:build")])
+def test_header_names_your_own_model_as_the_sweep_did(workload, label):
+    """Only `factory` and `name` were known: your own model, Lightning or HF form read "the workload"."""
+    rows = synthetic_rows()
+    for r in rows:
+        r["workload"] = workload
+    assert f"measured: {label} on NVIDIA H100 80GB HBM3" in render_html(rows, synthetic_study())
+
+
 def test_header_names_what_was_measured_and_warns_about_another_size(page):
     rows = synthetic_rows()
     for r in rows:

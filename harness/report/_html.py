@@ -22,6 +22,7 @@ from harness.pareto import Choice, Standing
 from harness.report import _terminal, _time
 from harness.report._format import esc, ordered, rate
 from harness.report._svg import FRONT_COLOUR, OOM_COLOUR, batch_plot, breakdown_plot, frontier_plot
+from harness.spec import workload_label
 from harness.units import fixed, size
 
 TIER_ORDER = {"safe": 0, "balanced": 1, "aggressive": 2}
@@ -82,7 +83,8 @@ def _header(choice: Choice, study: dict) -> str:
 def _measured(choice: Choice, device: str | None) -> str:
     """What the numbers are of: the workload preset (a CPU preset is a smaller stand-in) and the device."""
     workload = next((s.record.workload for s in choice.rows if s.record.workload), None) or {}
-    what = workload.get("factory") or workload.get("name") or "the workload"
+    # the name the sweep's banner gave it: your model's class, not "the workload"
+    what = workload_label(workload) if set(workload) & {"name", "factory", "model", "lightning", "hf"} else "the workload"
     preset = f" preset {workload['preset']}" if workload.get("preset") else ""
     return f"measured: {what}{preset} on {device or 'an unrecorded device'}"
 
