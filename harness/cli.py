@@ -118,11 +118,15 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
     logs = results if not storage or click.get_current_context().get_parameter_source("results").name != "DEFAULT" else None
     # every scenario is checked against the device before the first trial runs
     specs_to_run = [device_spec(spec, device) for spec in load_specs(spec_path, scenarios, study_name, memory_budget)]
-    found = [run_sweep(spec, device, fixed_total or spec.trials, deadline, storage, logs, auto=fixed_total is None)
-             for spec in specs_to_run]
-    if not any(found):
+    choices = [run_sweep(spec, device, fixed_total or spec.trials, deadline, storage, logs, auto=fixed_total is None)
+               for spec in specs_to_run]
+    found = [c.best for c in choices]
+    if any(report.spoiled(c) for c in choices):  # the report's rule: an answer noise decides is none to apply
+        out.print("next: run the same [bold]bench sweep[/bold] again when the machine is quiet: it measures again "
+                  "what a busy machine or noise spoiled; [bold]bench report[/bold] shows which")
+    elif not any(found):
         out.print("next: [bold]bench report[/bold] to see why no config qualifies as best (statuses, noise, errors)")
-    elif any(spec.apply and best and not best.get("baseline") for spec, best in zip(specs_to_run, found)):
+    elif any(spec.apply and best and not best.record.baseline for spec, best in zip(specs_to_run, found)):
         out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
     elif any(spec.apply for spec in specs_to_run):
         out.print("next: [bold]bench report[/bold] to see the measurements; your config stays best, so "
@@ -207,8 +211,8 @@ def parse_trials(value: str) -> int:
     return int(value)
 
 
-def run_sweep(spec, device, total, deadline, storage_url, results, auto=False) -> dict | None:
-    """Sweep one spec; the row `bench report` calls best, if one qualifies. Ctrl-C, SIGTERM and SIGHUP stop the running
+def run_sweep(spec, device, total, deadline, storage_url, results, auto=False) -> pareto.Choice:
+    """Sweep one spec; the choice `bench report` makes of its study. Ctrl-C, SIGTERM and SIGHUP stop the running
     trial and record it interrupted."""
     progress = LiveProgress(spec)
     try:
@@ -245,8 +249,9 @@ def to_terminal(write) -> bool:
         return False
 
 
-def sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto) -> dict | None:
+def sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto) -> pareto.Choice:
     current = apply.read_current(spec.apply) if spec.apply else {}
+    spec = spec.holding(current, device)  # what the spec does not search runs as your file has it
     missing = apply.not_found(spec.apply, current, spec.knob_names()) if spec.apply else {}
     if typo := apply.misspelled(spec.apply, missing):
         knob, key, theirs = typo
@@ -282,7 +287,7 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
     sweep = studies.Sweep(spec, study, device, results, total, deadline, progress,
                           claim=stores.claim_lock(storage, results, spec.study), auto=auto)
     sweep.run()
-    return sweep.best_as_reported()[0]
+    return sweep.choice()
 
 
 def hardware_model(device: str) -> str | None:
@@ -670,7 +675,8 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     if to is not None:
         refuse_own_file(to, spec_path_of(info, storage, results), spec, storage, results, name, option="--to")
     current = apply.read_current(spec.apply)
-    values = to_write(row.config, current, spec.knob_names())
+    held = spec.held(current, info.get("device") or "cpu")
+    values = to_write(row.config, spec.knob_names() + list(held))
     plan = apply.plan(spec.apply, values, provenance, to=to, create_keys=create_keys, current_values=current)
     # planned before anything is written: a profile it would refuse must leave the main config unwritten too
     profile = apply.write_hydra_profile(spec.apply, values, row.env.get("device") or "cpu", provenance, current) \
@@ -709,11 +715,11 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
         out.print(f"wrote hardware profile {profile.path}", markup=False)
 
 
-def to_write(config: dict, current: dict, named: list[str]) -> dict:
-    """The knob values apply writes: every knob the spec names (searched or pinned), and the others only
-    where the file holds them (a knob the spec never mentions and the file does not set was measured
-    at bench's default, not chosen: there is nothing to write, and no key to write it to)."""
-    return {k: v for k, v in config.items() if k in current or k in named}
+def to_write(config: dict, named: list[str]) -> dict:
+    """The knob values apply writes: every knob the spec names (searched, pinned, or held at your file's
+    value: Spec.held). Any other was measured at bench's default, not chosen: writing it would change
+    your file where the sweep chose nothing (your accumulation 2 became 1, and your lr with it)."""
+    return {k: v for k, v in config.items() if k in named}
 
 
 # ---- workloads, doctor ---------------------------------------------------------------------------

@@ -150,6 +150,18 @@ class Spec:
         return {"workload": self.workload_for(device, config), "config": config, "device": device,
                 "memory_budget": self.memory_budget, "measure": self.measure.__dict__, "seed": self.seed}
 
+    def held(self, current: dict, device: str) -> dict:
+        """Knobs your config file sets (read from the apply target) that the spec neither searches nor
+        pins: every trial runs them as your file has them, and apply leaves them so. Not the process
+        knobs (this machine may not have your devices) nor a value this device cannot run: those are
+        measured at bench's defaults and never written."""
+        return {k: v for k, v in current.items()
+                if k not in self.search and k not in self.fixed and k not in NOT_HELD
+                and not (k == "accumulation" and self.effective_batch) and refusal(k, v, device) is None}
+
+    def holding(self, current: dict, device: str) -> "Spec":
+        return dataclasses.replace(self, fixed={**self.fixed, **self.held(current, device)})
+
     def baseline(self, current: dict) -> dict:
         """The user's current config (knob values read from the apply target) as a trial config;
         knobs the target does not set take their defaults, or the first value of the search."""
@@ -176,6 +188,10 @@ class Spec:
         if "name" in self.workload:
             section["preset"] = preset
         return {**section, "params": params}
+
+
+NOT_HELD = ("nproc", "parallel", "reshard_after_forward")
+"""Knobs a sweep does not take from your file when it does not search them (Spec.held)."""
 
 
 # ---- loading --------------------------------------------------------------------------------------

@@ -758,11 +758,16 @@ class Sweep:
                 out.setdefault(search.key(t.user_attrs["config"]), t)
         return out
 
+    def choice(self, rows: list[dict] | None = None) -> pareto.Choice:
+        """The choice `bench report` makes of the study as it stands."""
+        rows = ledger.rows_of(self.study) if rows is None else rows
+        return pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, self.spec.objective)
+
     def best_as_reported(self, number: int | None = None) -> tuple[dict | None, str | None]:
         """The row `bench report` would call best now, and the report's reason where trial `number` (just
         measured) or the leader is faster yet not best: a tie with your config, or one run a confirmed best outranks."""
         rows = ledger.rows_of(self.study)
-        choice = pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, self.spec.objective)
+        choice = self.choice(rows)
         best = next((r for r in rows if choice.best is not None and r["number"] == choice.best.number), None)
         if choice.kept or choice.sure_over_tie:
             return best, choice.why[0]

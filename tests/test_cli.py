@@ -183,6 +183,27 @@ def test_apply_best_keeps_comments_and_backs_up(swept):
     assert data["seed_everything"] == 42 and data["optimizer"]["weight_decay"] == 0.01
 
 
+def test_a_mapped_knob_the_spec_does_not_search_runs_and_stays_as_your_file_has_it(project):
+    """A user's accumulate_grad_batches: 2 was measured at bench's default of 1 in every trial, and apply
+    then wrote 1 over it (rescaling the lr for an effective batch the user never had)."""
+    config = project / "examples" / "config.yaml"
+    config.write_text(config.read_text().replace("accumulate_grad_batches: 1", "accumulate_grad_batches: 2"))
+    spec = write_spec(project, "held", search={"batch_size": [4, 8]}, trials=2,
+                      apply={"file": "examples/config.yaml", "preset": "lightning",
+                             "keys": {"batch_size": "data_loader.batch_size"},
+                             "lr": {"key": "optimizer.lr", "scale": "linear"}})
+    result = bench("sweep", spec, "--device", "cpu", "--trials", "2")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(bench("report", "--format", "json").stdout)
+    assert {(r["config"]["batch_size"], r["config"]["accumulation"]) for r in rows} == {(8, 2), (4, 2)}, rows
+    other = next(r["number"] for r in rows if r["config"]["batch_size"] == 4)
+    applied = bench("apply", str(other))
+    assert applied.exit_code == 0, applied.output
+    text = config.read_text()
+    assert "accumulate_grad_batches: 2" in text and "precision: 32-true" in text
+    assert "batch_size: 4 " in text and "lr: 1.5e-4 " in text, text  # effective batch 16 -> 8: half the lr
+
+
 def test_trial_prints_its_json_record(project):
     spec = write_spec(project)
     result = bench("trial", spec, "--set", "batch_size=4", "--set", "precision=bf16-mixed", "--device", "cpu")

@@ -361,6 +361,15 @@ def ran(choice: Choice) -> list[Standing]:
     return [s for s in choice.rows if s.record.status not in failures.IN_FLIGHT_OR_NOT_RUN]
 
 
+def spoiled(choice: Choice) -> bool:
+    """The figures deciding this choice are noise: a run too noisy to rank, most runs made on a busy
+    machine, or best or the leader among them. The answer is to sweep again on a quiet machine."""
+    measured = [s for s in ran(choice) if s.record.status == record.OK]  # an OOM or a failure is not a figure load spoils
+    busy_rows = [s for s in measured if ran_busy(s)]
+    return (any(s.noisy for s in measured) or len(busy_rows) * 2 > len(measured)
+            or any(s in busy_rows for s in (choice.best, choice.leader)))
+
+
 def ran_busy(s: Standing) -> bool:
     """Its trial or one of its confirmation runs was measured on a busy machine."""
     return bool(s.record.busy) or any(r.busy for r in s.record.repeats)
@@ -384,12 +393,11 @@ def next_step(choice: Choice) -> str:
     if running:  # its sweep decides what runs next, and may yet measure again what load spoiled
         return f"a sweep is running (trial #{running[0].number}): `bench report` again when it ends"
     ran_rows = ran(choice)
-    measured = [s for s in ran_rows if s.record.status == record.OK]  # an OOM or a failure is not a figure load spoils
-    noisy, busy_rows = [s for s in measured if s.noisy], [s for s in measured if ran_busy(s)]
+    noisy = [s for s in ran_rows if s.record.status == record.OK and s.noisy]
     if noisy and all("noisy_cv" in (s.record.remeasured_after or {}) for s in noisy):
         return (f"trial(s) {', '.join(f'#{s.number}' for s in noisy)} stayed noisy when measured again on a quiet machine: "
                 "give trials longer (trial.max_seconds) or steadier data, and sweep again")
-    if noisy or len(busy_rows) * 2 > len(measured) or any(s in busy_rows for s in (choice.best, choice.leader)):
+    if spoiled(choice):
         return ("run `bench sweep` again when the machine is quiet: it measures again what a busy machine or noise "
                 "spoiled, and the figures deciding this one are such")
     if not ran_rows:
