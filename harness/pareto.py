@@ -29,6 +29,8 @@ TIERS = {"safe": 0.25, "balanced": 0.15, "aggressive": 0.05}
 MIN_NOISE = 0.01  # below 1% nobody should care which config is faster
 MAX_NOISE = 0.10  # a very noisy trial (a loaded machine) must not tie with one 2x faster
 NOISY_CV = 0.5
+UNTELLABLE = 0.5
+"""A tie band this wide (1x ± 50%) says the paired runs decide nothing, and the words say that instead."""
 """A trial whose measured windows' step times vary more than this (coefficient of variation) is
 `noisy`: its median says little (a loaded machine gave CVs of 70-108%), so it is never ranked."""
 BUSY_NOISE = "noisy: their timed windows disagree (most often a busy machine); sweep again when it is quiet"
@@ -123,6 +125,9 @@ class Versus:
     def noise_words(self) -> str:
         """The band the ratio fell inside, and where it comes from (a spread of ±0.15 alone reads as a win at 1.29x)."""
         paired = self.spread is not None and self.bound == 2 * self.spread
+        if paired and self.bound >= UNTELLABLE:  # "1× ± 20.56" is no band anyone can read
+            return (f"runs side by side disagree too much to tell (their ratios spread ± {self.spread:.2f}); "
+                    "measure again on a quiet machine")
         source = "twice the spread of the paired runs" if paired else "the runs' own noise"
         return f"within the noise (1× ± {self.bound:.2f}, {source})"
 

@@ -136,6 +136,12 @@ def test_a_tie_says_the_band_it_was_judged_by():
     one_run = row(5, 81.2, 0.63, cv=0.05)  # no paired runs: its own noise is the band
     v = pareto.choose([row(0, 79.0, 0.09, cv=0.03, baseline=True), one_run], 24 * GiB, 0.1).versus
     assert v.tie and "the runs' own noise" in v.text("samples/s")
+    # a busy machine: the paired ratios (0.9, 9.4, 1.2) spread by 4.8; "within the noise (1× ± 9.66)" read as a band
+    wild = row(6, 90.0, 0.63, cv=0.05, repeats=[{"status": "ok", "throughput": t} for t in (720.0, 77.0)])
+    v = pareto.choose([base, wild], 24 * GiB, 0.1).versus
+    assert v.tie and v.bound > 1
+    assert v.text("samples/s").endswith("a tie: runs side by side disagree too much to tell (their ratios spread "
+                                        f"± {v.spread:.2f}); measure again on a quiet machine")
 
 
 def test_a_tie_goes_to_less_memory_only_where_memory_is_scarce():
