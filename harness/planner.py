@@ -219,7 +219,10 @@ class Planner:
             without = [r for r in fits if r["config"].get(knob) != value]
             if without:
                 alt = max(without, key=lambda r: pareto.speed(r, self.objective))
-                reasons.append((speed / pareto.speed(alt, self.objective), level, alt))
+                words = self.effect_words(effects[level], best["config"]["batch_size"], alt,
+                                          self.needed_to_fit(best["config"], knob, alt["config"][knob], rows, fitted))
+                if words:
+                    reasons.append((speed / pareto.speed(alt, self.objective), level, alt, words))
         batch, family = best["config"]["batch_size"], search.speed_family(best["config"], False)
         kin = [r for r in rows if search.speed_family(r["config"], False) == family]
         above_batch = [r for r in kin if r["config"]["batch_size"] > batch]
@@ -228,9 +231,9 @@ class Planner:
         if not reasons and not smaller:
             return f"#{best['number']} is the fastest config measured that fits"
         if reasons:
-            gain, (knob, value), alt = max(reasons, key=lambda x: x[0])
-            return f"{knob}={value} {self.effect_words(effects[(knob, value)], batch, alt)}: " \
-                   f"{gain - 1:+.0%} over the best without it (#{alt['number']}, {describe(alt['config'])})"
+            gain, (knob, value), alt, words = max(reasons, key=lambda x: x[0])
+            return f"{knob}={value} {words}: {gain - 1:+.0%} over the best without it (#{alt['number']}, " \
+                   f"{describe(alt['config'])})"
         below = max(smaller, key=lambda r: r["config"]["batch_size"])
         words = f"{speed / pareto.speed(below, self.objective) - 1:+.0%} over batch {below['config']['batch_size']}"
         if not larger:
@@ -246,17 +249,36 @@ class Planner:
         return (f"batch {batch}: {words}; batch {above['config']['batch_size']} also fits and measured "
                 f"{-gain:.0%} faster, within the noise")
 
+    def needed_to_fit(self, config: dict, knob: str, other, rows: list[dict], fitted: model.Fit) -> bool:
+        """Would `config` with `knob` at `other` not fit? Measured (a config with that value, at this batch
+        or larger, was over the memory) or, where nothing says, as the model predicts it."""
+        if not self.usable:
+            return False
+        twin = {**config, knob: other}
+        over = [r for r in rows if r["config"].get(knob) == other and r["config"]["batch_size"] >= config["batch_size"]
+                and r.get("status") in ("ok", "diverged", "oom", "skipped")]
+        if any(not search.fits(r, self.usable) for r in over):
+            return True
+        return bool(self.fit_chance([twin], rows, fitted.predict([twin]))[0] < 0.5)
+
     @staticmethod
-    def effect_words(effect: dict, batch: int, alt: dict) -> str:
+    def effect_words(effect: dict, batch: int, alt: dict, unlocks: bool) -> str | None:
+        """What a knob value does for `best` at `batch` against `alt`, the best without it; None where it
+        is not why best wins (it costs time per sample and buys no batch that would not fit without it).
+        `unlocks`: a config without it, at this batch or larger, measured over the memory."""
         words = []
         per_sample = effect["t"] - 1
         # beyond 4x either way the fit is extrapolating from a few points, not describing a measurement
-        if abs(per_sample) >= 0.02 and 0.25 <= effect["t"] <= 4:
-            words.append(f"{'costs' if per_sample > 0 else 'saves'} {abs(per_sample):.0%} per sample")
+        said = abs(per_sample) >= 0.02 and 0.25 <= effect["t"] <= 4
+        if said and per_sample < 0:
+            words.append(f"saves {-per_sample:.0%} per sample")
         if effect["O"] < 0.9:
             words.append(f"cuts the fixed cost per step by {1 - effect['O']:.0%}")
-        if effect["A"] < 0.9 and batch > alt["config"]["batch_size"]:
-            words.append(f"lets batch {batch} fit (activations x{effect['A']:.2f})")
+        if effect["A"] < 0.9 and unlocks and batch > alt["config"]["batch_size"]:
+            cost = f"costs {per_sample:.0%} per sample and " if said and per_sample > 0 else ""
+            words.append(f"{cost}lets batch {batch} fit (activations x{effect['A']:.2f})")
+        elif said and per_sample > 0:
+            return None  # slower per sample, and memory was no limit: the gain is some other knob's
         return " and ".join(words) or "is faster as measured"
 
 

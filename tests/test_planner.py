@@ -480,7 +480,32 @@ def test_no_prediction_is_kept_from_trials_that_measured_no_speed():
 
 def test_a_per_sample_effect_the_fit_extrapolates_past_4x_is_not_put_into_words():
     """"bf16-mixed saves 97% per sample: +70% over the best without it" contradicted itself."""
-    words = planner.Planner.effect_words({"t": 0.03, "O": 1.0, "A": 1.0}, 32, {"config": {"batch_size": 32}})
+    words = planner.Planner.effect_words({"t": 0.03, "O": 1.0, "A": 1.0}, 32, {"config": {"batch_size": 32}}, False)
     assert "per sample" not in words
-    assert "costs 30% per sample" in planner.Planner.effect_words({"t": 1.3, "O": 1.0, "A": 1.0}, 32,
-                                                                 {"config": {"batch_size": 32}})
+    assert planner.Planner.effect_words({"t": 1.3, "O": 1.0, "A": 0.3}, 64, {"config": {"batch_size": 32}}, True) == \
+        "costs 30% per sample and lets batch 64 fit (activations x0.30)"
+
+
+def test_why_does_not_say_a_knob_lets_a_batch_fit_where_memory_was_no_limit():
+    """A user's MLP: fp32 at batch 256 peaked at 25 MiB of a 23.5 GiB budget, and why said
+    "precision=bf16-mixed lets batch 64 fit (activations x0.61)"."""
+    base = {"checkpointing": "none", "compile": "off", "accumulation": 1}
+    rows = [{"number": n, "status": "ok", "config": {"batch_size": b, "precision": p, **base}, "throughput": speed,
+             "peak_memory": peak * 2**20, "timing": {"step_s": {"cv": 0.01}}}
+            for n, b, p, speed, peak in [(0, 16, "fp32", 100.0, 20.8), (1, 256, "fp32", 90.0, 40.0),
+                                         (2, 64, "bf16-mixed", 200.0, 22.0), (3, 16, "bf16-mixed", 120.0, 20.5)]]
+    plan = planner.Planner([r["config"] for r in rows], usable=0.9 * 23.5 * 2**30, limit=23.5 * 2**30, device="cpu")
+    best = plan.best(rows)
+    assert best["number"] == 2
+    why = plan.why(rows, best)
+    assert why.startswith("precision=bf16-mixed saves") and "fit" not in why, why
+
+
+def test_a_knob_is_not_credited_with_a_batch_that_fit_without_it_nor_with_a_cost():
+    """"precision=bf16-mixed lets batch 64 fit (activations x0.61)" where fp32 at 256 used 25 MiB of a
+    23.5 GiB budget; and "bf16-mixed costs 149% per sample: +98% over the best without it", a cost
+    credited with a gain the batch size made."""
+    alt = {"config": {"batch_size": 16}}
+    assert planner.Planner.effect_words({"t": 1.0, "O": 1.0, "A": 0.61}, 64, alt, False) == "is faster as measured"
+    assert planner.Planner.effect_words({"t": 2.49, "O": 1.0, "A": 0.61}, 64, alt, False) is None
+    assert planner.Planner.effect_words({"t": 0.7, "O": 1.0, "A": 0.61}, 64, alt, False) == "saves 30% per sample"
