@@ -1,6 +1,7 @@
 """Honest under load: a sweep looks before it starts and before each trial, waits for quiet up to a
 bound it says out loud, never runs a trial twice into the same load, and says plainly when the
 answer is noise. Load is staged through busy.now (it cannot be staged reliably on a shared machine)."""
+import html
 import io
 import os
 import subprocess
@@ -114,6 +115,7 @@ def test_run_again_on_a_quiet_machine_measures_again_what_a_busy_one_spoiled(tmp
         "status": "ok", "throughput": 1.0, "peak_memory": 1, "busy": BUSY}})  # a busy confirmation run, too
 
     monkeypatch.setattr(busy, "now", lambda device, sample_s=busy.SAMPLE_S: None)  # quiet now
+    monkeypatch.setattr(busy, "verdict", lambda before, after: None)  # and during the trial, whatever this host's load
     monkeypatch.setenv(busy.WAIT_ENV, "0")
     studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=Lines()).run()  # 0: the machine as it is
     assert [r["number"] for r in ledger.rows_of(study)] == [first["number"]]
@@ -126,7 +128,9 @@ def test_run_again_on_a_quiet_machine_measures_again_what_a_busy_one_spoiled(tmp
     assert "measuring again 1 trial(s) a busy machine or noise spoiled (#0)" in "\n".join(progress.lines)
     assert study.user_attrs[ledger.confirm_key(first["number"], 0)] == {"state": "free"}
     choice = report.annotate(ledger.rows_of(study), {"name": "load"})
-    assert "re-measured #1: the machine was busy during its first run (1.9 of 2 cores" in str(report.summary(choice, {}))
+    said = f"re-measured #1 ({report.describe(again['config'])}): the machine was busy during its first run (1.9 of 2 cores"
+    assert said in str(report.summary(choice, {}))
+    assert said in html.unescape(report.render_html(choice, {"name": "load"}))  # the page said nothing of it
     assert "when the machine is quiet" not in report.next_step(choice)
 
     progress = Lines()  # measured quiet: the next resume has nothing to measure again

@@ -94,7 +94,8 @@ def _story(choice: Choice) -> str:
     spread and whether it is a tie, how many runs confirmed it, busy periods, and what to run next."""
     best = choice.best
     # why best is best (the search's model) and what compiling cost: the terminal's lines, word for word
-    said = _terminal.story(choice) + _terminal.why_lines(choice) + _terminal.compile_lines(choice)
+    said = (_terminal.story(choice) + _terminal.why_lines(choice) + _terminal.compile_lines(choice)
+            + _terminal.remeasured_lines(choice))
     if best is None:
         # the story below says why (nothing fits the headroom, every run noisy); none was measured is not a fit
         what = ("No measured configuration qualifies as best" if any(s.measured for s in choice.rows)

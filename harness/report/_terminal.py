@@ -418,8 +418,8 @@ def next_step(choice: Choice) -> str:
 
 
 def watch_lines(choice: Choice) -> list[str]:
-    """Skipped configs (never measured), and trials of older studies re-measured after a busy run
-    (the story names the trials measured on a busy machine)."""
+    """Skipped configs (never measured), and trials re-measured after a busy or noisy run (the story
+    names the trials measured on a busy machine)."""
     lines = []
     for s in choice.rows:
         r = s.record
@@ -427,11 +427,18 @@ def watch_lines(choice: Choice) -> list[str]:
             skip = r.skip or {}
             lines.append(f"skipped #{r.number} {describe(r.config)}: {skip.get('reason')} "
                          f"(inferred from trials {', '.join(map(str, skip.get('from', [])))}); not measured")
-        if r.remeasured_after:
-            first = r.remeasured_after
+    return lines + remeasured_lines(choice)
+
+
+def remeasured_lines(choice: Choice) -> list[str]:
+    """Trials that replaced a run a busy machine or noise spoiled; the run they replaced is kept out of the table."""
+    lines = []
+    for s in choice.rows:
+        first = s.record.remeasured_after
+        if first:
             why = (f"its first run's windows disagreed by {first['noisy_cv']:.0%}" if "noisy_cv" in first
                    else f"the machine was busy during its first run ({busy.describe(first)})")
-            lines.append(f"re-measured #{r.number}: {why}")
+            lines.append(f"re-measured #{s.number} ({describe(s.config)}): {why}")
     return lines
 
 
