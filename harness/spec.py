@@ -12,6 +12,7 @@ import difflib
 import importlib.util
 import itertools
 import math
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -268,7 +269,17 @@ def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec
         scenarios=scenarios, objective=objective,
     )
     check_numbers(spec, where)
+    if spec.apply is not None and same_path(spec.apply.file, path):
+        raise UserError(f"{where}: apply.file names this spec itself; point it at the training config apply writes")
     return spec
+
+
+def same_path(a: Path, b: Path) -> bool:
+    """One file by path, link or inode."""
+    try:
+        return Path(a).resolve() == Path(b).resolve() or os.path.samefile(a, b)
+    except OSError:  # either is not there (yet)
+        return False
 
 
 def parse_workload(raw, where: str, base_dir: Path, raw_apply=None) -> dict:

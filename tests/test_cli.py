@@ -115,6 +115,14 @@ def test_report_out_never_replaces_what_the_report_is_made_from(swept):
     assert inside.exit_code == 2 and "only report files go" in inside.output, inside.output
     assert [path.read_bytes() for path in own] == before and not (folder / "results" / "tiny" / "best.yaml").exists()
     import os
+    hard = folder / "my-copy.yaml"  # a hard link of the spec is the spec: apply wrote a training config into it
+    os.link(spec, hard)
+    try:
+        linked = in_folder(folder, "apply", "best", "--to", hard)
+        assert linked.exit_code == 2 and "that is the study's spec" in linked.output, linked.output
+        assert [path.read_bytes() for path in own] == before
+    finally:
+        hard.unlink()
     os.environ["FORCE_COLOR"] = "1"
     try:  # the table to a file, as printed, without escape codes
         table = in_folder(folder, "report", "--out", folder / "report.txt")

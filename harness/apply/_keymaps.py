@@ -189,6 +189,7 @@ def parse_apply_section(raw: object, base_dir: Path, where: str, *,
     lr = _parse_lr(section["lr"], f"{where}: apply.lr") if section.get("lr") is not None else None
     if lr is not None and data is not None:
         lr = LrRule(key=cli_path(data, lr.key), scale=lr.scale)
+    _check_one_key_each(keys, lr, where)
     return ApplyTarget(
         file=file, format=fmt, preset=preset,
         keys={knob: maps for knob, maps in keys.items() if maps},
@@ -197,6 +198,19 @@ def parse_apply_section(raw: object, base_dir: Path, where: str, *,
                          if section.get("hydra") else None),
         world_size=_positive_int(section.get("world_size", 1), f"{where}: apply.world_size"),
     )
+
+
+def _check_one_key_each(keys: dict, lr: LrRule | None, where: str) -> None:
+    """Two knobs (or a knob and the lr) written to one key would overwrite each other: accumulation
+    mapped to batch_size wrote `batch_size: 1` for a batch-8 trial."""
+    owner: dict[str, str] = {}
+    named = [(knob, m.key) for knob, maps in keys.items() for m in maps] + ([("lr", lr.key)] if lr else [])
+    for knob, key in named:
+        other = owner.setdefault(key, knob)
+        if other != knob:
+            first, second = ("apply.lr" if k == "lr" else f"apply.keys.{k}" for k in (other, knob))
+            raise UserError(f"{where}: {first} and {second} both name {key}: each would overwrite the other; "
+                            "give each its own key")
 
 
 def _plain_data(file: Path) -> dict | None:
