@@ -324,6 +324,16 @@ def test_lr_linear_scaling_is_in_the_diff(tmp_path):
     assert ("optimizer.lr", 3e-4, 1.2e-3) in p.changes
 
 
+@pytest.mark.parametrize("lr", [".nan", "1e308", "-3.0e-4"])
+def test_an_lr_that_cannot_be_rescaled_is_one_line_not_a_traceback(tmp_path, lr):
+    """A NaN lr ended in "produced unexpected values ... a bench bug", 1e308 x4 in a ValueError."""
+    file = copy("lightning.yaml", tmp_path)
+    file.write_text(file.read_text().replace("lr: 3.0e-4", f"lr: {lr}"))
+    target = target_for(file, preset="lightning", lr={"key": "optimizer.lr", "scale": "linear"})
+    with pytest.raises(UserError, match=r"a learning rate to rescale is a positive finite number"):
+        plan(target, {"batch_size": 32, "accumulation": 2}, PROVENANCE)
+
+
 def test_lr_sqrt_scaling_is_in_the_diff(tmp_path):
     file = copy("deepspeed.json", tmp_path)
     target = target_for(file, preset="deepspeed", lr={"key": "optimizer.params.lr", "scale": "sqrt"})

@@ -178,6 +178,9 @@ def _lr_assignment(rule: LrRule, doc: _Document, values: dict, current: dict,
                         "fix apply.lr.key or remove apply.lr")
     ratio = new_batch / old_batch
     factor = ratio if rule.scale == "linear" else math.sqrt(ratio)
+    if not math.isfinite(lr * factor) or lr <= 0:  # NaN, or 1e308 scaled past the largest float
+        raise UserError(f"{doc.path}: apply.lr.key {rule.key} holds {lr!r}, which rescaled is {lr * factor!r}; "
+                        "a learning rate to rescale is a positive finite number: fix it, or remove apply.lr")
     return [_Assignment(KeyMap(rule.key), float(f"{lr * factor:.6g}"), f"apply.lr ({rule.scale})")]
 
 
