@@ -717,9 +717,9 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     if dry_run:
         out.print("dry run: nothing written")
         return
-    if not plan.diff:
+    if not plan.diff and to is None:
         return
-    backup = apply.write(plan)
+    backup = apply.write(plan)  # --to: the copy is written even where it reads exactly as the target does
     out.print(f"wrote {plan.path}" + (f" (backup: {backup})" if backup else ""), markup=False)
     if profile is not None:
         apply.write(profile)

@@ -63,6 +63,16 @@ def test_each_choice_writes_its_trial(known_study, which, batch):
     assert batch_in(known_study) == batch
 
 
+def test_to_writes_the_copy_even_where_the_target_already_holds_the_choice(known_study):
+    """After `apply best`, `apply best --to copy.yaml` exited 0, printed an empty diff and wrote nothing."""
+    assert apply("best").exit_code == 0
+    result = apply("best", "--to", "copy.yaml")
+    assert result.exit_code == 0, result.output
+    copy = known_study / "copy.yaml"
+    assert copy.is_file() and f"wrote {copy}" in result.output
+    assert yaml.safe_load(copy.read_text())["data_loader"]["batch_size"] == 32
+
+
 def test_budget_picks_the_best_that_fits_a_smaller_card(known_study):
     result = apply("--budget", "6GiB")
     assert result.exit_code == 0, result.output
