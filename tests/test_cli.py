@@ -212,6 +212,12 @@ def test_a_mapped_knob_the_spec_does_not_search_runs_and_stays_as_your_file_has_
     assert "batch_size: 4 " in text and "lr: 1.5e-4 " in text, text  # effective batch 16 -> 8: half the lr
 
 
+def test_python_dash_m_harness_is_the_bench_command():
+    """Where the console script is not on PATH; `python -m harness.entry` printed nothing and exited 0."""
+    done = subprocess.run([sys.executable, "-m", "harness", "--version"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("bench, version "), (done.stdout, done.stderr)
+
+
 def test_trial_prints_its_json_record(project):
     spec = write_spec(project)
     result = bench("trial", spec, "--set", "batch_size=4", "--set", "precision=bf16-mixed", "--device", "cpu")
