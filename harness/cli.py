@@ -577,17 +577,6 @@ def pick_study(name: str | None, scenario: str | None, results: Path, storage: s
     return required_spec(info, storage, results, scenario).study
 
 
-def same_file(a: Path, b: Path) -> bool:
-    """One file by path, link or inode (a hard link of the spec is the spec: writing it in place
-    replaced the spec with a training config)."""
-    if a.resolve() == b.resolve():
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # either is not there yet
-        return False
-
-
 def refuse_own_file(path: Path, spec_path: str | None, spec, storage: str | None, results: Path, name: str,
                     option: str = "--out") -> None:
     """`--out` (a report) or `--to` (apply's config) onto the study's journal or database, its spec, or
@@ -602,7 +591,8 @@ def refuse_own_file(path: Path, spec_path: str | None, spec, storage: str | None
            "the spec's apply target": spec.apply.file if option == "--out" and spec is not None and spec.apply else None}
     target = path.resolve()
     for what, own_path in owned.items():
-        if own_path is not None and same_file(Path(own_path), target):
+        # by inode too: a hard link of the spec is the spec (apply wrote a training config into it)
+        if own_path is not None and specs.same_path(Path(own_path), target):
             raise UserError(f"{option} {path}: that is {what}, which bench reads to report and apply; write "
                             f"{writes} to another file")
     group = spec.apply.hydra_group_dir if option == "--out" and spec is not None and spec.apply else None

@@ -29,10 +29,10 @@ TIERS = {"safe": 0.25, "balanced": 0.15, "aggressive": 0.05}
 MIN_NOISE = 0.01  # below 1% nobody should care which config is faster
 MAX_NOISE = 0.10  # a very noisy trial (a loaded machine) must not tie with one 2x faster
 NOISY_CV = 0.5
-UNTELLABLE = 0.5
-"""A tie band this wide (1x ± 50%) says the paired runs decide nothing, and the words say that instead."""
 """A trial whose measured windows' step times vary more than this (coefficient of variation) is
 `noisy`: its median says little (a loaded machine gave CVs of 70-108%), so it is never ranked."""
+UNTELLABLE = 0.5
+"""A tie band this wide (1x ± 50%) says the paired runs decide nothing, and the words say that instead."""
 BUSY_NOISE = "noisy: their timed windows disagree (most often a busy machine); sweep again when it is quiet"
 """Why `bench apply best` finds no best when every trial was noisy (one line, exit 2)."""
 LOSS_SLACK = 0.01

@@ -265,7 +265,7 @@ class Planner:
     def effect_words(effect: dict, batch: int, alt: dict, unlocks: bool) -> str | None:
         """What a knob value does for `best` at `batch` against `alt`, the best without it; None where it
         is not why best wins (it costs time per sample and buys no batch that would not fit without it).
-        `unlocks`: a config without it, at this batch or larger, measured over the memory."""
+        `unlocks`: without it, this batch would not fit (needed_to_fit: measured, else predicted)."""
         words = []
         per_sample = effect["t"] - 1
         # beyond 4x either way the fit is extrapolating from a few points, not describing a measurement
