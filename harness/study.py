@@ -110,11 +110,11 @@ class Sweep:
             # --trials auto stopped against a figure confirmation did not bear out: search on against the new one
             self.stale = 0  # an Optuna sampler's patience counts from the new bar
             capped = not self.remaining()
+            then = (f"the cap of {self.total} trials is reached; raise the spec's trials and re-run to search on"
+                    if capped else "searching on")
             self.progress.note(f"confirmation puts the best at {pareto.speed(after, self.spec.objective):.1f} "
                                f"{self.spec.objective}/s (#{after['number']}), not the "
-                               f"{pareto.speed(leader, self.spec.objective):.1f} the search stopped against: " +
-                               (f"the cap of {self.total} trials is reached; raise the spec's trials and re-run to "
-                                "search on" if capped else "searching on"))
+                               f"{pareto.speed(leader, self.spec.objective):.1f} the search stopped against: {then}")
             if capped:
                 break
         self.keep_model()

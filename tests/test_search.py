@@ -181,51 +181,15 @@ def test_the_leader_is_confirmed_even_where_your_config_ran_out_of_memory(tmp_pa
     assert leader.runs == 3 and len(runner.runs) == 6 + 2
 
 
-@pytest.mark.parametrize("researches", [0, 1])
-def test_trials_auto_searches_on_when_confirmation_lowers_the_best_it_stopped_against(tmp_path, monkeypatch, researches):
-    """examples/lightning on a loaded machine: --trials auto stopped against a leader whose one run was
-    lucky (1676.8); confirmation put it at 174.9, and the sweep ended with an untried config predicted
-    to beat the new best by 100%."""
-    monkeypatch.setattr(studies, "RESEARCHES", researches)
-    spec = make_spec(tmp_path, trials=16)
+def sweep_with_one_lucky_run(tmp_path, trials: int) -> tuple:
+    """Your config (batch 4), then batch 8 fp32 whose first run reads 4000 samples/s, 500x its speed
+    (a loaded machine), which confirmation corrects; --trials auto. The study, its spec and the notes."""
+    spec = make_spec(tmp_path, trials=trials)
     lucky = {}
 
     def table(config):
         rec = landscape(config)
         if (config["batch_size"], config["precision"], config["checkpointing"]) == (8, "fp32", "none") and not lucky:
-            lucky["once"] = True
-            rec["throughput"] = 4000.0  # 500x its real speed, once
-        return rec
-
-    notes = []
-
-    class Notes(studies.Progress):
-        def note(self, message):
-            notes.append(message)
-
-    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
-    ledger.enqueue_baseline(study, spec, spec.config({"batch_size": 4, "precision": "fp32", "checkpointing": "none"}))
-    study.enqueue_trial(ledger.sampler_params(spec, spec.config({"batch_size": 8, "precision": "fp32", "checkpointing": "none"})),
-                        user_attrs={"config": spec.config({"batch_size": 8, "precision": "fp32", "checkpointing": "none"})})
-    runner = Runner(table)
-    studies.Sweep(spec, study, "cpu", tmp_path, spec.trials, None, Notes(), auto=True, runner=runner).run()
-    best = pareto.choose(ledger.rows_of(study), spec.memory_budget, spec.headroom).best
-    top = max(landscape(c)["throughput"] or 0 for c in specs.all_configs(spec))
-    if researches:
-        assert any("not the 4000.0 the search stopped against: searching on" in n for n in notes)
-        assert best.speed >= 0.97 * top
-    else:  # before: the search ended where the lucky run stopped it
-        assert best.speed < 0.97 * top
-
-
-def test_at_the_cap_confirmation_lowering_the_bar_does_not_say_searching_on(tmp_path):
-    """The note said "searching on" and no trial ran: the lucky run was the cap's last trial."""
-    spec = make_spec(tmp_path, trials=2)
-    lucky = {}
-
-    def table(config):
-        rec = landscape(config)
-        if config["batch_size"] == 8 and not lucky:
             lucky["once"] = True
             rec["throughput"] = 4000.0
         return rec
@@ -238,10 +202,31 @@ def test_at_the_cap_confirmation_lowering_the_bar_does_not_say_searching_on(tmp_
 
     study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
     ledger.enqueue_baseline(study, spec, spec.config({"batch_size": 4, "precision": "fp32", "checkpointing": "none"}))
-    study.enqueue_trial(ledger.sampler_params(spec, spec.config({"batch_size": 8, "precision": "fp32", "checkpointing": "none"})),
-                        user_attrs={"config": spec.config({"batch_size": 8, "precision": "fp32", "checkpointing": "none"})})
-    runner = Runner(table)
-    studies.Sweep(spec, study, "cpu", tmp_path, spec.trials, None, Notes(), auto=True, runner=runner).run()
+    lucky_config = spec.config({"batch_size": 8, "precision": "fp32", "checkpointing": "none"})
+    study.enqueue_trial(ledger.sampler_params(spec, lucky_config), user_attrs={"config": lucky_config})
+    studies.Sweep(spec, study, "cpu", tmp_path, spec.trials, None, Notes(), auto=True, runner=Runner(table)).run()
+    return study, spec, notes
+
+
+@pytest.mark.parametrize("researches", [0, 1])
+def test_trials_auto_searches_on_when_confirmation_lowers_the_best_it_stopped_against(tmp_path, monkeypatch, researches):
+    """examples/lightning on a loaded machine: --trials auto stopped against a leader whose one run was
+    lucky (1676.8); confirmation put it at 174.9, and the sweep ended with an untried config predicted
+    to beat the new best by 100%."""
+    monkeypatch.setattr(studies, "RESEARCHES", researches)
+    study, spec, notes = sweep_with_one_lucky_run(tmp_path, trials=16)
+    best = pareto.choose(ledger.rows_of(study), spec.memory_budget, spec.headroom).best
+    top = max(landscape(c)["throughput"] or 0 for c in specs.all_configs(spec))
+    if researches:
+        assert any("not the 4000.0 the search stopped against: searching on" in n for n in notes)
+        assert best.speed >= 0.97 * top
+    else:  # before: the search ended where the lucky run stopped it
+        assert best.speed < 0.97 * top
+
+
+def test_at_the_cap_confirmation_lowering_the_bar_does_not_say_searching_on(tmp_path):
+    """The note said "searching on" and no trial ran: the lucky run was the cap's last trial."""
+    _, _, notes = sweep_with_one_lucky_run(tmp_path, trials=2)
     said = [n for n in notes if "the search stopped against" in n]
     assert said and all("searching on" not in n for n in said), notes
     assert "the cap of 2 trials is reached; raise the spec's trials" in said[0]
