@@ -106,21 +106,30 @@ class Standing:
 @dataclass(frozen=True)
 class Versus:
     """A config against the baseline: the ratio of their speeds, the spread of the ratios of the runs
-    made side by side (None without confirmation runs of both), and whether it is within the noise."""
+    made side by side (None without two confirmation rounds of both), and whether it is within the noise."""
 
     ratio: float
     spread: float | None
-    runs: int
+    paired: int
+    """Confirmation rounds both ran (side by side): what the spread is over. Not each trial's own run,
+    made minutes apart and perhaps on a busier machine."""
     tie: bool
     bound: float
     """How far from 1x the ratio must be to count: twice the spread, or either config's own noise."""
 
     def text(self, unit: str) -> str:
         if self.spread is None:
-            head = f"{self.ratio:.2f}× the {unit} (not confirmed side by side)"
+            head = f"{self.ratio:.2f}× the {unit} ({self.side_by_side_words()})"
         else:  # the spread is of the ratio, so it has no unit: "± 0.13 samples/s" misread it
-            head = f"{self.ratio:.2f}× the {unit}, ± {self.spread:.2f} over {self.runs} runs each, interleaved"
+            head = f"{self.ratio:.2f}× the {unit}, ± {self.spread:.2f} over {self.side_by_side_words()}"
         return head + (f" — a tie: {self.noise_words()}" if self.tie else "")
+
+    def side_by_side_words(self) -> str:
+        if self.paired == 0:
+            return "not confirmed side by side"
+        if self.paired == 1:
+            return "one run each side by side, too few for a spread"
+        return f"{self.paired} runs each side by side"
 
     def noise_words(self) -> str:
         """The band the ratio fell inside, and where it comes from (a spread of ±0.15 alone reads as a win at 1.29x)."""
@@ -392,25 +401,24 @@ def faster(a, b, objective: str = "samples") -> bool:
     return sa is not None and sb is not None and sa - sb > max(noise(a, objective), noise(b, objective)) * sa
 
 
-def speedup(best, base, objective: str = "samples") -> tuple[float, float | None] | None:
-    """best/baseline speed and the spread (std of the ratios of the runs made side by side), or None."""
-    a, b = Record.of(best).rounds(objective), Record.of(base).rounds(objective)
-    ratios = [x / y for x, y in zip(a, b) if x and y]  # a round where either run failed pairs nothing
-    if not ratios:
-        return None
-    return speed(best, objective) / speed(base, objective), statistics.stdev(ratios) if len(ratios) > 1 else None
+def side_by_side(best, base, objective: str = "samples") -> list[float]:
+    """The ratios of the confirmation rounds both ran: round 0, each trial's own run, was made at
+    another time (82 against 66 on a busy machine, then 317 and 318 against 80 side by side, once
+    spread the ratios by ±1.6 and called 3.96x a tie)."""
+    a, b = Record.of(best).rounds(objective)[1:], Record.of(base).rounds(objective)[1:]
+    return [x / y for x, y in zip(a, b) if x and y]  # a round where either run failed pairs nothing
 
 
 def versus(row, base, objective: str = "samples") -> Versus | None:
-    """`row` against the baseline; a tie when the ratio is within twice the spread of the side-by-side
-    ratios or within either config's noise."""
-    found = speedup(row, base, objective)
-    if found is None:
+    """`row` against the baseline, or None where either has no speed; a tie when the ratio of their
+    speeds is within twice the spread of the side-by-side ratios or within either config's noise."""
+    mine, theirs = speed(row, objective), speed(base, objective)
+    if not mine or not theirs:
         return None
-    ratio, spread = found
+    ratio, ratios = mine / theirs, side_by_side(row, base, objective)
+    spread = statistics.stdev(ratios) if len(ratios) > 1 else None
     bound = max(2 * spread if spread is not None else 0.0, noise(row, objective), noise(base, objective))
-    runs = min(len(runs_of(row, objective)), len(runs_of(base, objective)))
-    return Versus(ratio=ratio, spread=spread, runs=runs, tie=abs(ratio - 1) <= bound, bound=bound)
+    return Versus(ratio=ratio, spread=spread, paired=len(ratios), tie=abs(ratio - 1) <= bound, bound=bound)
 
 
 def paybacks(rows, objective: str = "samples", run_steps: int = ASSUMED_RUN_STEPS, fits=lambda r: True) -> list[Payback]:

@@ -164,8 +164,8 @@ def test_confirmation_reruns_change_a_noisy_winner(tmp_path):
     assert before["config"]["precision"] == "fp32"  # the single runs crown the lucky one
     best = pareto.choose(rows, spec.memory_budget, spec.headroom).best
     assert best.config == spec.config({"batch_size": 8, "precision": "bf16-mixed"}) and len(best.record.repeats) == 2
-    ratio, spread = pareto.speedup(best.record, next(r for r in rows if r["baseline"]))
-    assert ratio == pytest.approx(2.6) and spread == pytest.approx(0.0)
+    v = pareto.versus(best.record, next(r for r in rows if r["baseline"]))
+    assert v.ratio == pytest.approx(2.6) and v.spread == pytest.approx(0.0) and v.paired == 2
 
 
 def test_the_leader_is_confirmed_even_where_your_config_ran_out_of_memory(tmp_path):

@@ -139,9 +139,8 @@ def _speedup(choice: Choice) -> tuple[str, str]:
             return "-", "no baseline measured"
         return "-", f"your config ended {choice.baseline.record.status}" if not choice.baseline.measured else "best is your config"
     spread = f" ± {v.spread:.2f}" if v.spread is not None else ""
-    runs = f"{v.runs} interleaved runs each" if v.spread is not None else "not confirmed side by side"
     return f"{v.ratio:.2f}×{spread}", (f"a tie: {v.noise_words()}; " if v.tie else "") + \
-        f"trial #{who.number} vs #{choice.baseline.number}, {runs}"
+        f"trial #{who.number} vs #{choice.baseline.number}, {v.side_by_side_words()}"
 
 
 def _memory_change(best: Standing, baseline: Standing | None) -> str:
