@@ -15,7 +15,7 @@ import time
 
 import psutil
 
-from harness import nvml
+from harness import nvml, units
 
 LOAD_PER_CORE = 1.5
 """One-minute load average above this many runnable tasks per core (over a trial): others competing."""
@@ -80,12 +80,17 @@ def describe(flag: dict) -> str:
     return f"{used}load {flag['load1']:.1f} on {flag['cores']} cores, CPU steal {flag['steal']:.0%}{gpu}"
 
 
+def wait_budget() -> float:
+    """Seconds a sweep may wait for quiet in all: BENCH_QUIET_WAIT, else DEFAULT_WAIT_S."""
+    return units.env_seconds(WAIT_ENV, DEFAULT_WAIT_S)
+
+
 class Quiet:
     """A sweep's waits for a quiet machine, bounded in all by `budget_s` (BENCH_QUIET_WAIT)."""
 
     def __init__(self, device: str, say=print, budget_s: float | None = None):
         if budget_s is None:
-            budget_s = float(os.environ.get(WAIT_ENV) or DEFAULT_WAIT_S)
+            budget_s = wait_budget()
         self.device, self.say, self.left = device, say, budget_s
         self.busy_runs = 0
 

@@ -16,6 +16,7 @@ import fcntl
 import functools
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -30,14 +31,18 @@ import psutil
 import sqlalchemy
 from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, JournalFileOpenLock
 
-from harness import record
+from harness import record, units
 from harness.errors import UserError
 
 JOURNAL = "journal.log"
 CLAIM_LOCK = "claim.lock"
-HEARTBEAT_S = int(os.environ.get("BENCH_HEARTBEAT_S", "30"))
-"""Seconds between a running trial's heartbeats in a database; a trial silent for 3 of them is stale."""
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def heartbeat_s() -> int:
+    """Seconds between a running trial's heartbeats in a database (BENCH_HEARTBEAT_S, whole seconds as
+    Optuna wants them); a trial silent for 3 of them is stale."""
+    return math.ceil(units.env_seconds("BENCH_HEARTBEAT_S", 30, least=1))
 
 
 def redact(url: str) -> str:
@@ -162,7 +167,9 @@ def sqlite_path(url: str) -> Path | None:
 def open_database(url: str, heartbeat: bool):
     """An Optuna RDBStorage that rides out a database blip (SteadyRDBStorage); with heartbeat, a killed
     worker's trial turns stale and is queued again."""
-    beats = {"heartbeat_interval": HEARTBEAT_S, "grace_period": 3 * HEARTBEAT_S,
+    retry_s()  # a typo in BENCH_STORAGE_RETRY_S is said now, not at the first blip
+    beat = heartbeat_s()
+    beats = {"heartbeat_interval": beat, "grace_period": 3 * beat,
              "heartbeat_stale_trial_callback": requeue_stale} if heartbeat and not url.startswith("sqlite") else {}
     if beats:  # bench beats through ask/tell on purpose (storage.heartbeat); Optuna warns on every ask
         warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize",
@@ -210,12 +217,15 @@ def schema_lock(url: str):
 
 # ---- a database blip -----------------------------------------------------------------------------
 
-RETRY_S = float(os.environ.get("BENCH_STORAGE_RETRY_S", "120"))
-"""How long one storage call keeps retrying while the database does not answer (restart, failover)."""
+def retry_s() -> float:
+    """How long one storage call keeps retrying while the database does not answer (restart, failover):
+    BENCH_STORAGE_RETRY_S, 120 s unset."""
+    return units.env_seconds("BENCH_STORAGE_RETRY_S", 120)
+
 
 
 class DatabaseGone(UserError):
-    """The database stayed unreachable past RETRY_S: one line, and the study holds what it held."""
+    """The database stayed unreachable past retry_s(): one line, and the study holds what it held."""
 
 
 def is_disconnect(exc: BaseException | None) -> bool:
@@ -230,9 +240,10 @@ def is_disconnect(exc: BaseException | None) -> bool:
 
 def retry(call, url: str, finished_is_success: bool = False):
     """`call()`, again with backoff (0.25 s doubling to 8 s) while the database is unreachable, for up to
-    RETRY_S; then DatabaseGone. With finished_is_success, a retried tell that the first try did commit
+    retry_s(); then DatabaseGone. With finished_is_success, a retried tell that the first try did commit
     (the answer was lost) finds the trial finished: that is success."""
-    delay, deadline, tries = 0.25, time.monotonic() + RETRY_S, 0
+    limit = retry_s()
+    delay, deadline, tries = 0.25, time.monotonic() + limit, 0
     while True:
         try:
             return call()
@@ -244,7 +255,7 @@ def retry(call, url: str, finished_is_success: bool = False):
             if isinstance(exc, DatabaseGone) or not is_disconnect(exc):  # a nested call already gave up
                 raise
             if time.monotonic() + delay > deadline:
-                raise DatabaseGone(f"--storage {redact(url)}: the database has not answered for {RETRY_S:.0f}s "
+                raise DatabaseGone(f"--storage {redact(url)}: the database has not answered for {limit:.0f}s "
                                    f"({redact(str(exc.__cause__ or exc)).splitlines()[0][:160]}); the study keeps "
                                    "everything recorded before, and a trial cut off runs again: re-run the same "
                                    "command once the database is back") from None
@@ -310,7 +321,11 @@ def whole_records(path: Path) -> tuple[int, int, int | None]:
     that is not a record Optuna and bench can read (a crafted or mangled one) is damage wherever it is:
     refused, one line naming the file and line.
     """
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:  # a folder or an unreadable file where the journal goes
+        raise UserError(f"{path}: cannot read the study's journal ({exc.strerror or exc}); it must be the file "
+                        "a sweep wrote: move it aside, or pick another folder with --results") from None
     lines = data.split(b"\n")
     kept = end = 0
     broken_at = None

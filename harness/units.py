@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 
 from harness.errors import UserError
@@ -54,6 +55,21 @@ def parse_duration(value: object, where: str) -> float:
     seconds = number * _DURATION_UNITS[unit]
     if seconds <= 0:
         raise UserError(f"{where}: duration must be positive, got {value!r}")
+    return seconds
+
+
+def env_seconds(name: str, default: float, least: float = 0.0) -> float:
+    """Seconds from the environment variable `name` ('120', '90s', '2m'), `default` where it is unset:
+    a typo there is bad input like any other, said in one line before anything is written."""
+    value = os.environ.get(name, "")
+    if not value.strip():
+        return default
+    m = _NUMBER_UNIT.match(value)
+    if not m or m.group(2).lower() not in _DURATION_UNITS:
+        raise UserError(f"{name}={value!r}: cannot read a duration; set it like 120 or 2m (seconds), or unset it")
+    seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2).lower()]
+    if seconds < least:
+        raise UserError(f"{name}={value!r}: must be at least {least:g} s; set it higher, or unset it for {default:g} s")
     return seconds
 
 

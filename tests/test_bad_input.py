@@ -366,6 +366,21 @@ def test_bad_sweep_options(cwd, args, phrase):
     assert nothing_written(cwd)
 
 
+@pytest.mark.parametrize("name, value, phrase", [
+    ("BENCH_QUIET_WAIT", "abc", "BENCH_QUIET_WAIT='abc': cannot read a duration"),
+    ("BENCH_QUIET_WAIT", "-5", "BENCH_QUIET_WAIT='-5': cannot read a duration"),
+    ("BENCH_HEARTBEAT_S", "abc", "BENCH_HEARTBEAT_S='abc': cannot read a duration"),
+    ("BENCH_HEARTBEAT_S", "0", "BENCH_HEARTBEAT_S='0': must be at least 1 s"),
+    ("BENCH_STORAGE_RETRY_S", "2 minutes", "BENCH_STORAGE_RETRY_S='2 minutes': cannot read a duration"),
+])
+def test_a_bad_environment_variable_is_one_line_before_a_study_is_made(cwd, monkeypatch, name, value, phrase):
+    """A tester's typos in these gave tracebacks (two at import), and BENCH_QUIET_WAIT's left an empty study."""
+    write(cwd, "good.yaml", GOOD)
+    monkeypatch.setenv(name, value)
+    assert_user_error(bench("sweep", "good.yaml", "--device", "cpu", "--storage", "sqlite:///s.db"), phrase, "unset it")
+    assert nothing_written(cwd) and not (cwd / "s.db").exists()
+
+
 def test_missing_argument_and_unknown_command(cwd):
     assert_user_error(bench("sweep"), "Missing argument 'SPEC'", "--help")
     assert_user_error(bench("swep"), "No such command 'swep'")
@@ -409,6 +424,15 @@ def test_a_spec_that_is_a_fifo_is_refused_not_waited_on(cwd):
     assert_user_error(bench("sweep", fifo, "--device", "cpu"), "is not a regular file")
     assert_user_error(bench("trial", fifo, "--device", "cpu"), "is not a regular file")
     assert nothing_written(cwd)
+
+
+@pytest.mark.parametrize("command", [["sweep", "good.yaml", "--device", "cpu"], ["report"], ["apply", "best"]])
+def test_a_folder_where_the_journal_goes_is_one_line(cwd, command):
+    write(cwd, "good.yaml", GOOD)
+    (cwd / "results" / "s" / "journal.log").mkdir(parents=True)
+    assert_user_error(bench(*command), "results/s/journal.log: cannot read the study's journal (Is a directory)",
+                      "move it aside")
+    assert sorted(p.name for p in (cwd / "results" / "s").iterdir()) == ["journal.log"]
 
 
 def test_a_study_named_by_digits_is_a_name(cwd):
