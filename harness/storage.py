@@ -31,7 +31,7 @@ import psutil
 import sqlalchemy
 from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, JournalFileOpenLock
 
-from harness import record, units
+from harness import knobs, record, spec as specs, units
 from harness.errors import UserError
 
 JOURNAL = "journal.log"
@@ -393,8 +393,11 @@ def record_problem(entry) -> str | None:
 def bench_attr_problem(name: str, value) -> str | None:
     if name in ("record", "config") and not isinstance(value, dict):
         return f"{name} must be a mapping"
+    if name == "config":
+        return config_problem(value)
     if name == "record":
-        return record.figure_problem(value)
+        return record.figure_problem(value) or (config_problem(value["config"]) if isinstance(value.get("config"), dict)
+                                                else "the record's config must be a mapping" if "config" in value else None)
     if name == "repeats" and not (isinstance(value, dict) and all(
             isinstance(runs, list) and all(isinstance(run, dict) for run in runs) for runs in value.values())):
         return "repeats must map trial numbers to lists of runs"
@@ -408,6 +411,21 @@ def bench_attr_problem(name: str, value) -> str | None:
     if name in ("superseded", "stopped_on_error") and not (
             isinstance(value, list) and all(isinstance(n, int) and not isinstance(n, bool) for n in value)):
         return f"{name} must be a list of trial numbers"
+    return None
+
+
+def config_problem(config: dict) -> str | None:
+    """A knob value no spec allows (a hand edit: batch_size "abc", null, -4, 1e30), which `bench apply`
+    would write into the user's file or fail on; a workload's own knobs are the workload's to check."""
+    for name, value in config.items():
+        if name not in knobs.BY_NAME:
+            continue
+        try:
+            specs.check_value(name, value, f"the config's {name}")
+        except UserError as exc:
+            return str(exc)
+        if name in specs.KNOB_LIMITS and value > specs.KNOB_LIMITS[name]:
+            return f"the config's {name} is {value}, above {specs.KNOB_LIMITS[name]}"
     return None
 
 

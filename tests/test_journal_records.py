@@ -35,6 +35,13 @@ CRAFTED = {
         "user_attr": {"confirm:0:0": {"state": "done", "run": {"status": "ok", "throughput": float("inf")}}}},
     "superseded trials that are not numbers": {"op_code": 2, "worker_id": "w", "study_id": 0,
                                                "user_attr": {"superseded": ["3"]}},
+    # a hand-edited config: `bench apply` divided by it, took a log of it, or wrote it into the user's file
+    **{f"a config's batch_size of {v!r}": {"op_code": 8, "worker_id": "w", "trial_id": 0,
+                                           "user_attr": {"config": {"batch_size": v, "precision": "fp32"}}}
+       for v in ("abc", None, -4, 1e30, 10**20)},
+    "a record's config precision that is no precision": {
+        "op_code": 8, "worker_id": "w", "trial_id": 0,
+        "user_attr": {"record": {"status": "ok", "config": {"batch_size": 8, "precision": "fp64"}}}},
 }
 RAW = {"a peak that is NaN": '{"op_code": 8, "worker_id": "w", "trial_id": 0, '
                              '"user_attr": {"record": {"status": "ok", "peak_memory": NaN}}}'}
