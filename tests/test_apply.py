@@ -324,6 +324,16 @@ def test_lr_linear_scaling_is_in_the_diff(tmp_path):
     assert ("optimizer.lr", 3e-4, 1.2e-3) in p.changes
 
 
+def test_a_last_line_without_a_newline_is_marked_in_the_diff_not_run_into_the_next(tmp_path):
+    # a tester's file: "-  precision: 16-mixed+  precision: 32-true" on one line
+    file = tmp_path / "c.yaml"
+    file.write_text("data:\n  batch_size: 8\ntrainer:\n  precision: 16-mixed")
+    p = plan(target_for(file, preset="lightning"), {"batch_size": 8, "precision": "fp32"}, PROVENANCE)
+    assert p.diff.endswith("-  precision: 16-mixed\n\\ No newline at end of file\n"
+                           "+  precision: 32-true\n\\ No newline at end of file\n"), p.diff
+    assert not p.new_text.endswith("\n")  # the file keeps its own ending
+
+
 @pytest.mark.parametrize("lr", [".nan", "1e308", "-3.0e-4"])
 def test_an_lr_that_cannot_be_rescaled_is_one_line_not_a_traceback(tmp_path, lr):
     """A NaN lr ended in "produced unexpected values ... a bench bug", 1e308 x4 in a ValueError."""

@@ -255,8 +255,11 @@ def _verify(doc: _Document, new_text: str, edited: list[_Assignment]) -> None:
 
 
 def _diff(old: str, new: str, source: Path, destination: Path) -> str:
-    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                        fromfile=str(source), tofile=str(destination)))
+    """A unified diff as `diff -u` prints it: a last line without a newline is marked, not run into the
+    next ("-  precision: 16-mixed+  precision: 32-true")."""
+    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                 fromfile=str(source), tofile=str(destination))
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 
 
 # ---------------------------------------------------------------------------------------------
