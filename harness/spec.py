@@ -15,6 +15,7 @@ import math
 import os
 import re
 import sys
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -774,11 +775,14 @@ _NOT_IN_A_NAME = re.compile(r"[/\\\x00-\x1f\x7f]")
 
 
 def check_name(name, where: str) -> str:
-    """A study name becomes a folder under results/: a name, never a path (no '/', not '.' or '..')."""
+    """A study name becomes a folder under results/: a name, never a path (no '/', not '.' or '..'),
+    and one a shell and a listing show as it is: no leading '-' (read as an option), no blank at either
+    end, no invisible or direction-changing characters (U+202E shows "evil.yaml" as "lmay.live")."""
     if (not isinstance(name, str) or not name.strip() or name in (".", "..") or _NOT_IN_A_NAME.search(name)
-            or len(name) > 200):
+            or len(name) > 200 or name.startswith("-") or name != name.strip()
+            or any(unicodedata.category(c) in ("Cf", "Cc", "Cs", "Zl", "Zp") for c in name)):
         raise UserError(f"{where}: {name!r} is not a plain name (it names a folder under results/); "
-                        "use letters, digits, '-', '_' and '.', without '/'")
+                        "use letters, digits, '-', '_' and '.', without '/' or a leading '-'")
     return name
 
 

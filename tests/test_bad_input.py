@@ -182,6 +182,9 @@ BAD_NAMES = {
     "study_up_and_out": ("study: '../../x'", "is not a plain name"),
     "study_absolute": ("study: /abs/path", "is not a plain name"),
     "study_newline": ("study: \"a\\nb\"", "is not a plain name"),
+    "study_dash": ("study: '-x'", "'-x' is not a plain name"),  # read as an option by every shell tool
+    "study_spaced": ("study: '  spaced  '", "is not a plain name"),
+    "study_rtl": ("study: \"cat\\u202egnp.yaml\"", "is not a plain name"),  # shown as "catlmay.png"
     "scenario_path": ("scenarios: {'x/../../../y': {trials: 1}}", "scenarios.x/../../../y", "is not a plain name"),
 }
 
@@ -234,6 +237,13 @@ def test_study_option_named_like_a_path_is_one_line_and_writes_nothing(cwd, name
     assert_user_error(bench("apply", "best", "--study", name), "not a plain name")
     assert sorted(p.name for p in cwd.iterdir()) == ["good.yaml"]
     assert not Path("/abs").exists()
+
+
+@pytest.mark.parametrize("name", [" lead", "zero\u200bwidth", "-x"])
+def test_a_new_study_is_not_named_what_a_listing_shows_otherwise(cwd, name):
+    write(cwd, "good.yaml", GOOD)
+    assert_user_error(bench("sweep", "good.yaml", "--device", "cpu", f"--study={name}"), "--study", "not a plain name")
+    assert sorted(p.name for p in cwd.iterdir()) == ["good.yaml"]
 
 
 def test_missing_spec_file(cwd):
