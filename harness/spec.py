@@ -721,6 +721,8 @@ def parse_overrides(pairs: tuple[str, ...], spec: Spec) -> dict:
             raise UserError(f"--set {pair!r}: write it as KNOB=VALUE, e.g. --set batch_size=64")
         if key not in allowed:
             raise UserError(f"--set {key}: unknown knob{did_you_mean(key, allowed)}; knobs: {', '.join(sorted(allowed))}")
+        if key in out:
+            raise UserError(f"--set {key}: given twice; set each knob once")
         try:
             value = yaml.load(text, Loader=SpecLoader)
         except yaml.YAMLError:

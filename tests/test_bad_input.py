@@ -330,6 +330,7 @@ def test_factory_that_cannot_be_imported_stops_the_sweep(cwd, monkeypatch, modul
     (["--set", "batch_size=abc"], "must be a whole number"),
     (["--set", "precision=fp64"], "'fp64' is not a precision"),
     (["--set", "checkpointing=[full]"], "checkpointing"),
+    (["--set", "batch_size=4", "--set", "batch_size=8"], "--set batch_size: given twice"),  # kept the last silently
     (["--timeout", "garbage"], "--timeout"),
     (["--memory-budget", "garbage"], "--memory-budget"),
     (["--memory-budget", "12"], "--memory-budget: size '12' is 12 bytes, too small for any model; write the unit"),
