@@ -42,7 +42,10 @@ def load(storage, name: str) -> optuna.Study:
     try:
         return optuna.load_study(study_name=name, storage=storage)
     except KeyError:
-        raise UserError(f"no study named {name!r} in that storage; `bench report` lists what is there") from None
+        names = sorted(s.study_name for s in storage.get_all_studies())
+        held = f"it holds {', '.join(map(repr, names))}; name one of them" if names else \
+            "it holds none; run `bench sweep` first"
+        raise UserError(f"no study named {name!r} in that storage: {held}") from None
 
 
 def relative(path: Path) -> str | None:

@@ -857,7 +857,7 @@ def did_you_mean(word: str, options) -> str:
 
 def as_mapping(value, where: str) -> dict:
     if value is None:
-        raise UserError(f"{where}: missing; it must be a mapping")
+        raise UserError(f"{where}: missing or empty; it must be a mapping of keys")
     if not isinstance(value, dict):
         raise UserError(f"{where}: must be a mapping of keys, got {type(value).__name__} {value!r}")
     return value

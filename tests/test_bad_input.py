@@ -14,6 +14,7 @@ import os
 import stat
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -115,6 +116,13 @@ BAD_SPECS = {
                           "apply.keys.batch_size and apply.keys.accumulation both name batch_size"),
     "lr_on_a_knobs_key": (yaml.safe_dump({**GOOD, "apply": {"file": "train.yaml", "lr": {"key": "batch_size"}}}),
                           "apply.keys.batch_size and apply.lr both name batch_size"),
+    "values_a_list": (yaml.safe_dump({**GOOD, "apply": {"file": "train.yaml", "keys": {
+        "precision": {"key": "trainer.precision", "values": ["fp32", "bf16-mixed"]}}}}),
+        "values: expected a mapping from bench's values to your file's, e.g. {fp32: 32-true, bf16-mixed: bf16-mixed}"),
+    "values_a_nested_file_value": (yaml.safe_dump({**GOOD, "apply": {"file": "train.yaml", "keys": {
+        "precision": {"key": "trainer.precision", "values": {"fp32": [1, 2]}}}}}),
+        "values.fp32: [1, 2] is not a value a key holds"),
+    "search_null": ("study: s\nworkload: {name: emberformer}\nsearch:\n", "search: missing or empty; it must be a mapping of keys"),
     # apply --create-keys then appended `batch_size: 8` to the spec, which no command could read again
     "apply_file_is_the_spec": (yaml.safe_dump({**GOOD, "apply": {"file": "apply_file_is_the_spec.yaml"}}),
                                "apply.file names this spec itself"),
@@ -427,6 +435,16 @@ def test_a_study_folder_that_cannot_be_written_is_named(cwd):
     assert_user_error(bench("sweep", "good.yaml", "--device", "cpu"),
                       "results/s: cannot write the study's journal there", "--study")
     assert (cwd / "results" / "s").read_text() == "a file where the study's folder goes"
+
+
+def test_a_study_not_in_the_database_names_those_that_are(cwd):
+    """It said "`bench report` lists what is there", and `bench report` lists nothing."""
+    for name in ("alpha", "beta"):
+        optuna.create_study(study_name=name, storage="sqlite:///db.sqlite")
+    for command in (["report", "nope"], ["apply", "best", "--study", "nope"]):
+        assert_user_error(bench(*command, "--storage", "sqlite:///db.sqlite"),
+                          "no study named 'nope' in that storage: it holds 'alpha', 'beta'; name one of them")
+    assert nothing_written(cwd)
 
 
 def test_a_spec_that_is_a_fifo_is_refused_not_waited_on(cwd):

@@ -325,14 +325,21 @@ def _parse_key_map(knob: str, entry: object, where: str) -> KeyMap:
 
 def _parse_value_map(knob: str, raw: object, where: str) -> dict[str, object]:
     choices = knobs.CHOICES.get(knob)
+    if not isinstance(raw, dict):
+        example = "{fp32: 32-true, bf16-mixed: bf16-mixed}" if knob == "precision" else "{BENCH_VALUE: YOUR_FILE'S_VALUE}"
+        raise UserError(f"{where}: expected a mapping from bench's values to your file's, e.g. {example}; "
+                        f"got {type(raw).__name__} {raw!r}")
     values = {}
-    for bench_value, file_value in _mapping(raw, where).items():
+    for bench_value, file_value in raw.items():
         # A YAML 1.1 loader reads an unquoted `off:` as False; it can only have meant "off".
         if choices and bench_value is False:
             bench_value = "off"
         if choices and bench_value not in choices:
             close = _did_you_mean(str(bench_value), choices)
             raise UserError(f"{where}: {bench_value!r} is not a {knob} value{close}; use {', '.join(choices)}")
+        if isinstance(file_value, (list, dict)):
+            raise UserError(f"{where}.{bench_value}: {file_value!r} is not a value a key holds; give the number, "
+                            "string or boolean your file writes for it")
         values[bench_value] = file_value
     return values
 
