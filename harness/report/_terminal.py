@@ -382,10 +382,11 @@ def busy_story(choice: Choice) -> str | None:
         return None  # nothing ran to be quiet or busy for
     if not busy_rows:
         return "the machine was quiet for every trial (load, CPU steal and other GPU processes checked each time)"
-    worst = max((s.record.busy for s in busy_rows if s.record.busy), key=lambda b: b.get("load1", 0), default=None)
-    where = f" (at worst {busy.describe(worst)})" if worst else ""
+    verdicts = [v for s in busy_rows for v in (s.record.busy, *(r.busy for r in s.record.repeats)) if v]
+    worst = max(verdicts, key=lambda b: b.get("load1", 0))
     return (f"the machine was busy during {len(busy_rows)} of {len(ran_rows)} trials: "
-            + ", ".join(f"#{s.number}" for s in busy_rows) + f"{where}; their figures may be low")
+            + ", ".join(f"#{s.number}" + ("" if s.record.busy else " (a confirmation run)") for s in busy_rows)
+            + f" (at worst {busy.describe(worst)}); their figures may be low")
 
 
 def next_step(choice: Choice) -> str:
