@@ -223,7 +223,6 @@ def retry_s() -> float:
     return units.env_seconds("BENCH_STORAGE_RETRY_S", 120)
 
 
-
 class DatabaseGone(UserError):
     """The database stayed unreachable past retry_s(): one line, and the study holds what it held."""
 
@@ -396,8 +395,9 @@ def bench_attr_problem(name: str, value) -> str | None:
     if name == "config":
         return config_problem(value)
     if name == "record":
-        return record.figure_problem(value) or (config_problem(value["config"]) if isinstance(value.get("config"), dict)
-                                                else "the record's config must be a mapping" if "config" in value else None)
+        config = value.get("config") or {}
+        return record.figure_problem(value) or (config_problem(config) if isinstance(config, dict)
+                                                else "the record's config must be a mapping")
     if name == "repeats" and not (isinstance(value, dict) and all(
             isinstance(runs, list) and all(isinstance(run, dict) for run in runs) for runs in value.values())):
         return "repeats must map trial numbers to lists of runs"
