@@ -334,6 +334,17 @@ def test_a_last_line_without_a_newline_is_marked_in_the_diff_not_run_into_the_ne
     assert not p.new_text.endswith("\n")  # the file keeps its own ending
 
 
+@pytest.mark.parametrize("accumulation, steps", [(1, 1000), (4, 250)])
+def test_a_run_of_epochs_of_limited_batches_counts_optimizer_steps(tmp_path, accumulation, steps):
+    # Lightning's limit_train_batches counts micro-batches: with accumulation 4 an epoch of 100 is 25 steps
+    file = tmp_path / "c.yaml"
+    file.write_text(f"trainer:\n  max_epochs: 10\n  limit_train_batches: 100\n  accumulate_grad_batches: {accumulation}\n")
+    found, said = apply.run_length(target_for(file, preset="lightning"))
+    assert found == steps and said.startswith(f"the {steps:,}-step run c.yaml describes (trainer.max_epochs x "
+                                              "trainer.limit_train_batches")
+    assert ("/ 4 micro-batches a step" in said) == (accumulation == 4)
+
+
 @pytest.mark.parametrize("lr", [".nan", "1e308", "-3.0e-4"])
 def test_an_lr_that_cannot_be_rescaled_is_one_line_not_a_traceback(tmp_path, lr):
     """A NaN lr ended in "produced unexpected values ... a bench bug", 1e308 x4 in a ValueError."""

@@ -288,11 +288,20 @@ def run_length(target: ApplyTarget) -> tuple[int | None, str]:
     if steps:
         return steps[1], f"the {steps[1]:,}-step run {name} describes ({steps[0]})"
     if epochs and per_epoch:
-        total = epochs[1] * per_epoch[1]
-        return total, f"the {total:,}-step run {name} describes ({epochs[0]} x {per_epoch[0]})"
+        total, how = epochs[1] * per_epoch[1], f"{epochs[0]} x {per_epoch[0]}"
+        accumulation = _accumulation(target, leaves)
+        if per_epoch[0].rsplit(".", 1)[-1] == "limit_train_batches" and accumulation > 1:
+            total, how = total // accumulation, f"{how} / {accumulation} micro-batches a step"  # Lightning counts batches there
+        return total, f"the {total:,}-step run {name} describes ({how})"
     said = f"{name} says {epochs[0]} {epochs[1]} but not how many steps an epoch has" if epochs else \
         f"{name} names no max_steps"
     return None, said
+
+
+def _accumulation(target: ApplyTarget, leaves: dict) -> int:
+    """The micro-batches per optimizer step the file sets (at the accumulation knob's key), else 1."""
+    found = (leaves.get(m.key) for m in target.keys.get("accumulation", ()))
+    return next((v for v in found if isinstance(v, int) and not isinstance(v, bool) and v > 0), 1)
 
 
 # ---------------------------------------------------------------------------------------------
