@@ -114,7 +114,7 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
     fixed_total = None if trials == "auto" else parse_trials(trials)
     device = resolve_device(device)
     deadline = time.monotonic() + sweep_timeout(timeout) if timeout else None
-    busy.wait_budget()  # a typo in BENCH_QUIET_WAIT is said before a study is made
+    busy.wait_budget(), stores.heartbeat_s(), stores.retry_s()  # a typo in a BENCH_* variable is said before a study is made
     # a database study writes nothing under the current folder; trial logs only where --results says
     logs = results if not storage or click.get_current_context().get_parameter_source("results").name != "DEFAULT" else None
     # every scenario is checked against the device before the first trial runs

@@ -12,6 +12,7 @@ dict or, in the earliest studies, a bare number. 2: the same keys plus `version`
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -188,6 +189,21 @@ def figure_problem(rec: dict) -> str | None:
             return f"the record's {name} is {value!r}, not a number"
         if not 0 < value < FIGURE_LIMIT:  # NaN fails this too
             return f"the record's {name} is {value!r}, not a measurement (a positive number below 2**60)"
+    return busy_problem(rec.get("busy"))
+
+
+BUSY_FIGURES = ("load1", "cores", "steal")
+"""What every busy verdict holds (harness.busy.now), and every view reads."""
+
+
+def busy_problem(verdict) -> str | None:
+    """A busy verdict (None: quiet) that is not what harness.busy writes: the report would fail on it."""
+    if verdict is None:
+        return None
+    if not isinstance(verdict, dict) or not all(
+            isinstance(verdict.get(k), (int, float)) and not isinstance(verdict.get(k), bool)
+            and math.isfinite(verdict[k]) for k in BUSY_FIGURES):
+        return f"the record's busy is {verdict!r}, not a verdict (numbers {', '.join(BUSY_FIGURES)})"
     return None
 
 

@@ -168,9 +168,9 @@ def open_database(url: str, heartbeat: bool):
     """An Optuna RDBStorage that rides out a database blip (SteadyRDBStorage); with heartbeat, a killed
     worker's trial turns stale and is queued again."""
     retry_s()  # a typo in BENCH_STORAGE_RETRY_S is said now, not at the first blip
-    beat = heartbeat_s()
+    beat = heartbeat_s() if heartbeat and not url.startswith("sqlite") else None
     beats = {"heartbeat_interval": beat, "grace_period": 3 * beat,
-             "heartbeat_stale_trial_callback": requeue_stale} if heartbeat and not url.startswith("sqlite") else {}
+             "heartbeat_stale_trial_callback": requeue_stale} if beat else {}
     if beats:  # bench beats through ask/tell on purpose (storage.heartbeat); Optuna warns on every ask
         warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize",
                                 category=UserWarning)
@@ -418,7 +418,9 @@ def config_problem(config: dict) -> str | None:
     """A knob value no spec allows (a hand edit: batch_size "abc", null, -4, 1e30), which `bench apply`
     would write into the user's file or fail on; a workload's own knobs are the workload's to check."""
     for name, value in config.items():
-        if name not in knobs.BY_NAME:
+        if name not in knobs.BY_NAME:  # a workload's knob: its type is the workload's, its shape is not
+            if not _plain(value):
+                return f"the config's {name} is {value!r}, not a value a spec can search"
             continue
         try:
             specs.check_value(name, value, f"the config's {name}")
@@ -427,6 +429,13 @@ def config_problem(config: dict) -> str | None:
         if name in specs.KNOB_LIMITS and value > specs.KNOB_LIMITS[name]:
             return f"the config's {name} is {value}, above {specs.KNOB_LIMITS[name]}"
     return None
+
+
+def _plain(value) -> bool:
+    """A string, a boolean or a finite number within 32 bits: what a spec's search may hold."""
+    if isinstance(value, (str, bool)):
+        return True
+    return isinstance(value, (int, float)) and math.isfinite(value) and abs(value) <= 2**31 - 1
 
 
 def repair_journal(path: Path) -> str | None:

@@ -58,6 +58,10 @@ def parse_duration(value: object, where: str) -> float:
     return seconds
 
 
+ENV_MOST_S = 7 * 86400.0
+"""The longest any BENCH_* seconds variable may say: past a week it is a typo (and past 2**63 ns, Python's clocks overflow)."""
+
+
 def env_seconds(name: str, default: float, least: float = 0.0) -> float:
     """Seconds from the environment variable `name` ('120', '90s', '2m'), `default` where it is unset:
     a typo there is bad input like any other, said in one line before anything is written."""
@@ -68,8 +72,8 @@ def env_seconds(name: str, default: float, least: float = 0.0) -> float:
     if not m or m.group(2).lower() not in _DURATION_UNITS:
         raise UserError(f"{name}={value!r}: cannot read a duration; set it like 120 or 2m (seconds), or unset it")
     seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2).lower()]
-    if seconds < least:
-        raise UserError(f"{name}={value!r}: must be at least {least:g} s; set it higher, or unset it for {default:g} s")
+    if not least <= seconds <= ENV_MOST_S:
+        raise UserError(f"{name}={value!r}: must be {least:g} s to {ENV_MOST_S:g} s; set it so, or unset it for {default:g} s")
     return seconds
 
 

@@ -332,6 +332,9 @@ def test_a_last_line_without_a_newline_is_marked_in_the_diff_not_run_into_the_ne
     assert p.diff.endswith("-  precision: 16-mixed\n\\ No newline at end of file\n"
                            "+  precision: 32-true\n\\ No newline at end of file\n"), p.diff
     assert not p.new_text.endswith("\n")  # the file keeps its own ending
+    file.write_text("data:  # loader settings\u2028\n  batch_size: 8\ntrainer:\n  precision: 16-mixed\n")
+    p = plan(target_for(file, preset="lightning"), {"batch_size": 8, "precision": "fp32"}, PROVENANCE)
+    assert "No newline" not in p.diff and "@@ -1,4 +1,6 @@" in p.diff  # U+2028 is no line break to diff or patch
 
 
 @pytest.mark.parametrize("accumulation, steps", [(1, 1000), (4, 250)])

@@ -247,7 +247,7 @@ def test_study_option_named_like_a_path_is_one_line_and_writes_nothing(cwd, name
     assert not Path("/abs").exists()
 
 
-@pytest.mark.parametrize("name", [" lead", "zero\u200bwidth", "-x"])
+@pytest.mark.parametrize("name", [" lead", "zero\u200bwidth", "-x", "hangul\u3164filler", "\u0301mark", "braille\u2800"])
 def test_a_new_study_is_not_named_what_a_listing_shows_otherwise(cwd, name):
     write(cwd, "good.yaml", GOOD)
     assert_user_error(bench("sweep", "good.yaml", "--device", "cpu", f"--study={name}"), "--study", "not a plain name")
@@ -389,7 +389,9 @@ def test_bad_sweep_options(cwd, args, phrase):
     ("BENCH_QUIET_WAIT", "abc", "BENCH_QUIET_WAIT='abc': cannot read a duration"),
     ("BENCH_QUIET_WAIT", "-5", "BENCH_QUIET_WAIT='-5': cannot read a duration"),
     ("BENCH_HEARTBEAT_S", "abc", "BENCH_HEARTBEAT_S='abc': cannot read a duration"),
-    ("BENCH_HEARTBEAT_S", "0", "BENCH_HEARTBEAT_S='0': must be at least 1 s"),
+    ("BENCH_HEARTBEAT_S", "0", "BENCH_HEARTBEAT_S='0': must be 1 s to 604800 s"),
+    ("BENCH_HEARTBEAT_S", "1" + "0" * 400, "must be 1 s to 604800 s"),  # an OverflowError, then a dead heartbeat thread
+    ("BENCH_HEARTBEAT_S", "90x", "BENCH_HEARTBEAT_S='90x': cannot read a duration"),  # said with the journal too
     ("BENCH_STORAGE_RETRY_S", "2 minutes", "BENCH_STORAGE_RETRY_S='2 minutes': cannot read a duration"),
 ])
 def test_a_bad_environment_variable_is_one_line_before_a_study_is_made(cwd, monkeypatch, name, value, phrase):
@@ -397,6 +399,7 @@ def test_a_bad_environment_variable_is_one_line_before_a_study_is_made(cwd, monk
     write(cwd, "good.yaml", GOOD)
     monkeypatch.setenv(name, value)
     assert_user_error(bench("sweep", "good.yaml", "--device", "cpu", "--storage", "sqlite:///s.db"), phrase, "unset it")
+    assert_user_error(bench("sweep", "good.yaml", "--device", "cpu"), phrase, "unset it")  # the embedded journal
     assert nothing_written(cwd) and not (cwd / "s.db").exists()
 
 

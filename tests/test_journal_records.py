@@ -39,6 +39,16 @@ CRAFTED = {
     **{f"a config's batch_size of {v!r}": {"op_code": 8, "worker_id": "w", "trial_id": 0,
                                            "user_attr": {"config": {"batch_size": v, "precision": "fp32"}}}
        for v in ("abc", None, -4, 1e30, 10**20)},
+    "a workload knob's null": {"op_code": 8, "worker_id": "w", "trial_id": 0,
+                               "user_attr": {"config": {"batch_size": 8, "seq_len": None}}},
+    "a workload knob's 1e30": {"op_code": 8, "worker_id": "w", "trial_id": 0,
+                               "user_attr": {"record": {"status": "ok", "config": {"batch_size": 8, "seq_len": 1e30}}}},
+    # the report's busy story read these and failed with a KeyError
+    "a busy verdict without its figures": {"op_code": 8, "worker_id": "w", "trial_id": 0,
+                                           "user_attr": {"record": {"status": "ok", "busy": {"load1": 3}}}},
+    "a confirmation run's busy verdict that is a word": {
+        "op_code": 2, "worker_id": "w", "study_id": 0,
+        "user_attr": {"confirm:0:0": {"state": "done", "run": {"status": "ok", "busy": "yes"}}}},
     "a record's config precision that is no precision": {
         "op_code": 8, "worker_id": "w", "trial_id": 0,
         "user_attr": {"record": {"status": "ok", "config": {"batch_size": 8, "precision": "fp64"}}}},

@@ -138,7 +138,7 @@ def test_a_tie_with_the_users_config_is_not_applied_and_every_view_says_so(proje
     leader = next(r for r in rows if r["leader"])
     assert leader["number"] == 1 and leader["vs_baseline"]["tie"] is True
     assert "a tie: within the noise (1× ± " in table and "so your config stays" in table
-    assert "a tie within the noise (1× ± " in page and "so your config stays" in page
+    assert "a tie: within the noise (1× ± " in page and "so your config stays" in page
     assert all(r["tier"] is None for r in rows[1:])  # the tiers keep the user's config too
     assert "Your config stays best: trial #0" in page
     result = bench("apply", "best")

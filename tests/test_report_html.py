@@ -406,7 +406,7 @@ def test_a_busy_confirmation_run_is_named_as_one_in_the_story(tmp_path):
     rows[0]["repeats"][1]["busy"] = {"load1": 7.5, "cores": 2, "steal": 0.0, "gpu_processes": 0}
     page = render_html(rows, synthetic_study())
     story = html.unescape(" ".join(re.sub(r"<[^>]+>", " ", re.search(r'<ul class="story">(.*?)</ul>', page, re.S).group(1)).split()))
-    assert "the machine was busy during 2 of 12 trials: #0 (a confirmation run), #5 (at worst load 7.5 on 2 cores" in story
+    assert "the machine was busy during 2 of 12 trials: #0 (in confirmation), #5; at worst load 7.5 on 2 cores" in story
 
 
 def test_the_story_at_the_top_states_the_choice(tmp_path):

@@ -257,9 +257,14 @@ def _verify(doc: _Document, new_text: str, edited: list[_Assignment]) -> None:
 def _diff(old: str, new: str, source: Path, destination: Path) -> str:
     """A unified diff as `diff -u` prints it: a last line without a newline is marked, not run into the
     next ("-  precision: 16-mixed+  precision: 32-true")."""
-    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                 fromfile=str(source), tofile=str(destination))
+    lines = difflib.unified_diff(_lines(old), _lines(new), fromfile=str(source), tofile=str(destination))
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as diff and patch count them: split at "\n" only (str.splitlines also splits at U+2028
+    and friends inside a comment, and put "no newline" markers mid-file)."""
+    return re.findall(r"[^\n]*\n|[^\n]+$", text)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -316,8 +316,8 @@ def story(choice: Choice) -> list[str]:
     best, base, leader, v, unit = choice.best, choice.baseline, choice.leader, choice.versus, choice.unit
     lines = []
     if v is not None:
-        verdict = (f"a tie {v.noise_words()}, so your config stays; `bench apply best` keeps its values"
-                   if choice.kept else f"a tie {v.noise_words()}" if v.tie else "beyond the noise")
+        verdict = (f"a tie: {v.noise_words()}, so your config stays; `bench apply best` keeps its values"
+                   if choice.kept else f"a tie: {v.noise_words()}" if v.tie else "beyond the noise")
         lines.append(f"trial #{leader.number} against your config (#{base.number}): {v.text(unit).split(' — ')[0]}: "
                      f"{verdict}")
     elif best is not None and base is not None and best is base:
@@ -385,8 +385,8 @@ def busy_story(choice: Choice) -> str | None:
     verdicts = [v for s in busy_rows for v in (s.record.busy, *(r.busy for r in s.record.repeats)) if v]
     worst = max(verdicts, key=lambda b: b.get("load1", 0))
     return (f"the machine was busy during {len(busy_rows)} of {len(ran_rows)} trials: "
-            + ", ".join(f"#{s.number}" + ("" if s.record.busy else " (a confirmation run)") for s in busy_rows)
-            + f" (at worst {busy.describe(worst)}); their figures may be low")
+            + ", ".join(f"#{s.number}" + ("" if s.record.busy else " (in confirmation)") for s in busy_rows)
+            + f"; at worst {busy.describe(worst)}; their figures may be low")
 
 
 def next_step(choice: Choice) -> str:
