@@ -43,8 +43,8 @@ def load(storage, name: str) -> optuna.Study:
         return optuna.load_study(study_name=name, storage=storage)
     except KeyError:
         names = sorted(s.study_name for s in storage.get_all_studies())
-        held = f"it holds {', '.join(map(repr, names))}; name one of them" if names else \
-            "it holds none; run `bench sweep` first"
+        held = ("it holds none; run `bench sweep` first" if not names else f"it holds {names[0]!r}; name it"
+                if len(names) == 1 else f"it holds {', '.join(map(repr, names))}; name one of them")
         raise UserError(f"no study named {name!r} in that storage: {held}") from None
 
 

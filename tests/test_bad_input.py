@@ -447,6 +447,8 @@ def test_a_study_not_in_the_database_names_those_that_are(cwd):
     for command in (["report", "nope"], ["apply", "best", "--study", "nope"]):
         assert_user_error(bench(*command, "--storage", "sqlite:///db.sqlite"),
                           "no study named 'nope' in that storage: it holds 'alpha', 'beta'; name one of them")
+    optuna.create_study(study_name="only", storage="sqlite:///one.sqlite")
+    assert_user_error(bench("report", "nope", "--storage", "sqlite:///one.sqlite"), "it holds 'only'; name it")
     assert nothing_written(cwd)
 
 
