@@ -416,7 +416,8 @@ def bench_attr_problem(name: str, value) -> str | None:
 
 def config_problem(config: dict) -> str | None:
     """A knob value no spec allows (a hand edit: batch_size "abc", null, -4, 1e30), which `bench apply`
-    would write into the user's file or fail on; a workload's own knobs are the workload's to check."""
+    would write into the user's file or fail on; of a workload's own knob only its shape (its type is
+    the workload's, which the parent does not know)."""
     for name, value in config.items():
         if name not in knobs.BY_NAME:  # a workload's knob: its type is the workload's, its shape is not
             if not _plain(value):
