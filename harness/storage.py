@@ -31,7 +31,7 @@ import psutil
 import sqlalchemy
 from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, JournalFileOpenLock
 
-from harness import knobs, record, spec as specs, units
+from harness import record, spec as specs, units
 from harness.errors import UserError
 
 JOURNAL = "journal.log"
@@ -419,24 +419,12 @@ def config_problem(config: dict) -> str | None:
     would write into the user's file or fail on; of a workload's own knob only its shape (its type is
     the workload's, which the parent does not know)."""
     for name, value in config.items():
-        if name not in knobs.BY_NAME:  # a workload's knob: its type is the workload's, its shape is not
-            if not _plain(value):
-                return f"the config's {name} is {value!r}, not a value a spec can search"
-            continue
-        try:
+        try:  # the spec's own checks of a searched value
             specs.check_value(name, value, f"the config's {name}")
+            specs.check_knob_number(name, value, f"the config's {name}")
         except UserError as exc:
             return str(exc)
-        if name in specs.KNOB_LIMITS and value > specs.KNOB_LIMITS[name]:
-            return f"the config's {name} is {value}, above {specs.KNOB_LIMITS[name]}"
     return None
-
-
-def _plain(value) -> bool:
-    """A string, a boolean or a finite number within 32 bits: what a spec's search may hold."""
-    if isinstance(value, (str, bool)):
-        return True
-    return isinstance(value, (int, float)) and math.isfinite(value) and abs(value) <= 2**31 - 1
 
 
 def repair_journal(path: Path) -> str | None:
