@@ -87,6 +87,8 @@ def test_every_view_states_the_same_best_speedup_and_tie(project):
     assert [r["best"] for r in grid] == ["False", "True", "False"] and grid[1]["speed"] == "141.0"
     assert [r["leader"] for r in grid] == ["False", "True", "False"] and grid[1]["speed_unit"] == "samples/s"
     assert [r["tiers"].split() for r in grid] == [r["tiers"] for r in rows]  # the CSV carries what JSON does
+    assert (grid[1]["vs_baseline"], grid[1]["vs_baseline_spread"], grid[1]["vs_baseline_paired"], grid[1]["tie"]) == \
+        tuple(str(versus[k]) for k in ("ratio", "spread", "paired", "tie"))  # the spread says over how many runs
     assert "trial 1:" in dry and f"vs your config as swept (trial 0) {worded}" in dry
     assert f"# bench apply: vs your config as swept: {worded}" in \
         bench("apply", "best", "--dry-run").output

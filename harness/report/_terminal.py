@@ -82,7 +82,7 @@ def flat(choice: Choice) -> list[dict]:
         step = r.timing.get("step_s") or {}
         versus = m["vs_baseline"] or {}
         row.update(speed=s.speed, speed_unit=choice.unit, runs=s.runs, speed_cv=s.cv, vs_baseline=versus.get("ratio"),
-                   vs_baseline_spread=versus.get("spread"),
+                   vs_baseline_spread=versus.get("spread"), vs_baseline_paired=versus.get("paired"),
                    tie=versus.get("tie"), throughput=r.throughput, tokens_per_s=r.tokens_per_s,
                    peak_memory=r.peak_memory, step_s=step.get("median"), step_cv=step.get("cv"),
                    compile_s=r.timing.get("compile_s"), tflops=r.flops.get("tflops"), mfu=r.flops.get("mfu"),
