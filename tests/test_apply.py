@@ -926,6 +926,29 @@ def test_a_comment_on_the_effective_batch_that_still_holds_is_not_called_stale(t
     assert "quotes 32, its old value; update the comment" in p.warnings[0]  # now it is stale
 
 
+def test_a_comment_giving_a_figure_measured_at_the_old_value_is_flagged(tmp_path):
+    """The quickstart's `batch_size: 8  # per GPU; 14% of a 24 GB card at this size` quotes no old value
+    and was left unflagged after apply wrote batch 128: its 14% was measured at batch 8."""
+    file = tmp_path / "train.yaml"
+    file.write_text("data:\n  batch_size: 8   # per GPU; 14% of a 24 GB card at this size (nvidia-smi)\n"
+                    "  num_workers: 4   # 2.5 GB of RAM each\n"
+                    "trainer:\n  precision: 32-true   # full precision\n  accumulate_grad_batches: 1\n"
+                    "model:\n  compile: false   # 310 samples/s eager\n")
+    keys = {"batch_size": "data.batch_size", "compile": {"key": "model.compile", "values": {"off": False, "default": True}}}
+    p = plan(target_for(file, preset="lightning", keys=keys), {"batch_size": 128, "compile": "default"}, PROVENANCE)
+    assert len(p.warnings) == 2, p.warnings
+    assert "data.batch_size: the comment" in p.warnings[0] and \
+        "gives a figure (14%) measured before the change from 8; check the comment still holds" in p.warnings[0]
+    line = int(p.warnings[0].split(":")[1])  # in the text written (the provenance block above shifts it)
+    assert "batch_size: 128" in p.new_text.splitlines()[line - 1]
+    assert "model.compile" in p.warnings[1] and "(310 samples/s)" in p.warnings[1] and "from false;" in p.warnings[1]
+    # a comment without a figure, a figure on a line not changed, a number that is no figure: nothing
+    file.write_text("data:\n  batch_size: 8   # per GPU, on 4 GPUs\n  num_workers: 4   # 2.5 GB of RAM each\n"
+                    "trainer:\n  precision: 32-true   # full precision, layer 12\n  accumulate_grad_batches: 1\n")
+    assert plan(target_for(file, preset="lightning", keys={"batch_size": "data.batch_size"}),
+                {"batch_size": 16, "precision": "bf16-mixed"}, PROVENANCE).warnings == ()
+
+
 def test_a_parse_error_without_a_message_still_names_something():
     from ruamel.yaml import YAMLError
     from harness.apply._document import _problem

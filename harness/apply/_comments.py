@@ -2,7 +2,8 @@
 after the batch changed, `precision: bf16-true  # bf16 never tried` still says it was never tried.
 bench keeps every comment byte as it was, so it says which ones now quote an old value or speak of
 the knob's values (any spelling of any value of its key map, e.g. bf16, 16-mixed) without naming
-the new one, one line per key, and leaves the wording to the user."""
+the new one, or give a measured figure (`# 14% of a 24 GB card at this size`: a share, a size, a speed),
+one line per key, and leaves the wording to the user."""
 from __future__ import annotations
 
 import re
@@ -32,6 +33,7 @@ def stale_comments(doc: _Document, edits: list, new_text: str, effective: int | 
             continue  # a comment that names the new value too lists the choices (`# 32-true | bf16-mixed`)
         quoted = next(((key, value) for key, value in olds if _quotes(comment, value)), None)
         spoken = next((word for word in _vocabulary(a.map) if _quotes(comment, word)), None)
+        figure = FIGURE.search(comment)
         line = _line_of(new_text, a.key.rpartition(".")[2], comment) or doc.text.count("\n", 0, start) + 1
         if quoted:
             whose = "its old value" if quoted[0] == a.key else f"the old {quoted[0]}"
@@ -43,7 +45,15 @@ def stale_comments(doc: _Document, edits: list, new_text: str, effective: int | 
         elif spoken:
             out.append(f"{name}:{line}: {a.key}: the comment {comment!r} speaks of {spoken}, not of the "
                        f"new value {a.value}; check the comment still holds")
+        elif figure:
+            out.append(f"{name}:{line}: {a.key}: the comment {comment!r} gives a figure ({figure.group(0)}) "
+                       f"measured before the change from {str(old).lower() if isinstance(old, bool) else old}; "
+                       "check the comment still holds")
     return out
+
+
+FIGURE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:%|[KMGT]i?B\b|(?:samples|tokens|it)/s\b|s/it\b|ms\b)", re.I)
+"""A share, a size or a speed in a comment: what someone measured at the old value (`14%`, `24 GB`, `310 samples/s`)."""
 
 
 def _vocabulary(keymap) -> list[str]:
