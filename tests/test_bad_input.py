@@ -193,6 +193,11 @@ BAD_NAMES = {
     "study_dash": ("study: '-x'", "'-x' is not a plain name"),  # read as an option by every shell tool
     "study_spaced": ("study: '  spaced  '", "is not a plain name"),
     "study_rtl": ("study: \"cat\\u202egnp.yaml\"", "is not a plain name"),  # shown as "catlmay.png"
+    "study_hidden": ("study: .x", "'.x' is not a plain name"),  # `ls results` would not show it
+    "study_substitution": ("study: 'a$(rm -rf ~)'", "is not a plain name"),  # a shell runs it in the path bench prints
+    "study_backquote": ("study: 'a`id`'", "is not a plain name"),
+    "study_glob": ("study: 'run*'", "'run*' is not a plain name"),
+    "study_brackets": ("study: 'run[1]'", "is not a plain name"),
     "scenario_path": ("scenarios: {'x/../../../y': {trials: 1}}", "scenarios.x/../../../y", "is not a plain name"),
 }
 
