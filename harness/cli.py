@@ -8,7 +8,6 @@ import io
 import json
 import os
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import replace
@@ -462,8 +461,12 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
     specs.check_shapes(spec, config, device, "--set")
     specs.check_effective_batch(spec, config)
     limits = launch.Limits(parse_duration(timeout, "--timeout") if timeout else spec.trial_timeout_s, spec.stall_s)
-    with tempfile.TemporaryDirectory(prefix="bench-log-") as tmp:
-        rec = launch.run(spec.job(device, config), limits, Path(tmp) / "trial.log")
+    try:  # Ctrl-C, SIGTERM, SIGHUP: the trial's group killed and its folder removed, as in a sweep
+        with launch.stop_signals_interrupt():
+            rec = launch.run(spec.job(device, config), limits, None)
+    except KeyboardInterrupt as exc:
+        err.print(f"{str(exc) or 'interrupted'}: the trial was stopped; nothing was measured", soft_wrap=True)
+        sys.exit(getattr(exc, "exit_code", 130))
     rec.setdefault("config", config)
     click.echo(json.dumps(rec, indent=1, default=str))
     click.echo(outcome(rec, spec.objective), err=True)  # the record is for tools; this line is for you

@@ -469,3 +469,24 @@ def test_ctrl_c_while_bench_starts_is_one_line_and_exit_130(tmp_path):
     done = subprocess.run([sys.executable, "-c", INTERRUPTED_IMPORT], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 130 and done.stderr == "interrupted while bench started; nothing was written\n", done.stderr
+
+
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "stopped by SIGTERM")])
+def test_a_signal_stops_bench_trial_in_one_line_and_leaves_no_folder_behind(gated, sig, code, word):
+    """`bench trial` said "Aborted!" (exit 1) on Ctrl-C, and on SIGTERM died silently, leaving its trial
+    folder (the model's untouched weights) and a log folder in the temp folder."""
+    tmp = gated / "tmp"
+    tmp.mkdir()
+    trial = subprocess.Popen([sys.executable, "-c", "from harness.cli import main; main()", "trial", "stop.yaml",
+                              "--set", "fault=hang", "--device", "cpu"], cwd=gated,
+                             env=dict(env_for(gated), TMPDIR=str(tmp)), preexec_fn=ctrl_c_reaches_it,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    STARTED.append(trial)
+    pgid = os.getpgid(hanging_trial(trial, tmp=tmp).pid)
+    trial.send_signal(sig)
+    stdout, stderr = trial.communicate(timeout=30)
+    assert trial.returncode == code and stdout == ""  # no record: nothing was measured
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert lines == [f"{word}: the trial was stopped; nothing was measured"], stderr
+    assert wait_until_gone(pgid) == []
+    assert not [p.name for p in tmp.iterdir() if p.name.startswith("bench-")]
