@@ -67,6 +67,10 @@ def study_dir(results: Path, study: str) -> Path:
 def open_storage(url: str | None, results: Path, study: str, say: Callable[[str], None] = print):
     """Storage to sweep into: the database at `url`, or the journal under results/<study>/ (repaired)."""
     if url:
+        if in_memory(url):
+            raise UserError(f"--storage {redact(url)}: an in-memory database ends with the sweep, and every "
+                            "measurement with it; give a file (sqlite:///results/bench.db) or leave --storage out "
+                            "for the study's journal under results/")
         return open_database(url, heartbeat=True)
     folder = study_dir(results, study)
     path = folder / JOURNAL
@@ -162,6 +166,18 @@ def sqlite_path(url: str) -> Path | None:
     if not database or database == ":memory:" or parsed.query.get("uri"):  # a file: URI is SQLite's to read
         return None
     return Path(database)
+
+
+def in_memory(url: str) -> bool:
+    """A SQLite URL of no file: `sqlite://`, `sqlite:///:memory:`, a `mode=memory` URI."""
+    if not url.startswith("sqlite"):
+        return False
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError:  # open_database says what is wrong with it
+        return False
+    database = parsed.database or ""
+    return database in ("", ":memory:") or "mode=memory" in database or parsed.query.get("mode") == "memory"
 
 
 def open_database(url: str, heartbeat: bool):

@@ -408,6 +408,16 @@ def test_a_bad_environment_variable_is_one_line_before_a_study_is_made(cwd, monk
     assert nothing_written(cwd) and not (cwd / "s.db").exists()
 
 
+@pytest.mark.parametrize("url", ["sqlite:///:memory:", "sqlite://", "sqlite:///file:s?mode=memory&uri=true"])
+def test_a_database_that_ends_with_the_sweep_is_refused(cwd, url):
+    """`sqlite:///:memory:` ran the whole sweep, kept nothing (exit 0) and left a file named
+    ':memory:.STUDY.claim.lock'; `sqlite://` gave a traceback."""
+    write(cwd, "good.yaml", GOOD)
+    assert_user_error(bench("sweep", "good.yaml", "--device", "cpu", "--storage", url),
+                      "an in-memory database ends with the sweep", "give a file")
+    assert nothing_written(cwd) and sorted(p.name for p in cwd.iterdir()) == ["good.yaml"]
+
+
 def test_missing_argument_and_unknown_command(cwd):
     assert_user_error(bench("sweep"), "Missing argument 'SPEC'", "--help")
     assert_user_error(bench("swep"), "No such command 'swep'")
