@@ -505,7 +505,8 @@ def parse_dimension(name: str, value, at: str) -> Dimension:
 
 def check_value(name: str, value, at: str) -> None:
     if name in knobs.CHOICES and value not in knobs.CHOICES[name]:
-        raise UserError(f"{at}: {value!r} is not a {name}{did_you_mean(str(value), knobs.CHOICES[name])}; "
+        article = "an" if name[0] in "aeiou" else "a"
+        raise UserError(f"{at}: {value!r} is not {article} {name}{did_you_mean(str(value), knobs.CHOICES[name])}; "
                         f"use one of {', '.join(knobs.CHOICES[name])}")
     if name in _BOOLS and not isinstance(value, bool):
         raise UserError(f"{at}: {name} takes true or false, got {value!r}")

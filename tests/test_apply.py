@@ -767,6 +767,10 @@ def test_parse_resolves_the_file_against_the_spec_folder_without_needing_it(tmp_
     ({"file": "c.yaml", "keys": {"Num-Workers": "b"}}, r"unknown knob 'Num-Workers' \(did you mean 'num_workers'\?\)"),
     ({"file": "c.yaml", "keys": {"precision": {"key": "p", "values": {"bf16": "bf16"}}}},
      r"apply.keys.precision.values: 'bf16' is not a precision value \(did you mean 'bf16-true'\?\)"),
+    ({"file": "c.yaml", "keys": {"precision": {"key": "p", "values": {"fp32": 32, "bf16-mixed": float("nan")}}}},
+     r"apply.keys.precision.values.bf16-mixed: nan is not a finite number"),  # apply wrote it, then crashed
+    ({"file": "c.yaml", "keys": {"batch_size": "b", "compile": {"key": "c", "values": {"off": 0, "default": float("inf")}}}},
+     r"apply.keys.compile.values.default: inf is not a finite number"),
     ({"file": "c.yaml", "keys": {"precision": {"key": "p", "valuse": {}}}},
      r"apply.keys.precision: unknown key 'valuse' \(did you mean 'values'\?\)"),
     ({"file": "c.yaml", "keys": {"batch_size": "data..batch"}},

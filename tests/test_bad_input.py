@@ -342,6 +342,7 @@ def test_factory_that_cannot_be_imported_stops_the_sweep(cwd, monkeypatch, modul
     (["--set", "batch_size=-1"], "must be at least 1"),
     (["--set", "batch_size=abc"], "must be a whole number"),
     (["--set", "precision=fp64"], "'fp64' is not a precision"),
+    (["--set", "optimizer=sgd"], "'sgd' is not an optimizer"),  # "a optimizer"
     (["--set", "checkpointing=[full]"], "checkpointing"),
     (["--set", "batch_size=4", "--set", "batch_size=8"], "--set batch_size: given twice"),  # kept the last silently
     (["--timeout", "garbage"], "--timeout"),

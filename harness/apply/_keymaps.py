@@ -3,6 +3,7 @@ key maps with `keys:` laid over them), the learning-rate rule and the Hydra grou
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -340,6 +341,9 @@ def _parse_value_map(knob: str, raw: object, where: str) -> dict[str, object]:
         if isinstance(file_value, (list, dict)):
             raise UserError(f"{where}.{bench_value}: {file_value!r} is not a value a key holds; give the number, "
                             "string or boolean your file writes for it")
+        if isinstance(file_value, float) and not math.isfinite(file_value):  # YAML's .nan, .inf: never a setting
+            raise UserError(f"{where}.{bench_value}: {file_value!r} is not a finite number; give the value your file "
+                            "writes for it")
         values[bench_value] = file_value
     return values
 
