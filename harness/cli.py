@@ -31,7 +31,15 @@ err = Console(stderr=True)
 
 results_option = click.option("--results", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
                               help="Folder that holds the studies (embedded storage and logs).")
-scenario_option = click.option("--scenario", help="The study of this scenario of the same spec.")
+def a_scenario(ctx, param, value):
+    """--scenario '' named no scenario and ran (or showed) the spec without any: refused as the typo it is."""
+    for name in (value if isinstance(value, tuple) else (value,)):
+        if name is not None and not name.strip():
+            raise click.BadParameter(f"{name!r} is empty; name one of the spec's scenarios, or leave --scenario out")
+    return value
+
+
+scenario_option = click.option("--scenario", callback=a_scenario, help="The study of this scenario of the same spec.")
 storage_option = click.option("--storage", metavar="URL", help="Any Optuna storage URL instead of the embedded one.")
 
 
@@ -103,7 +111,7 @@ def main(debug: bool) -> None:
 @click.option("--timeout", "timeout", metavar="DURATION", help="Stop starting trials after this long, e.g. 30m.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--study", "study_name", metavar="NAME", help="Study name (default: the spec's).")
-@click.option("--scenario", "scenarios", multiple=True, help="Run only this scenario (repeatable).")
+@click.option("--scenario", "scenarios", multiple=True, callback=a_scenario, help="Run only this scenario (repeatable).")
 @click.option("--memory-budget", metavar="SIZE", help="Run trials under this memory, e.g. 24GiB.")
 @storage_option
 @results_option
@@ -442,7 +450,7 @@ def outcome(rec: dict, objective: str = "samples") -> str:
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
 @click.option("--set", "overrides", multiple=True, metavar="KNOB=VALUE", help="Knob value (repeatable).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option("--scenario", help="Take the workload and budget from this scenario.")
+@click.option("--scenario", callback=a_scenario, help="Take the workload and budget from this scenario.")
 @click.option("--memory-budget", metavar="SIZE", help="Run under this memory, e.g. 24GiB.")
 @click.option("--timeout", metavar="DURATION", help="Trial time limit (default: the spec's).")
 @click.option("--preset", help="Built-in workload preset to use instead of the spec's, e.g. tiny.")

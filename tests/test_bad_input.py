@@ -352,6 +352,7 @@ def test_factory_that_cannot_be_imported_stops_the_sweep(cwd, monkeypatch, modul
                                      "a memory budget is at least 1MiB"),
     (["--device", "nonsense"], "--device 'nonsense'"),
     (["--scenario", "nope"], "no scenario 'nope'"),
+    (["--scenario", ""], "--scenario': '' is empty; name one of the spec's scenarios"),
     (["--preset", ""], "has no such preset"),
 ])
 def test_bad_trial_options(cwd, args, phrase):
@@ -384,6 +385,8 @@ def test_a_trial_keeps_the_specs_effective_batch(cwd, args, phrase):
     (["--memory-budget", "0GiB"], "--memory-budget: size must be positive"),
     (["--bogus"], "No such option '--bogus'"),
     (["--scenario", "nope"], "no scenario 'nope'"),
+    (["--scenario", ""], "--scenario': '' is empty; name one of the spec's scenarios"),  # it swept the spec bare
+    (["--scenario", "x", "--scenario", " "], "--scenario': ' ' is empty"),
 ])
 def test_bad_sweep_options(cwd, args, phrase):
     path = write(cwd, "good.yaml", GOOD)
