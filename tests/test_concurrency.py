@@ -142,3 +142,32 @@ def test_workers_split_the_confirmation_runs_and_each_run_is_its_own_record(tmp_
     assert rows[2]["baseline"]  # the baseline and the leader are confirmed, whichever config leads
     assert [len(rows[b]["repeats"]) for b in (2, 256)] == [2, 2]
     assert len(runs.read_text().splitlines()) - before == 2 * 2  # 2 configs x CONFIRM_ROUNDS, in all
+
+
+def test_a_trial_waits_for_another_bench_trial_on_the_same_device(gated):  # noqa: F811 (fixture)
+    """Two sweeps of a study on one CPU ran their trials at once and measured each other's load (a
+    baseline at 7 samples/s against 800 alone, and a "5.15x" best from it): the second trial now
+    starts only when the first has ended, and says how long it waited."""
+    tmp = gated / "tmp"
+    tmp.mkdir()
+    env = dict(env_for(gated), TMPDIR=str(tmp))
+    trial = [sys.executable, "-c", "from harness.cli import main; main()", "trial", "stop.yaml", "--device", "cpu"]
+    first = subprocess.Popen(trial + ["--set", "fault=hang"], cwd=gated, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    second = None
+    try:
+        pgid = os.getpgid(hanging_trial(first, tmp=tmp).pid)
+        second = subprocess.Popen(trial + ["--set", "fault=none"], cwd=gated, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(4)
+        assert second.poll() is None and len(list(tmp.glob("bench-trial-*"))) == 1  # no trial of its own yet
+        first.terminate()
+        stdout, stderr = second.communicate(timeout=120)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+    assert wait_until_gone(pgid) == []
+    assert second.returncode == 0, stderr
+    rec = json.loads(stdout)
+    assert rec["status"] == "ok" and rec["timing"]["device_wait_s"] > 2  # its start-up took the rest of the 4 s
