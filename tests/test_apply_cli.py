@@ -168,6 +168,28 @@ def test_hydra_group_gets_a_profile_named_after_the_measured_device(project):
     assert yaml.safe_load(text)["data_loader"]["batch_size"] == 32
 
 
+HYDRA = {"file": "examples/config.yaml", "preset": "lightning", "keys": {"batch_size": "data_loader.batch_size"},
+         "hydra": {"group_dir": "conf/hardware"}}
+
+
+def test_a_read_only_hydra_group_is_refused_before_the_main_config_is_written(project):
+    """The main config was written (with a backup), then the profile refused: exit 2 with a changed file."""
+    group = project / "conf" / "hardware"
+    group.mkdir(parents=True)
+    make_known_study(project, apply=HYDRA)
+    target = project / "examples" / "config.yaml"
+    before = target.read_bytes()
+    group.chmod(0o555)
+    try:
+        result = apply("best")
+    finally:
+        group.chmod(0o755)
+    assert result.exit_code == 2 and "conf/hardware: the folder is read-only" in result.output, result.output
+    assert "wrote" not in result.output, result.output
+    assert target.read_bytes() == before and not list(target.parent.glob("*.bench-backup-*"))
+    assert not list(group.iterdir())
+
+
 def test_apply_from_another_checkout_finds_the_spec_relative_to_it(known_study, tmp_path_factory, monkeypatch):
     """Another machine has the project elsewhere: the sweeping machine's absolute spec path is not there."""
     elsewhere = tmp_path_factory.mktemp("other-machine") / "project"

@@ -29,6 +29,7 @@ def write(plan: Plan) -> Path | None:
     destination = plan.path.resolve()  # through a symlink: the link keeps pointing at the edited file
     _check_source_unchanged(plan)
     _check_writable(destination)
+    _make_folder(destination.parent)
     backup = _backup(destination) if destination.exists() else None
     in_place = backup is not None and destination.stat().st_nlink > 1
     try:
@@ -57,6 +58,14 @@ def write(plan: Plan) -> Path | None:
     return backup
 
 
+def check(*plans: Plan) -> None:
+    """Every refusal write() would make, for each plan, before any of them is written: a Hydra profile
+    whose folder is read-only must leave the main config unwritten too. Creates nothing."""
+    for plan in plans:
+        _check_source_unchanged(plan)
+        _check_writable(plan.path.resolve())
+
+
 def _check_source_unchanged(plan: Plan) -> None:
     if plan.source is None:
         return
@@ -71,18 +80,26 @@ def _check_source_unchanged(plan: Plan) -> None:
 
 
 def _check_writable(destination: Path) -> None:
-    folder = destination.parent
-    try:
-        folder.mkdir(parents=True, exist_ok=True)  # a new Hydra group folder (the CLI refuses a missing --to folder)
-    except OSError as e:
-        raise UserError(f"{folder}: cannot create the folder ({e.strerror}); create it or write elsewhere "
-                        "with --to") from None
+    """Without creating anything: a folder not there yet (a new Hydra group; the CLI refuses a missing
+    --to folder) is checked in the nearest one that is, where it would be made."""
+    folder = next(p for p in (destination.parent, *destination.parent.parents) if p.exists())
+    if not folder.is_dir():
+        raise UserError(f"{destination.parent}: cannot create the folder ({folder} is a file); create it or "
+                        "write elsewhere with --to")
     if destination.exists() and not destination.is_file():  # a FIFO or device: the backup's read would block
         raise UserError(f"{destination}: not a regular file; write to a file (or elsewhere with --to)")
     for path, what in ((destination, "file"), (folder, "folder")):
         if path.exists() and not _writable(path):
             raise UserError(f"{path}: the {what} is read-only; make it writable (chmod u+w) or write elsewhere "
                             "with --to")
+
+
+def _make_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{folder}: cannot create the folder ({e.strerror}); create it or write elsewhere "
+                        "with --to") from None
 
 
 def _writable(path: Path) -> bool:
