@@ -691,9 +691,11 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     held = spec.held(current, info.get("device") or "cpu")
     values = to_write(row.config, spec.knob_names() + list(held))
     plan = apply.plan(spec.apply, values, provenance, to=to, create_keys=create_keys, current_values=current)
-    # planned before anything is written: a profile it would refuse must leave the main config unwritten too
-    profile = apply.write_hydra_profile(spec.apply, values, row.env.get("device") or "cpu", provenance, current) \
-        if spec.apply.hydra_group_dir else None
+    # planned before anything is written: a profile it would refuse must leave the main config unwritten too.
+    # --to leaves the project alone, its Hydra group too (a profile beside the --to file is no Hydra option)
+    device = row.env.get("device") or "cpu"
+    profile = apply.write_hydra_profile(spec.apply, values, device, provenance, current) \
+        if spec.apply.hydra_group_dir and to is None else None
     if which == "best" and not budget and choice.kept:
         out.print(f"keeping your config: {choice.why[0]}", highlight=False, markup=False)
     if row.baseline and plan.changes and to is None:
@@ -716,6 +718,9 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
         out.print(f"not written (no key for them in apply.keys): {', '.join(plan.unmapped)}", markup=False)
     if profile is not None:
         click.echo(profile.diff)
+    elif spec.apply.hydra_group_dir:
+        out.print(f"hardware profile {spec.apply.hydra_group_dir / apply.device_slug(device)}.yaml not written: --to "
+                  "leaves the project alone; apply without --to to write it", markup=False)
     if dry_run:
         out.print("dry run: nothing written")
         return

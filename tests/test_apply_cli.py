@@ -190,6 +190,18 @@ def test_a_read_only_hydra_group_is_refused_before_the_main_config_is_written(pr
     assert not list(group.iterdir())
 
 
+def test_to_leaves_the_hydra_group_alone(project, tmp_path_factory):
+    """`--to` wrote the copy elsewhere but still wrote (or replaced) the project's conf/hardware/<device>.yaml."""
+    make_known_study(project, apply=HYDRA)
+    copy = tmp_path_factory.mktemp("out") / "out.yaml"
+    result = apply("best", "--to", str(copy))
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(copy.read_text())["data_loader"]["batch_size"] == 32
+    assert not (project / "conf").exists() and [p.name for p in copy.parent.iterdir()] == ["out.yaml"]
+    assert f"hardware profile {project / 'conf' / 'hardware' / 'test-gpu.yaml'} not written: --to leaves the project " \
+           "alone" in result.output, result.output
+
+
 def test_apply_from_another_checkout_finds_the_spec_relative_to_it(known_study, tmp_path_factory, monkeypatch):
     """Another machine has the project elsewhere: the sweeping machine's absolute spec path is not there."""
     elsewhere = tmp_path_factory.mktemp("other-machine") / "project"
