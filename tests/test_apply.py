@@ -731,6 +731,64 @@ def test_hydra_profile_for_the_device(tmp_path):
     assert load(p.path.read_text())["data"]["batch_size"] == 16
 
 
+def plain_hydra_target(tmp_path, config="batch_size: 8   # per device\nprecision: fp32\n", **section):
+    (tmp_path / "conf" / "hardware").mkdir(parents=True)
+    (tmp_path / "conf" / "config.yaml").write_text(config)
+    return parse_apply_section({"file": "conf/config.yaml", "preset": "plain", "hydra": {"group_dir": "conf/hardware"},
+                                **section}, tmp_path, "sweeps/x.yaml")
+
+
+def test_a_profile_you_wrote_keeps_every_byte_but_the_mapped_keys(tmp_path):
+    """It was replaced wholesale: your other keys and comments survived only in the backup."""
+    target = plain_hydra_target(tmp_path)
+    mine = "# @package _global_\n# my hand-tuned profile\nnum_workers: 6   # this box has 8 cores\nbatch_size: 8\n"
+    path = tmp_path / "conf" / "hardware" / "h200.yaml"
+    path.write_text(mine)
+    p = write_hydra_profile(target, {"batch_size": 32, "precision": "bf16-mixed"}, "NVIDIA H200", PROVENANCE)
+    assert write(p).read_text() == mine
+    block = "".join(line + "\n" for line in _provenance_lines(PROVENANCE))
+    assert path.read_text() == ("# @package _global_\n" + block + "# my hand-tuned profile\n"
+                                "num_workers: 6   # this box has 8 cores\nbatch_size: 32\nprecision: bf16-mixed\n")
+    assert p.changes == [("batch_size", 8, 32), ("precision", None, "bf16-mixed")]
+    again = write_hydra_profile(target, {"batch_size": 8, "precision": "bf16-mixed"}, "NVIDIA H200",
+                                {**PROVENANCE, "trial": 3})
+    write(again)  # bench's block is replaced, not stacked; your comment stays below it
+    assert path.read_text().count("# bench apply: written by") == 1 and "trial 3" in path.read_text()
+    assert body(path.read_text()) == ["# @package _global_", "# my hand-tuned profile",
+                                      "num_workers: 6   # this box has 8 cores", "batch_size: 8",
+                                      "precision: bf16-mixed"]
+
+
+def test_a_profile_of_comments_only_gets_the_keys_below_them(tmp_path):
+    target = plain_hydra_target(tmp_path)
+    path = tmp_path / "conf" / "hardware" / "h200.yaml"
+    path.write_text("# @package _global_\n# the H200 in room 4\n")
+    write(write_hydra_profile(target, {"batch_size": 32}, "NVIDIA H200", PROVENANCE))
+    assert body(path.read_text()) == ["# @package _global_", "# the H200 in room 4", "batch_size: 32"]
+
+
+@pytest.mark.parametrize("mine", ["num_workers: 6\n", "# @package hardware\nnum_workers: 6\n",
+                                  "# the H200\n# @package _global_\nnum_workers: 6\n"])
+def test_a_profile_hydra_would_not_put_at_the_top_level_is_refused(tmp_path, mine):
+    """Bench's keys spliced into it would land under hardware. and override nothing."""
+    target = plain_hydra_target(tmp_path)
+    path = tmp_path / "conf" / "hardware" / "h200.yaml"
+    path.write_text(mine)
+    with pytest.raises(UserError, match=r"h200.yaml: has no '# @package _global_' line at its top"):
+        write_hydra_profile(target, {"batch_size": 32}, "NVIDIA H200", PROVENANCE)
+    assert path.read_text() == mine
+
+
+def test_a_profile_lr_rescaled_for_another_batch_goes_back_to_the_main_configs(tmp_path):
+    """Merged, not replaced: a batch back at the main config's must not keep the lr an earlier apply rescaled."""
+    target = plain_hydra_target(tmp_path, "batch_size: 8\nlr: 0.001\n", lr={"key": "lr"})
+    path = tmp_path / "conf" / "hardware" / "h200.yaml"
+    write(write_hydra_profile(target, {"batch_size": 32}, "NVIDIA H200", PROVENANCE))
+    assert load(path.read_text()) == {"batch_size": 32, "lr": 0.004}
+    write(write_hydra_profile(target, {"batch_size": 8}, "NVIDIA H200", PROVENANCE))
+    assert load(path.read_text()) == {"batch_size": 8, "lr": 0.001}
+
+
 def test_hydra_profile_needs_the_hydra_section(tmp_path):
     file = copy("lightning.yaml", tmp_path)
     with pytest.raises(UserError, match="apply.hydra is not set"):

@@ -3,12 +3,16 @@ main config already has."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from harness.apply._document import _load_document, _lookup, _parse_data, _set
+from harness.apply._document import BOM, _Document, _load_document, _lookup, _parse_data, _set
 from harness.apply._edit import _block_lines
-from harness.apply._keymaps import ABSENT, ApplyTarget
-from harness.apply._plan import Plan, _already_implied, _assignments, _diff, _edits, _provenance_lines
+from harness.apply._keymaps import ABSENT, ApplyTarget, KeyMap
+from harness.apply._plan import (Plan, _already_implied, _apply_edits, _Assignment, _assignments, _diff, _edits,
+                                 _provenance_lines, _verify, _with_provenance_comment)
 from harness.errors import UserError
+
+PACKAGE = "# @package _global_"
 
 
 def write_hydra_profile(target: ApplyTarget, values: dict, device_name: str, provenance: dict,
@@ -19,7 +23,8 @@ def write_hydra_profile(target: ApplyTarget, values: dict, device_name: str, pro
     it with `hardware=h200` (for group_dir conf/hardware). Keys must exist in the target file, as
     Hydra refuses to override keys the main config lacks. The learning rate is rescaled against
     the target's current values (`current_values`: as read before the main config was planned, so a
-    profile planned beside it rescales from the same batch).
+    profile planned beside it rescales from the same batch). A profile already there (one you wrote,
+    or edited) is edited as the main config is: only the mapped keys change, every other byte stays.
     """
     if target.hydra_group_dir is None:
         raise UserError("apply.hydra is not set in the spec; add apply: {hydra: {group_dir: conf/hardware}}")
@@ -34,18 +39,70 @@ def write_hydra_profile(target: ApplyTarget, values: dict, device_name: str, pro
     # as bytes decoded, not read_text: its newline translation would make a CRLF profile never match
     # the file again when write() checks it is unchanged
     old_text = path.read_bytes().decode("utf-8") if path.exists() else ""
-    old_data = _parse_data(old_text, "yaml", path) if old_text else {}
-    lines = ["# @package _global_", *_provenance_lines(provenance), *_block_lines(profile, 0, 2, "yaml")]
+    unmapped = [knob for knob in values if knob not in target.keys]
+    if old_text.strip(BOM + " \t\r\n"):
+        return _edited_profile(path, old_text, target, doc, assignments, profile, provenance, unmapped)
+    lines = [PACKAGE, *_provenance_lines(provenance), *_block_lines(profile, 0, 2, "yaml")]
     new_text = "".join(line + "\n" for line in lines)
-    changes = [(a.key, _none_if_absent(_lookup(old_data, a.key)), a.value)
-               for a in assignments if _lookup(profile, a.key) is not ABSENT]
+    changes = [(a.key, None, a.value) for a in assignments if _lookup(profile, a.key) is not ABSENT]
     return Plan(source=path if old_text else None, path=path, old_text=old_text, new_text=new_text,
-                diff=_diff(old_text, new_text, path, path), changes=changes,
-                unmapped=[knob for knob in values if knob not in target.keys])
+                diff=_diff(old_text, new_text, path, path), changes=changes, unmapped=unmapped)
 
 
-def _none_if_absent(value: object) -> object:
-    return None if value is ABSENT else value
+def _edited_profile(path: Path, old_text: str, target: ApplyTarget, main: _Document, assignments: list[_Assignment],
+                    new_keys: dict, provenance: dict, unmapped: list[str]) -> Plan:
+    """The profile there with the mapped keys spliced in, as plan() edits the main config; a key it lacks
+    is added as a new profile would hold it (not where the main config lacks it and runs at its default)."""
+    _refuse_other_package(path, old_text)
+    if _parse_data(old_text.lstrip(BOM), "yaml", path) is None:
+        return _keys_below_comments(path, old_text, new_keys, assignments, provenance, unmapped)
+    profile = _load_document(path, "yaml")
+    edits = _edits(profile, _resetting_lr(target, main, profile, assignments), create_keys=True, defaults_in=main)
+    new_text = _with_provenance_comment(_apply_edits(profile, edits), provenance)
+    _verify(profile, new_text, [a for a, _ in edits])
+    return Plan(source=path, path=path, old_text=profile.bom + profile.text, new_text=profile.bom + new_text,
+                diff=_diff(profile.text, new_text, path, path),
+                changes=[(a.key, None if old is ABSENT else old, a.value) for a, old in edits], unmapped=unmapped)
+
+
+def _keys_below_comments(path: Path, old_text: str, new_keys: dict, assignments: list[_Assignment],
+                         provenance: dict, unmapped: list[str]) -> Plan:
+    """A profile of comments only (no keys to splice into): the keys go below its lines."""
+    bom, text = (BOM, old_text[1:]) if old_text.startswith(BOM) else ("", old_text)
+    newline = "\r\n" if "\r\n" in text else "\n"
+    text += "" if text.endswith("\n") else newline
+    text += "".join(line + newline for line in _block_lines(new_keys, 0, 2, "yaml"))
+    new_text = bom + _with_provenance_comment(text, provenance)
+    changes = [(a.key, None, a.value) for a in assignments if _lookup(new_keys, a.key) is not ABSENT]
+    return Plan(source=path, path=path, old_text=old_text, new_text=new_text,
+                diff=_diff(old_text, new_text, path, path), changes=changes, unmapped=unmapped)
+
+
+def _refuse_other_package(path: Path, text: str) -> None:
+    """Hydra reads `# @package` from the `# @` lines at the top only: without `_global_` there, the keys
+    bench splices in would land under the group's name and override nothing."""
+    for line in text.lstrip(BOM).splitlines():
+        if not line.strip():
+            continue
+        if not re.match(r"\s*#\s*@", line):
+            break
+        if re.fullmatch(r"\s*#\s*@package\s+_global_\s*", line):
+            return
+    raise UserError(f"{path}: has no '{PACKAGE}' line at its top, so Hydra would put the keys bench writes "
+                    f"under {path.parent.name}. and they would override nothing; add that line as its first, "
+                    "or move the file aside for bench to write its own")
+
+
+def _resetting_lr(target: ApplyTarget, main: _Document, profile: _Document,
+                  assignments: list[_Assignment]) -> list[_Assignment]:
+    """No lr assignment means the batch is the main config's again: a learning rate the profile holds,
+    rescaled for another batch by an earlier apply, goes back to the main config's."""
+    if target.lr is None or any(a.key == target.lr.key for a in assignments):
+        return assignments
+    lr = _lookup(main.data, target.lr.key)
+    if lr is ABSENT or _lookup(profile.data, target.lr.key) is ABSENT:
+        return assignments
+    return [*assignments, _Assignment(KeyMap(target.lr.key), lr, "apply.lr (the main config's batch)")]
 
 
 def device_slug(device_name: str) -> str:

@@ -199,11 +199,15 @@ def _deepspeed_total(target: ApplyTarget, doc: _Document, values: dict, current:
                         f"preset deepspeed (batch x accumulation x world size {world})")]
 
 
-def _edits(doc: _Document, assignments: list[_Assignment], create_keys: bool) -> list[tuple[_Assignment, object]]:
-    """The assignments that change the file, each with its old value (ABSENT: the key is created)."""
+def _edits(doc: _Document, assignments: list[_Assignment], create_keys: bool,
+           defaults_in: _Document | None = None) -> list[tuple[_Assignment, object]]:
+    """The assignments that change the file, each with its old value (ABSENT: the key is created).
+
+    `defaults_in`: the file whose missing key the program runs at its default (a Hydra profile's main
+    config: a key the profile lacks runs at the main config's value); the file itself unless given."""
     edits, missing = [], []
     for a in assignments:
-        if _already_implied(doc, a):
+        if _lookup(doc.data, a.key) is ABSENT and _already_implied(defaults_in or doc, a):
             continue
         old = _lookup(doc.data, a.key)
         if old is ABSENT:
