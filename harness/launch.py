@@ -158,9 +158,9 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
     interrupted. The log is kept at log_path when one is given. `on_beat(heartbeat or None)` is called
     on every poll, so a display can show the child's phase.
     """
-    waited = time.monotonic()
+    asked = time.monotonic()
     with device_turn(job, on_beat), tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-") as tmp:
-        waited = time.monotonic() - waited
+        waited = time.monotonic() - asked
         workdir = Path(tmp)
         inductor_cache, cache_state = compile_cache(job, workdir)
         env = child_env(job["config"], job["device"], inductor_cache, job["workload"].get("path", []))

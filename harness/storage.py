@@ -154,27 +154,29 @@ def existing_storage(url: str | None, results: Path, study: str):
     return optuna.storages.JournalStorage(ReadOnlyJournal(path))
 
 
-def sqlite_path(url: str) -> Path | None:
-    """The file of a SQLite URL; None for any other database (or an in-memory one)."""
+def sqlite_url(url: str):
+    """A SQLite URL, parsed; None for any other database or one SQLAlchemy cannot read (open_database
+    says what is wrong with it)."""
     if not url.startswith("sqlite"):
         return None
     try:
-        parsed = sqlalchemy.engine.make_url(url)
-    except sqlalchemy.exc.ArgumentError:  # open_database says what is wrong with it
+        return sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError:
         return None
-    database = parsed.database
-    if not database or database == ":memory:" or parsed.query.get("uri"):  # a file: URI is SQLite's to read
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL; None for any other database (or an in-memory one)."""
+    parsed = sqlite_url(url)
+    if parsed is None or in_memory(url) or parsed.query.get("uri"):  # a file: URI is SQLite's to read
         return None
-    return Path(database)
+    return Path(parsed.database)
 
 
 def in_memory(url: str) -> bool:
     """A SQLite URL of no file: `sqlite://`, `sqlite:///:memory:`, a `mode=memory` URI."""
-    if not url.startswith("sqlite"):
-        return False
-    try:
-        parsed = sqlalchemy.engine.make_url(url)
-    except sqlalchemy.exc.ArgumentError:  # open_database says what is wrong with it
+    parsed = sqlite_url(url)
+    if parsed is None:
         return False
     database = parsed.database or ""
     return database in ("", ":memory:") or "mode=memory" in database or parsed.query.get("mode") == "memory"
