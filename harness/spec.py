@@ -774,7 +774,7 @@ def all_configs(spec: Spec):
 
 # ---- names and numbers: checked once, on the built spec ------------------------------------------
 
-_NOT_IN_A_NAME = re.compile(r"[/\\\x00-\x1f\x7f$`*?\[\]]")
+_NOT_IN_A_NAME = re.compile(r"[/\\\x00-\x1f\x7f$`*?]")
 _INVISIBLE = re.compile(r"[\u034f\u115f\u1160\u2800\u3164\uffa0\ufe00-\ufe0f]")
 """Letters and marks that draw nothing (Hangul fillers, the blank braille cell, variation selectors)."""
 
@@ -784,14 +784,14 @@ def check_name(name, where: str) -> str:
     and one a shell and a listing show as it is: no leading '-' (read as an option), no blank at either
     end, no invisible or direction-changing characters (U+202E shows "evil.yaml" as "lmay.live"), not hidden
     (a leading '.': `ls results` leaves it out), nothing a shell expands in the path bench prints
-    (`$(...)`, a backquote, `*`, `?`, brackets)."""
+    (`$(...)`, a backquote, `*`, `?`)."""
     if (not isinstance(name, str) or not name.strip() or name.startswith(".") or _NOT_IN_A_NAME.search(name)
             or len(name) > 200 or name.startswith("-") or name != name.strip() or _INVISIBLE.search(name)
             or unicodedata.category(name[0]).startswith("M")  # a combining mark joins whatever precedes it
             or any(unicodedata.category(c) in ("Cf", "Cc", "Cs", "Zl", "Zp") for c in name)):
         raise UserError(f"{where}: {name!r} is not a plain name (it names a folder under results/); "
-                        "use letters, digits, '-', '_', '.' and inner spaces: no '/', '$', '*', '?', brackets or "
-                        "backquote, no leading '-' or '.', no blank at either end, no invisible character")
+                        "use letters, digits, '-', '_', '.' and inner spaces: no '/', '$', '*', '?' or backquote, "
+                        "no leading '-' or '.', no blank at either end, no invisible character")
     return name
 
 

@@ -197,7 +197,6 @@ BAD_NAMES = {
     "study_substitution": ("study: 'a$(rm -rf ~)'", "is not a plain name"),  # a shell runs it in the path bench prints
     "study_backquote": ("study: 'a`id`'", "is not a plain name"),
     "study_glob": ("study: 'run*'", "'run*' is not a plain name"),
-    "study_brackets": ("study: 'run[1]'", "is not a plain name"),
     "scenario_path": ("scenarios: {'x/../../../y': {trials: 1}}", "scenarios.x/../../../y", "is not a plain name"),
 }
 

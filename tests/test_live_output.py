@@ -86,7 +86,9 @@ def test_without_an_apply_section_the_sweep_offers_no_apply_and_calls_the_baseli
     text = " ".join(result.output.split())
     assert result.exit_code == 0, result.output
     assert "(baseline: the spec's defaults)" in text and "your current config" not in text
-    assert "use the best config" not in text and "an apply: section in the spec lets bench apply best" in text
+    assert "use the best config" not in text
+    if "again when the machine is quiet" not in text:  # a busy machine's answer is none to apply: that line instead
+        assert "an apply: section in the spec lets bench apply best" in text
 
 
 def test_a_faster_trial_over_the_headroom_says_so(project, terminal):
