@@ -44,9 +44,8 @@ def write_hydra_profile(target: ApplyTarget, values: dict, device_name: str, pro
         return _edited_profile(path, old_text, target, doc, assignments, profile, provenance, unmapped)
     lines = [PACKAGE, *_provenance_lines(provenance), *_block_lines(profile, 0, 2, "yaml")]
     new_text = "".join(line + "\n" for line in lines)
-    changes = [(a.key, None, a.value) for a in assignments if _lookup(profile, a.key) is not ABSENT]
     return Plan(source=path if old_text else None, path=path, old_text=old_text, new_text=new_text,
-                diff=_diff(old_text, new_text, path, path), changes=changes, unmapped=unmapped)
+                diff=_diff(old_text, new_text, path, path), changes=_created(assignments, profile), unmapped=unmapped)
 
 
 def _edited_profile(path: Path, old_text: str, target: ApplyTarget, main: _Document, assignments: list[_Assignment],
@@ -73,9 +72,13 @@ def _keys_below_comments(path: Path, old_text: str, new_keys: dict, assignments:
     text += "" if text.endswith("\n") else newline
     text += "".join(line + newline for line in _block_lines(new_keys, 0, 2, "yaml"))
     new_text = bom + _with_provenance_comment(text, provenance)
-    changes = [(a.key, None, a.value) for a in assignments if _lookup(new_keys, a.key) is not ABSENT]
     return Plan(source=path, path=path, old_text=old_text, new_text=new_text,
-                diff=_diff(old_text, new_text, path, path), changes=changes, unmapped=unmapped)
+                diff=_diff(old_text, new_text, path, path), changes=_created(assignments, new_keys), unmapped=unmapped)
+
+
+def _created(assignments: list[_Assignment], keys: dict) -> list[tuple]:
+    """The plan's changes where the profile held none of `keys` before: (key, None, new value)."""
+    return [(a.key, None, a.value) for a in assignments if _lookup(keys, a.key) is not ABSENT]
 
 
 def _refuse_other_package(path: Path, text: str) -> None:

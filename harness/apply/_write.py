@@ -26,9 +26,8 @@ def write(plan: Plan) -> Path | None:
     Refuses, leaving every file as it was, when the source changed or vanished since the plan, or
     when the destination or its folder is read-only (by mode bits, so even root respects them).
     """
+    check(plan)
     destination = plan.path.resolve()  # through a symlink: the link keeps pointing at the edited file
-    _check_source_unchanged(plan)
-    _check_writable(destination)
     _make_folder(destination.parent)
     backup = _backup(destination) if destination.exists() else None
     in_place = backup is not None and destination.stat().st_nlink > 1
