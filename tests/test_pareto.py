@@ -142,6 +142,10 @@ def test_a_tie_says_the_band_it_was_judged_by():
     assert v.tie and v.bound > 1
     assert v.text("samples/s").endswith("a tie: runs side by side disagree too much to tell (their ratios spread "
                                         f"± {v.spread:.2f}); measure again on a quiet machine")
+    # nor is the ratio printed with that spread as its error bar ("4.87× ± 5.46 ... a tie", a reviewer's sweep)
+    assert v.text("samples/s").startswith(f"{v.ratio:.2f}× the samples/s (2 runs each side by side) — a tie")
+    assert v.figure() == f"{v.ratio:.2f}×" and v.text("samples/s").count("±") == 1
+    assert pareto.choose([base, lead], 24 * GiB, 0.1).versus.figure() == "1.29× ± 0.21"
 
 
 def test_the_trials_own_runs_made_minutes_apart_do_not_widen_the_side_by_side_spread():

@@ -138,8 +138,7 @@ def _speedup(choice: Choice) -> tuple[str, str]:
         if choice.baseline is None:
             return "-", "no baseline measured"
         return "-", f"your config ended {choice.baseline.record.status}" if not choice.baseline.measured else "best is your config"
-    spread = f" ± {v.spread:.2f}" if v.spread is not None else ""
-    return f"{v.ratio:.2f}×{spread}", (f"a tie: {v.noise_words()}; " if v.tie else "") + \
+    return v.figure(), (f"a tie: {v.noise_words()}; " if v.tie else "") + \
         f"trial #{who.number} vs #{choice.baseline.number}, {v.side_by_side_words()}"
 
 

@@ -323,8 +323,7 @@ def _speedup_arrow(x: _Scale, y: _Scale, baseline: Standing, best: Standing, ver
     length = math.hypot(x1 - x0, y1 - y0) or 1
     ux, uy = (x1 - x0) / length, (y1 - y0) / length
     pad = min(16, length / 3)
-    spread = f" ± {versus.spread:.2f}" if versus.spread is not None else ""
-    label = f"{versus.ratio:.2f}×{spread}" + (" (tie)" if versus.tie else "")
+    label = versus.figure() + (" (tie)" if versus.tie else "")
     # The label sits beside the middle of the arrow, on its lower-right side.
     mx, my = (x0 + x1) / 2 - uy * 12, (y0 + y1) / 2 + ux * 12
     return (f'<line class="arrow" x1="{x0 + ux * pad:.1f}" y1="{y0 + uy * pad:.1f}" '
