@@ -9,6 +9,7 @@ user attributes, so the study alone is enough to report and apply.
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import itertools
 import random
@@ -129,8 +130,9 @@ class Sweep:
                 self.progress.note("sweep time limit reached; re-run the same command to continue")
                 return False
             # only this space's configs: a resume whose spec narrowed a knob to one value keeps the others' trials
-            if sum(self.spec.contains(t.user_attrs["config"]) for t in self.measured_configs().values()) >= space:
-                self.progress.note(f"all {space} configs of the search space are measured")
+            tried = [t for t in self.measured_configs().values() if self.spec.contains(t.user_attrs["config"])]
+            if len(tried) >= space:
+                self.progress.note(f"all {space} configs of the search space are tried: {outcome_words(tried)}")
                 break
             if duplicates_in_a_row >= MAX_DUPLICATES_IN_A_ROW:
                 self.progress.note("the sampler keeps proposing measured configs; stopping early")
@@ -807,6 +809,14 @@ def confirmation_words(to_do: dict[int, int]) -> str:
         return (", ".join(f"#{number}" for number in left) + f" run {runs} more time{'s' * (runs > 1)}"
                 + (" each, interleaved" if len(left) > 1 else ""))
     return ", ".join(f"#{number} {runs} more run{'s' * (runs > 1)}" for number, runs in left.items()) + ", interleaved"
+
+
+def outcome_words(trials) -> str:
+    """"5 measured, 2 skipped (predicted not to fit), 1 oom": how the configs of a space ended."""
+    ends = collections.Counter(t.user_attrs.get("status") or "running" for t in trials)
+    ended = {record.OK: "measured", record.SKIPPED: "skipped (predicted not to fit)"}
+    return ", ".join(f"{n} {ended.get(status, status)}" for status, n in
+                     sorted(ends.items(), key=lambda kv: (kv[0] != record.OK, kv[0] != record.SKIPPED, -kv[1], kv[0])))
 
 
 def eager_twin(config: dict) -> tuple:

@@ -295,3 +295,15 @@ def test_a_cli_resume_on_another_cpu_model_is_one_line_and_writes_nothing(tmp_pa
     assert again.exit_code == 2, again.output
     assert "this run is on Another CPU 9000: their figures would not compare" in again.output
     assert journal.read_bytes() == before
+
+
+def test_the_space_tried_note_says_how_its_configs_ended(tmp_path, faulty_path, monkeypatch):
+    """"all 2 configs of the search space are measured" was printed where one had run out of memory
+    (a reviewer's sweep said 4 measured where 2 were skipped as predicted not to fit)."""
+    monkeypatch.chdir(tmp_path)
+    path = faulty_spec(tmp_path, "s", ["none", "oom"], sampler="grid", trials=5, memory={"budget": "512MiB"})
+    result = CliRunner().invoke(main, ["sweep", str(path), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "all 2 configs of the search space are tried: 1 measured, 1 oom" in said, said
+    assert "are measured" not in said
