@@ -280,6 +280,10 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
     study = ledger.create(ledger.including(spec, base), storage, device, hardware)
     if study.get_trials(deepcopy=False):  # a resume: the study's own space, device and budget
         spec = ledger.resumed(spec, study, device, hardware)
+        if changed := ledger.measuring_changes(spec, study):
+            err.print(f"note: this run measures trials otherwise than the study's first ({'; '.join(changed)}): its "
+                      "figures are ranked with theirs; start a new study with --study NAME to keep them apart",
+                      markup=False, highlight=False, soft_wrap=True)
     else:
         spec = ledger.including(spec, base)
         ledger.enqueue_baseline(study, spec, base)

@@ -94,7 +94,7 @@ def create(spec: Spec, storage, device: str, hardware: str | None = None) -> opt
     if "spec_path" not in study.user_attrs:  # written last: a header cut off while written is written again, whole
         attrs = {"spec_relative": relative(spec.path), "scenario": spec.scenario, "workload": spec.workload,
                  "memory_budget": spec.memory_budget, "headroom": spec.headroom, "device": device,
-                 "hardware": hardware, "objective": spec.objective,
+                 "hardware": hardware, "objective": spec.objective, "measure": dict(spec.measure.__dict__),
                  # what the sampler's params index (ordinal knobs are suggested as positions): a resume keeps it
                  "choices": {knob: list(spec.sampled.get(knob, dim.choices)) for knob, dim in spec.search.items()
                              if dim.choices},
@@ -155,6 +155,17 @@ def resumed(spec: Spec, study: optuna.Study, device: str, hardware: str | None =
     if retarget:
         study.set_user_attr("objective", spec.objective)
     return replace(spec, sampled=kept)
+
+
+def measuring_changes(spec: Spec, study: optuna.Study) -> list[str]:
+    """`trial.KEY was -> now` for each setting of how a trial is measured that this resume changes
+    (none for studies from before the header kept them). Not refused as another workload is: the
+    figures measure the same thing, only more or less closely, so the user is told and both are ranked."""
+    stored = study.user_attrs.get("measure")
+    if not isinstance(stored, dict):
+        return []
+    return [f"trial.{'window' if key == 'window_s' else key} {stored[key]} -> {now}"
+            for key, now in spec.measure.__dict__.items() if key in stored and stored[key] != now]
 
 
 WORKLOAD_IDENTITY = ("name", "preset", "params", "factory", "model", "loss", "batch", "lightning", "hf", "loop")

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from harness import ledger, record, report, study as studies, spec as specs, storage as stores
 from harness.cli import main
 from harness.errors import UserError
-from tests.conftest import faulty_spec
+from tests.conftest import FAST_TRIAL, faulty_spec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 GiB = 2**30
@@ -307,3 +307,20 @@ def test_the_space_tried_note_says_how_its_configs_ended(tmp_path, faulty_path, 
     said = " ".join(result.output.split())
     assert "all 2 configs of the search space are tried: 1 measured, 1 oom" in said, said
     assert "are measured" not in said
+
+
+def test_a_resume_measuring_otherwise_says_so(tmp_path, faulty_path, monkeypatch):
+    """A resume with another trial.max_seconds ranked trials measured two ways with no word of it."""
+    monkeypatch.chdir(tmp_path)
+    first = faulty_spec(tmp_path, "s", ["none"], search={"batch_size": [8, 16], "fault": ["none"]}, trials=1)
+    assert CliRunner().invoke(main, ["sweep", str(first), "--device", "cpu"]).exit_code == 0
+    same = CliRunner().invoke(main, ["sweep", str(first), "--device", "cpu"])
+    assert same.exit_code == 0 and "measures trials otherwise" not in same.output, same.output
+    longer = faulty_spec(tmp_path, "s", ["none"], search={"batch_size": [8, 16], "fault": ["none"]}, trials=2,
+                         trial={**FAST_TRIAL, "max_seconds": 2})
+    again = CliRunner().invoke(main, ["sweep", str(longer), "--device", "cpu"])
+    assert again.exit_code == 0, again.output
+    said = " ".join(again.output.split())
+    assert (f"note: this run measures trials otherwise than the study's first (trial.max_seconds "
+            f"{float(FAST_TRIAL['max_seconds'])} -> 2.0): its figures are ranked with theirs; start a new study "
+            "with --study NAME to keep them apart") in said, said
