@@ -730,11 +730,10 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
         return
     if not plan.diff and to is None:
         return
-    apply.check(*[p for p in (plan, profile) if p is not None])  # a refusal of either leaves both unwritten
-    backup = apply.write(plan)  # --to: the copy is written even where it reads exactly as the target does
+    # both or neither; --to: the copy is written even where it reads exactly as the target does
+    backup, *_ = apply.write_together(*[p for p in (plan, profile) if p is not None])
     out.print(f"wrote {plan.path}" + (f" (backup: {backup})" if backup else ""), markup=False)
     if profile is not None:
-        apply.write(profile)
         out.print(f"wrote hardware profile {profile.path}", markup=False)
 
 

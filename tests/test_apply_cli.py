@@ -1,5 +1,6 @@
 """`bench apply` through the CLI on a study with known trials: best, tiers, --budget, refusals."""
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -186,6 +187,33 @@ def test_a_read_only_hydra_group_is_refused_before_the_main_config_is_written(pr
         group.chmod(0o755)
     assert result.exit_code == 2 and "conf/hardware: the folder is read-only" in result.output, result.output
     assert "wrote" not in result.output, result.output
+    assert target.read_bytes() == before and not list(target.parent.glob("*.bench-backup-*"))
+    assert not list(group.iterdir())
+
+
+def test_a_profile_that_cannot_be_written_puts_the_main_config_back(project, monkeypatch):
+    """A full disk under the profile's write, after the main config was written: exit 2 said the profile
+    was unchanged, and config.yaml held the new batch size with no profile to match it."""
+    import errno
+    from harness.apply import _write
+    group = project / "conf" / "hardware"
+    group.mkdir(parents=True)
+    make_known_study(project, apply=HYDRA)
+    target = project / "examples" / "config.yaml"
+    before = target.read_bytes()
+    real = _write._atomic_write
+
+    def full_disk_in_the_group(path, *args, **kwargs):
+        if Path(path).parent == group:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(_write, "_atomic_write", full_disk_in_the_group)
+    result = CliRunner().invoke(main, ["apply", "best"])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert "test-gpu.yaml: could not write it (No space left on device)" in said, said
+    assert f"{target} is put back as it was" in said and "wrote" not in said, said
     assert target.read_bytes() == before and not list(target.parent.glob("*.bench-backup-*"))
     assert not list(group.iterdir())
 

@@ -57,6 +57,45 @@ def write(plan: Plan) -> Path | None:
     return backup
 
 
+def write_together(*plans: Plan) -> list[Path | None]:
+    """Write every plan or none: all are checked before any is written, and where a later one cannot be
+    written (a full disk), those written before it are put back, so a main config and its Hydra
+    profile never disagree. Returns each plan's backup."""
+    check(*plans)
+    written = []
+    for plan in plans:
+        sidecar = plan.sidecar.read_bytes() if plan.sidecar is not None and plan.sidecar.exists() else None
+        try:
+            backup = write(plan)
+        except UserError as e:
+            raise UserError(str(e) + "".join(_put_back(*done) for done in reversed(written))) from None
+        written.append((plan, backup, sidecar))
+    return [backup for _, backup, _ in written]
+
+
+def _put_back(plan: Plan, backup: Path | None, sidecar: bytes | None) -> str:
+    """Undo write(plan): the file as its backup holds it (a new one removed), its sidecar as it was;
+    the words the error adds."""
+    destination = plan.path.resolve()
+    try:
+        if backup is None:
+            destination.unlink(missing_ok=True)
+        elif destination.stat().st_nlink > 1:
+            _write_in_place(destination, backup.read_bytes())
+        else:
+            _atomic_write(destination, backup.read_bytes(), _mode_for(destination), _owner(destination))
+        if plan.sidecar is not None and sidecar is None:
+            plan.sidecar.unlink(missing_ok=True)
+        elif plan.sidecar is not None:
+            _atomic_write(plan.sidecar, sidecar, _mode_for(plan.sidecar), _owner(plan.sidecar))
+    except OSError as e:
+        return (f"; {destination} was written and could not be put back ({e.strerror})"
+                + (f": its backup {backup} holds what it held" if backup else ""))
+    if backup is not None:
+        backup.unlink(missing_ok=True)
+    return f"; {destination} is put back as it was"
+
+
 def check(*plans: Plan) -> None:
     """Every refusal write() would make, for each plan, before any of them is written: a Hydra profile
     whose folder is read-only must leave the main config unwritten too. Creates nothing."""
