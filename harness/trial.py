@@ -16,6 +16,7 @@ ranks); one inside the user's Trainer is `harness.trainer.TrainerTrial` (the Tra
 from __future__ import annotations
 
 import ctypes
+import importlib
 import json
 import math
 import os
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from harness import __version__, errors, footprint, measure, record, reuse, transforms, workloads
+from harness import __version__, errors, footprint, measure, record, reuse, transforms, workloads, zygote
 from harness.meter import Meter
 
 
@@ -550,6 +551,11 @@ def trial_class(job: dict) -> type:
 
 
 def main(argv: list[str]) -> int:
+    # a fresh start imports what the warm server did (a no-op in a forked trial) before the peak's
+    # baseline: torch._dynamo alone is ~70 MiB resident, which a fresh trial's CPU peak counted (126
+    # MiB against 65 forked) and a resume with trial.start: fresh ranked against forked trials' peaks
+    for module in zygote.PRELOAD:
+        importlib.import_module(module)
     started_at = time.time()  # the parent's start-up figure ends here: process start and imports are done
     job_path, result_path = Path(argv[0]), Path(argv[1])
     job = json.loads(job_path.read_text())

@@ -148,3 +148,16 @@ def test_onednn_failing_counts_as_oom_only_under_a_cpu_memory_wall():
     from harness import trial
     failed = RuntimeError("could not create a primitive")
     assert not trial.is_oom(failed)  # no wall here: an unsupported oneDNN config is an error
+
+
+def test_a_fresh_and_a_warm_trial_peak_alike(faulty, monkeypatch):
+    """A fresh trial imported torch._dynamo (~70 MiB resident) after its peak's baseline, where the warm
+    server had imported it before: the quickstart's batch 64 peaked at 126.6 MiB fresh against 65.2
+    warm, and a resume with trial.start: fresh ranked the two together. A forked trial still faults in
+    library pages the server held (~10-17 MiB), so alike is within 30 MiB, not equal."""
+    warm, _ = run(faulty, "none", width=256)
+    monkeypatch.setenv(zygote.ENV_SWITCH, "fresh")
+    fresh, _ = run(faulty, "none", width=256)
+    assert (warm["start"]["method"], fresh["start"]["method"]) == ("warm", "fresh")
+    assert warm["status"] == fresh["status"] == record.OK, (warm.get("error"), fresh.get("error"))
+    assert abs(fresh["peak_memory"] - warm["peak_memory"]) < 30 * 2**20, (fresh["peak_memory"], warm["peak_memory"])
