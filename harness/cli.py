@@ -712,29 +712,34 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     for warning in [size_warning(spec, rows), chosen.caveat and f"trial {row.number}: {chosen.caveat}"]:
         if warning:
             err.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
-    if not plan.changes and to is None:  # only a new provenance header would change: leave the file alone
-        out.print(f"nothing to change: {plan.path} already holds these values; nothing written", markup=False)
+    # a file where only a new provenance header would change is left alone; --to: the copy is written
+    # even where it reads exactly as the target does. The profile on its own: `hardware=...` overrides
+    # the main config, so a profile edited back (or deleted) since the last apply is written again
+    main_due, profile_due = bool(plan.changes) or to is not None, profile is not None and bool(profile.changes)
+    if not main_due and not profile_due:
+        out.print(f"nothing to change: {plan.path} already holds these values"
+                  + (f", and so does {profile.path}" if profile is not None else "") + "; nothing written", markup=False)
         return
-    click.echo(plan.diff)
-    for warning in plan.warnings:
-        err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
+    if main_due:
+        click.echo(plan.diff)
+        for warning in plan.warnings:
+            err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
+    else:
+        out.print(f"{plan.path} already holds these values; its hardware profile does not", markup=False)
     if plan.unmapped:
         out.print(f"not written (no key for them in apply.keys): {', '.join(plan.unmapped)}", markup=False)
-    if profile is not None:
+    if profile_due:
         click.echo(profile.diff)
-    elif spec.apply.hydra_group_dir:
+    elif spec.apply.hydra_group_dir and to is not None:
         out.print(f"hardware profile {spec.apply.hydra_group_dir / apply.device_slug(device)}.yaml not written: --to "
                   "leaves the project alone; apply without --to to write it", markup=False)
     if dry_run:
         out.print("dry run: nothing written")
         return
-    if not plan.diff and to is None:
-        return
-    # both or neither; --to: the copy is written even where it reads exactly as the target does
-    backup, *_ = apply.write_together(*[p for p in (plan, profile) if p is not None])
-    out.print(f"wrote {plan.path}" + (f" (backup: {backup})" if backup else ""), markup=False)
-    if profile is not None:
-        out.print(f"wrote hardware profile {profile.path}", markup=False)
+    due = [p for p, is_due in ((plan, main_due), (profile, profile_due)) if is_due]
+    for written, backup in zip(due, apply.write_together(*due)):  # both or neither
+        out.print(f"wrote {'hardware profile ' if written is profile else ''}{written.path}"
+                  + (f" (backup: {backup})" if backup else ""), markup=False)
 
 
 def to_write(config: dict, named: list[str]) -> dict:

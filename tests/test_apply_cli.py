@@ -218,6 +218,28 @@ def test_a_profile_that_cannot_be_written_puts_the_main_config_back(project, mon
     assert not list(group.iterdir())
 
 
+def test_a_profile_out_of_step_is_written_where_the_main_config_already_holds_best(project):
+    """After an apply, a profile edited back to batch 4 (or deleted) was left so: "nothing to change:
+    config.yaml already holds these values", while `hardware=test-gpu` overrode it with batch 4."""
+    group = project / "conf" / "hardware"
+    group.mkdir(parents=True)
+    make_known_study(project, apply=HYDRA)
+    assert apply("best").exit_code == 0
+    target, profile = project / "examples" / "config.yaml", group / "test-gpu.yaml"
+    main_after = target.read_bytes()
+    assert "nothing to change" in " ".join(apply("best").output.split())  # both hold best: nothing written
+    profile.write_text(profile.read_text().replace("batch_size: 32", "batch_size: 4"))
+    for undo in ("edited back", "deleted"):
+        result = apply("best")
+        said = " ".join(result.output.split())
+        assert result.exit_code == 0, result.output
+        assert "already holds these values; its hardware profile does not" in said, said
+        assert f"wrote hardware profile {profile}" in said and f"wrote {target}" not in said, said
+        assert yaml.safe_load(profile.read_text())["data_loader"]["batch_size"] == 32, undo
+        assert target.read_bytes() == main_after
+        profile.unlink()
+
+
 def test_to_leaves_the_hydra_group_alone(project, tmp_path_factory):
     """`--to` wrote the copy elsewhere but still wrote (or replaced) the project's conf/hardware/<device>.yaml."""
     make_known_study(project, apply=HYDRA)
