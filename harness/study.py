@@ -131,7 +131,7 @@ class Sweep:
                 return False
             # only this space's configs: a resume whose spec narrowed a knob to one value keeps the others' trials
             tried = [t for t in self.measured_configs().values() if self.spec.contains(t.user_attrs["config"])]
-            if len(tried) >= space:
+            if len(tried) >= space and not self.queued():  # a queued config the spec dropped is set aside first
                 self.progress.note(f"all {space} configs of the search space are tried: {outcome_words(tried)}")
                 break
             if duplicates_in_a_row >= MAX_DUPLICATES_IN_A_ROW:
@@ -615,6 +615,8 @@ class Sweep:
         resume narrowed a knob's list): not run, FAIL (samplers ignore it), in no view and no count."""
         dropped = [f"{knob} {config.get(knob)}" for knob, dim in self.spec.search.items()
                    if knob in config and not dim.admits(config[knob])]
+        dropped += [f"{knob} {config[knob]}" for knob, value in self.spec.fixed.items()  # a list narrowed to one value
+                    if knob in config and config[knob] != value]
         trial.set_user_attr("outside_space", True)
         self.study.tell(trial, state=TrialState.FAIL)
         self.progress.note(f"trial {trial.number} not run: {', '.join(dropped) or report_config(config)} is no longer "

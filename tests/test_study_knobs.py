@@ -324,3 +324,22 @@ def test_a_resume_measuring_otherwise_says_so(tmp_path, faulty_path, monkeypatch
     assert (f"note: this run measures trials otherwise than the study's first (trial.max_seconds "
             f"{float(FAST_TRIAL['max_seconds'])} -> 2.0): its figures are ranked with theirs; start a new study "
             "with --study NAME to keep them apart") in said, said
+
+
+def test_a_resume_whose_narrowed_space_is_all_tried_sets_the_queued_rest_aside(tmp_path, faulty_path, monkeypatch):
+    """The grid's queued batch-16 and -32 trials stayed WAITING in the journal, without the note the README
+    promises, once the narrowed space (batch 8) was all tried: the sweep stopped before asking for them."""
+    monkeypatch.chdir(tmp_path)
+    grid = {"batch_size": [8, 16, 32], "fault": ["none"]}
+    first = faulty_spec(tmp_path, "s", ["none"], sampler="grid", trials=1, search=grid)
+    assert CliRunner().invoke(main, ["sweep", str(first), "--device", "cpu"]).exit_code == 0
+    narrowed = faulty_spec(tmp_path, "s", ["none"], sampler="grid", trials=3, search={**grid, "batch_size": [8]})
+    again = CliRunner().invoke(main, ["sweep", str(narrowed), "--device", "cpu"])
+    said = " ".join(again.output.split())
+    assert again.exit_code == 0, said
+    for batch in (16, 32):
+        assert f"not run: batch_size {batch} is no longer in the spec's search space" in said, said
+    assert "all 1 configs of the search space are tried: 1 measured" in said, said
+    study = ledger.load(stores.existing_storage(None, tmp_path / "results", "s"), "s")
+    assert not study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert [r["config"]["batch_size"] for r in ledger.rows_of(study)] == [8]
