@@ -729,6 +729,7 @@ def parse_overrides(pairs: tuple[str, ...], spec: Spec) -> dict:
         except yaml.YAMLError:
             value = text
         check_value(key, value, f"--set {key}")
+        check_knob_number(key, value, f"--set {key}")  # the spec's bounds: a child is not started to learn them
         out[key] = value
     return out
 

@@ -343,6 +343,7 @@ def test_factory_that_cannot_be_imported_stops_the_sweep(cwd, monkeypatch, modul
     (["--set", "precision=fp64"], "'fp64' is not a precision"),
     (["--set", "optimizer=sgd"], "'sgd' is not an optimizer"),  # "a optimizer"
     (["--set", "checkpointing=[full]"], "checkpointing"),
+    (["--set", "batch_size=99999999999999999999"], "--set batch_size: 99999999999999999999 is out of range"),  # exit 1, a child started
     (["--set", "batch_size=4", "--set", "batch_size=8"], "--set batch_size: given twice"),  # kept the last silently
     (["--timeout", "garbage"], "--timeout"),
     (["--memory-budget", "garbage"], "--memory-budget"),
