@@ -40,7 +40,15 @@ def a_scenario(ctx, param, value):
 
 
 scenario_option = click.option("--scenario", callback=a_scenario, help="The study of this scenario of the same spec.")
-storage_option = click.option("--storage", metavar="URL", help="Any Optuna storage URL instead of the embedded one.")
+def a_storage(ctx, param, value):
+    """--storage '' used the results folder's journal, as if it were left out: refused as the typo it is."""
+    if value is not None and not value.strip():
+        raise click.BadParameter(f"{value!r} is empty; give a storage URL (e.g. sqlite:///bench.db), or leave --storage out")
+    return value
+
+
+storage_option = click.option("--storage", metavar="URL", callback=a_storage,
+                              help="Any Optuna storage URL instead of the embedded one.")
 
 
 def user_errors(fn):

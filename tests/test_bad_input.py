@@ -387,6 +387,7 @@ def test_a_trial_keeps_the_specs_effective_batch(cwd, args, phrase):
     (["--scenario", "nope"], "no scenario 'nope'"),
     (["--scenario", ""], "--scenario': '' is empty; name one of the spec's scenarios"),  # it swept the spec bare
     (["--scenario", "x", "--scenario", " "], "--scenario': ' ' is empty"),
+    (["--storage", ""], "--storage': '' is empty; give a storage URL"),  # it swept into the default journal
 ])
 def test_bad_sweep_options(cwd, args, phrase):
     path = write(cwd, "good.yaml", GOOD)
