@@ -85,16 +85,22 @@ def rss_bytes() -> int:
 
 
 def peak_rss_bytes() -> int:
-    """The process's high-water resident memory (Linux reports ru_maxrss in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """The process's high-water resident memory: VmHWM, which reset_peak starts over. Not ru_maxrss,
+    which keeps across exec the resident size of the parent it was forked from: a fresh trial started
+    by a pytest holding 420 MiB had that as its peak's floor (403 MiB against 18 MiB forked)."""
+    return _status_kib("VmHWM") * 1024
 
 
 def vm_data_bytes() -> int:
+    return _status_kib("VmData") * 1024
+
+
+def _status_kib(field: str) -> int:
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmData:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("VmData missing from /proc/self/status")
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} missing from /proc/self/status")
 
 
 def limit_cpu_memory(budget: int) -> None:
@@ -190,7 +196,7 @@ def reset_peak(device: torch.device) -> None:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         return
-    try:  # Linux: "5" resets the resident high-water mark that ru_maxrss reports
+    try:  # Linux: "5" resets the resident high-water mark (VmHWM: peak_rss_bytes)
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
     except OSError:  # not permitted here: the peak then includes the reference pass, as before
