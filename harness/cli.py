@@ -40,6 +40,8 @@ def a_scenario(ctx, param, value):
 
 
 scenario_option = click.option("--scenario", callback=a_scenario, help="The study of this scenario of the same spec.")
+
+
 def a_storage(ctx, param, value):
     """--storage '' used the results folder's journal, as if it were left out: refused as the typo it is."""
     if value is not None and not value.strip():
