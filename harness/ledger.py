@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 
 from harness import __version__, record, search
 from harness.errors import UserError
-from harness.spec import Dimension, Spec, all_configs, keeps_effective_batch
+from harness.spec import SPEC_KEYS, Dimension, Spec, all_configs, keeps_effective_batch
 from harness.storage import JOURNAL, REQUEUE_KEEPS, existing_storage, is_stale, redact
 
 
@@ -164,7 +164,7 @@ def measuring_changes(spec: Spec, study: optuna.Study) -> list[str]:
     stored = study.user_attrs.get("measure")
     if not isinstance(stored, dict):
         return []
-    return [f"trial.{'window' if key == 'window_s' else key} {stored[key]} -> {now}"
+    return [f"{SPEC_KEYS.get(f'measure.{key}', f'trial.{key}')} {stored[key]} -> {now}"
             for key, now in spec.measure.__dict__.items() if key in stored and stored[key] != now]
 
 

@@ -118,17 +118,26 @@ class Versus:
     """How far from 1x the ratio must be to count: twice the spread, or either config's own noise."""
 
     @property
+    def paired_band(self) -> bool:
+        """The tie band is twice the paired runs' spread, not either config's own noise."""
+        return self.spread is not None and self.bound == 2 * self.spread
+
+    @property
     def untellable(self) -> bool:
         """A tie whose band is the paired runs' spread at ±50% or more: they decide nothing, so no
         "4.87× ± 5.46" is printed as if it were a figure with an error bar."""
-        return self.tie and self.spread is not None and self.bound == 2 * self.spread and self.bound >= UNTELLABLE
+        return self.tie and self.paired_band and self.bound >= UNTELLABLE
+
+    @property
+    def shows_spread(self) -> bool:
+        return self.spread is not None and not self.untellable
 
     def figure(self) -> str:
         """"1.29× ± 0.21" for a chart or a stat; the ratio alone where there is no spread to read."""
-        return f"{self.ratio:.2f}×" + (f" ± {self.spread:.2f}" if self.spread is not None and not self.untellable else "")
+        return f"{self.ratio:.2f}×" + (f" ± {self.spread:.2f}" if self.shows_spread else "")
 
     def text(self, unit: str) -> str:
-        if self.spread is None or self.untellable:
+        if not self.shows_spread:
             head = f"{self.ratio:.2f}× the {unit} ({self.side_by_side_words()})"
         else:  # the spread is of the ratio, so it has no unit: "± 0.13 samples/s" misread it
             head = f"{self.ratio:.2f}× the {unit}, ± {self.spread:.2f} over {self.side_by_side_words()}"
@@ -146,8 +155,7 @@ class Versus:
         if self.untellable:  # "1× ± 20.56" is no band anyone can read
             return (f"runs side by side disagree too much to tell (their ratios spread ± {self.spread:.2f}); "
                     "measure again on a quiet machine")
-        paired = self.spread is not None and self.bound == 2 * self.spread
-        source = "twice the spread of the paired runs" if paired else "the runs' own noise"
+        source = "twice the spread of the paired runs" if self.paired_band else "the runs' own noise"
         return f"within the noise (1× ± {self.bound:.2f}, {source})"
 
 

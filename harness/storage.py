@@ -168,7 +168,7 @@ def sqlite_url(url: str):
 def sqlite_path(url: str) -> Path | None:
     """The file of a SQLite URL; None for any other database (or an in-memory one)."""
     parsed = sqlite_url(url)
-    if parsed is None or in_memory(url) or parsed.query.get("uri"):  # a file: URI is SQLite's to read
+    if parsed is None or _no_file(parsed) or parsed.query.get("uri"):  # a file: URI is SQLite's to read
         return None
     return Path(parsed.database)
 
@@ -176,8 +176,10 @@ def sqlite_path(url: str) -> Path | None:
 def in_memory(url: str) -> bool:
     """A SQLite URL of no file: `sqlite://`, `sqlite:///:memory:`, a `mode=memory` URI."""
     parsed = sqlite_url(url)
-    if parsed is None:
-        return False
+    return parsed is not None and _no_file(parsed)
+
+
+def _no_file(parsed) -> bool:
     database = parsed.database or ""
     return database in ("", ":memory:") or "mode=memory" in database or parsed.query.get("mode") == "memory"
 
