@@ -438,46 +438,60 @@ class Sweep:
             self.confirm_runs([challenger])
 
     def confirm_runs(self, chosen: list[dict]) -> None:
-        """CONFIRM_ROUNDS more runs of each of `chosen`, interleaved; each run claimed like a trial and kept
-        as its own record (study attribute confirm:NUMBER:ROUND), so workers sharing the study split the
-        runs, never both run them, and a resume runs only what is missing. Returns once every run is
-        recorded, by this worker or another."""
+        """CONFIRM_ROUNDS more runs of each of `chosen`, interleaved; each run kept as its own record
+        (study attribute confirm:NUMBER:ROUND), so a resume runs only what is missing. One worker claims
+        every run left at once: runs split between workers (or devices) would not be side by side.
+        Returns once every run is recorded, by this worker or another."""
         while True:
-            slot = self.claim_confirmation(chosen)
-            if slot is None:
+            slots = self.claim_confirmation(chosen)
+            if not slots:
                 if not self.confirmation_pending(chosen):
                     return
-                time.sleep(CONFIRM_POLL_S)  # another worker's run: its result decides what comes next
+                time.sleep(CONFIRM_POLL_S)  # another worker's runs: their results decide what comes next
                 continue
-            row, round_ = slot
-            try:
-                rec = self.runner(row["config"], row["number"], repeat=True)  # a warm compile cache is fine here
-            except KeyboardInterrupt as stop:
-                self.study.set_user_attr(ledger.confirm_key(row["number"], round_), {"state": "free"})
-                stop.confirmation = row["number"]  # what the CLI's one line says was stopped
-                raise
-            if rec["status"] == record.INTERRUPTED:  # stopped from outside: the run is free to run again
-                self.study.set_user_attr(ledger.confirm_key(row["number"], round_), {"state": "free"})
-                continue
-            run = {"status": rec["status"], "throughput": rec.get("throughput"), "tokens_per_s": rec.get("tokens_per_s"),
-                   "peak_memory": rec.get("peak_memory"), "busy": rec.get("busy")}
-            self.study.set_user_attr(ledger.confirm_key(row["number"], round_), {"state": "done", "run": run})
-            value = pareto.speed(run, self.spec.objective) if run["throughput"] else None  # the unit trials are told in
-            speed = f"{value:.1f} {self.spec.objective}/s" if value else (rec.get("error") or {}).get("message", "")
-            self.progress.note(f"  #{row['number']} confirmation run {round_ + 1} of {CONFIRM_ROUNDS}: "
-                               f"{run['status']} {speed}".rstrip())
+            for done, (row, round_) in enumerate(slots):
+                try:
+                    self.mark(slots[done + 1:], {"state": "claimed", "worker": worker_id(), "at": time.time()})
+                    self.confirmation_run(row, round_)  # ^ the later runs' claims kept fresh for other hosts
+                except BaseException:
+                    self.mark(slots[done:], {"state": "free"})  # stopped: the runs not made are free to run again
+                    raise
 
-    def claim_confirmation(self, chosen: list[dict]) -> tuple[dict, int] | None:
-        """The first confirmation run (A B A B order) nobody has done or is doing, claimed; None if none."""
+    def mark(self, slots: list[tuple[dict, int]], state: dict) -> None:
+        for row, round_ in slots:
+            self.study.set_user_attr(ledger.confirm_key(row["number"], round_), state)
+
+    def confirmation_run(self, row: dict, round_: int) -> None:
+        """One claimed confirmation run, made and recorded (an interrupted one is left free)."""
+        try:
+            rec = self.runner(row["config"], row["number"], repeat=True)  # a warm compile cache is fine here
+        except KeyboardInterrupt as stop:
+            stop.confirmation = row["number"]  # what the CLI's one line says was stopped
+            raise
+        key = ledger.confirm_key(row["number"], round_)
+        if rec["status"] == record.INTERRUPTED:  # stopped from outside: the run is free to run again
+            self.study.set_user_attr(key, {"state": "free"})
+            return
+        run = {"status": rec["status"], "throughput": rec.get("throughput"), "tokens_per_s": rec.get("tokens_per_s"),
+               "peak_memory": rec.get("peak_memory"), "busy": rec.get("busy")}
+        self.study.set_user_attr(key, {"state": "done", "run": run})
+        value = pareto.speed(run, self.spec.objective) if run["throughput"] else None  # the unit trials are told in
+        speed = f"{value:.1f} {self.spec.objective}/s" if value else (rec.get("error") or {}).get("message", "")
+        self.progress.note(f"  #{row['number']} confirmation run {round_ + 1} of {CONFIRM_ROUNDS}: "
+                           f"{run['status']} {speed}".rstrip())
+
+    def claim_confirmation(self, chosen: list[dict]) -> list[tuple[dict, int]]:
+        """Every confirmation run (A B A B order) nobody has done or is doing, claimed by this worker."""
+        slots = []
         with self.claiming():
             attrs = self.study.user_attrs
             for round_ in range(CONFIRM_ROUNDS):
                 for row in chosen:
                     key = ledger.confirm_key(row["number"], round_)
                     if self.confirmation_free(attrs.get(key), row["number"], round_, attrs):
-                        self.study.set_user_attr(key, {"state": "claimed", "worker": worker_id(), "at": time.time()})
-                        return row, round_
-        return None
+                        slots.append((row, round_))
+            self.mark(slots, {"state": "claimed", "worker": worker_id(), "at": time.time()})
+        return slots
 
     def confirmation_free(self, slot, number: int, round_: int, attrs: dict) -> bool:
         """Not done, not claimed by a live worker (on this host: its process lives; elsewhere: it claimed

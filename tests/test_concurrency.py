@@ -112,10 +112,11 @@ def build(params):
 '''
 
 
-def test_workers_split_the_confirmation_runs_and_each_run_is_its_own_record(tmp_path):
+def test_one_of_the_workers_runs_the_whole_confirmation_and_each_run_is_its_own_record(tmp_path):
     """Workers that reach the confirmation together (here: resuming a sweep killed as its confirmation
     began). Before, every worker ran the whole confirmation (3 workers: 12 runs instead of 4), and the
-    study kept one worker's runs: a last-writer-wins `repeats` attribute."""
+    study kept one worker's runs: a last-writer-wins `repeats` attribute. Then the workers split the
+    runs, one #1's and another #0's: not side by side, though the report said so."""
     (tmp_path / "counted.py").write_text(COUNTED)
     runs = tmp_path / "runs.txt"
     spec = {"study": "confirm", "workload": {"factory": "counted:build",
@@ -142,6 +143,8 @@ def test_workers_split_the_confirmation_runs_and_each_run_is_its_own_record(tmp_
     assert rows[2]["baseline"]  # the baseline and the leader are confirmed, whichever config leads
     assert [len(rows[b]["repeats"]) for b in (2, 256)] == [2, 2]
     assert len(runs.read_text().splitlines()) - before == 2 * 2  # 2 configs x CONFIRM_ROUNDS, in all
+    made = sorted(len(re.findall(r"#\d+ confirmation run \d+ of", w.stdout)) for w in workers)
+    assert made == [0] * (WORKERS - 1) + [2 * 2]
 
 
 def test_a_trial_waits_for_another_bench_trial_on_the_same_device(gated):  # noqa: F811 (fixture)

@@ -116,9 +116,10 @@ def test_a_killed_hosts_trial_is_found_by_heartbeat_and_run_again_elsewhere(tmp_
     assert list((tmp_path / "a").iterdir()) == []
 
 
-def test_two_hosts_split_the_confirmation_runs(tmp_path):
+def test_one_of_two_hosts_runs_the_whole_confirmation(tmp_path):
     """Two hosts reaching the confirmation together (resuming a sweep killed as its confirmation began).
-    Before, each host ran the whole confirmation and the study kept one host's runs (last writer wins)."""
+    Before, each host ran the whole confirmation and the study kept one host's runs (last writer wins);
+    then they split it, so a config's runs were not side by side with your config's on one device."""
     study = f"confirm-{uuid.uuid4().hex[:8]}"
     spec = {"study": study, "workload": {"factory": "faulty:build",
                                          "params": {"fault": "none", "width": 16, "steady_ms": 20}},  # never noisy
@@ -137,7 +138,7 @@ def test_two_hosts_split_the_confirmation_runs(tmp_path):
     ended = [done(w) for w in workers]
     for rc, out, err in ended:
         assert rc == 0, err
-    assert sum(len(re.findall(r"#\d+ confirmation run \d+ of", out)) for _, out, _ in ended) == 2 * 2
+    assert sorted(len(re.findall(r"#\d+ confirmation run \d+ of", out)) for _, out, _ in ended) == [0, 2 * 2]
     rows = {r["config"]["batch_size"]: r for r in report(tmp_path, study)}
     assert [len(rows[b]["repeats"]) for b in (2, 256)] == [2, 2]
 
