@@ -609,7 +609,9 @@ def refuse_own_file(path: Path, spec_path: str | None, spec, storage: str | None
     bench's files in any study's folder would replace what bench reads with what it writes; so would
     either onto a backup apply made, and a report onto the apply target, into the Hydra group of
     profiles apply writes, or over any existing file that is not a report: refused. The folder written
-    into must exist (a typo there made folders from the root down)."""
+    into must exist (a typo there made folders from the root down). `--to` replaces only a config an
+    earlier apply wrote (your spec or another config there is not bench's to overwrite), never the
+    apply target itself (apply without --to writes that, with its Hydra profile)."""
     writes = "the report" if option == "--out" else "the config"
     owned = {"the study's journal": None if storage else stores.study_dir(results, name) / stores.JOURNAL,
            "the study's database": stores.sqlite_path(storage) if storage else None,
@@ -634,6 +636,12 @@ def refuse_own_file(path: Path, spec_path: str | None, spec, storage: str | None
     if apply.BACKUP_INFIX in target.name:
         raise UserError(f"{option} {path}: that is a backup bench apply made of your config, maybe its only copy; "
                         f"write {writes} to another file")
+    if option == "--to" and spec is not None and spec.apply and specs.same_path(Path(spec.apply.file), target):
+        raise UserError(f"--to {path}: that is the spec's apply target; apply without --to writes it "
+                        "(with a backup, and its Hydra profile if it has one)")
+    if option == "--to" and target.is_file() and not apply.written_by_apply(target):
+        raise UserError(f"--to {path}: that file exists and bench apply did not write it (no "
+                        f"`{apply.PROVENANCE_MARK}` header); write the config to a new file, or remove that one first")
     if option == "--out" and target.is_file() and target.suffix.lower() not in REPORT_SUFFIXES:
         raise UserError(f"{option} {path}: that file exists and is not a report (a report replaces only "
                         f"{', '.join(sorted(REPORT_SUFFIXES))} files); write the report to another file")

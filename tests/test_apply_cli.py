@@ -74,6 +74,24 @@ def test_to_writes_the_copy_even_where_the_target_already_holds_the_choice(known
     assert yaml.safe_load(copy.read_text())["data_loader"]["batch_size"] == 32
 
 
+def test_to_replaces_only_a_copy_apply_wrote_never_another_yaml_nor_the_target(known_study):
+    """`--to` replaced any YAML (another study's spec, a config of yours) with the chosen config, and took
+    the apply target itself, where it skips the Hydra profile an apply without --to writes."""
+    other = known_study / "other-spec.yaml"
+    other.write_text("study: other\nworkload: {preset: tiny}\n")
+    target = known_study / "examples" / "config.yaml"
+    before = {path: path.read_bytes() for path in (other, target)}
+    for path, said in ((other, "bench apply did not write it"), (target, "that is the spec's apply target")):
+        result = apply("best", "--to", str(path))
+        assert result.exit_code == 2 and said in result.output, result.output
+    assert {path: path.read_bytes() for path in before} == before
+    assert list(known_study.rglob("*bench-backup*")) == []
+    for _ in range(2):  # a copy apply wrote is apply's to replace: the second apply over the first
+        result = apply("best", "--to", "copy.yaml")
+        assert result.exit_code == 0, result.output
+    assert yaml.safe_load((known_study / "copy.yaml").read_text())["data_loader"]["batch_size"] == 32
+
+
 def test_budget_picks_the_best_that_fits_a_smaller_card(known_study):
     result = apply("--budget", "6GiB")
     assert result.exit_code == 0, result.output

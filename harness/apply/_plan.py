@@ -359,6 +359,18 @@ def _with_provenance_comment(text: str, provenance: dict) -> str:
     return "".join(lines[:header]) + block + "".join(body)
 
 
+def written_by_apply(path: Path) -> bool:
+    """`path` holds a config bench apply wrote: its provenance block at the top, or its JSON sidecar."""
+    if path.with_name(path.name + SIDECAR_SUFFIX).is_file():
+        return True
+    try:
+        with open(path, encoding="utf-8-sig", errors="replace") as f:
+            head = [line for line, _ in zip(f, range(64))]
+    except OSError:
+        return False
+    return any(line.startswith(PROVENANCE_MARK) for line in head if line.startswith("#"))
+
+
 def _written_by_bench(line: str) -> bool:
     """A line of the shapes _provenance_lines writes."""
     said = line[len(PROVENANCE_MARK):].strip() if line.startswith(PROVENANCE_MARK) else None
