@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 from pathlib import Path
@@ -452,10 +453,12 @@ def test_a_txt_target_is_refused(tmp_path):
         target_for(tmp_path / "config.txt")
 
 
-def test_to_must_keep_the_format(tmp_path):
+def test_to_must_keep_the_format_and_is_named_as_given(tmp_path):
+    """The error named the resolved file's basename: `--to /dev/stdout` was refused by the name of what its link points to."""
     file = copy("plain.yaml", tmp_path)
-    with pytest.raises(UserError, match="must be a YAML file"):
-        plan(target_for(file), {"batch_size": 8}, {}, to=tmp_path / "out.json")
+    for to in (tmp_path / "out.json", Path("/dev/stdout")):
+        with pytest.raises(UserError, match=re.escape(f"--to {to}: must be a YAML file")):
+            plan(target_for(file), {"batch_size": 8}, {}, to=to)
 
 
 def test_read_only_file_is_refused_untouched(tmp_path):

@@ -77,7 +77,7 @@ def plan(target: ApplyTarget, values: dict, provenance: dict, *, to: Path | None
         raise UserError(f"--to {str(to) or repr('')}: is a folder, not a file; give a file like {target.file.stem}.best{target.file.suffix}")
     destination = Path(to).resolve() if to is not None else target.file
     if FORMATS.get(destination.suffix.lower()) != target.format:
-        raise UserError(f"--to {destination.name}: must be a {target.format.upper()} file like {target.file.name}")
+        raise UserError(f"--to {to}: must be a {target.format.upper()} file like {target.file.name}")
     doc = _load_document(target.file, target.format)
     assignments = _assignments(target, values, doc, current_values)
     edits = _edits(doc, assignments, create_keys)
