@@ -499,7 +499,8 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
 
 @main.command("report")
 @click.argument("study_name", metavar="[STUDY]", required=False)
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "html"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "html"]),
+              help="What to write  [default: --out's kind by its suffix, else table]")
 @click.option("--out", "out_path", type=click.Path(path_type=Path), help="Write to this file instead of stdout.")
 @click.option("--wide", is_flag=True, help="Table: every column, however wide (default: fit the terminal).")
 @scenario_option
@@ -508,6 +509,7 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
 @user_errors
 def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
     """Show what a study measured (default: the most recent one)."""
+    fmt = report_format(fmt, out_path, wide)
     name = pick_study(study_name, scenario, results, storage)
     study = ledger.load(stores.existing_storage(storage, results, name), name)
     rows, info = ledger.rows_of(study), ledger.study_info(study)
@@ -540,6 +542,24 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
         err.print(f"wrote {out_path}", markup=False)
     else:
         click.echo(text)
+
+
+def report_format(fmt: str | None, out_path: Path | None, wide: bool) -> str:
+    """--format as given, else the kind --out's suffix names, else the table; refused where they disagree
+    (an HTML page in r.csv) or --wide is given for what has no columns to widen."""
+    named = SUFFIX_FORMATS.get(out_path.suffix.lower()) if out_path else None
+    if fmt and named and fmt != named:
+        raise UserError(f"--out {out_path}: a {out_path.suffix} file for --format {fmt}; name it "
+                        f"{out_path.stem}{FORMAT_SUFFIX[fmt]}, or give --format {named}")
+    fmt = fmt or named or "table"
+    if wide and fmt != "table":
+        raise UserError(f"--wide: only the table has columns to widen, not --format {fmt}; drop --wide")
+    return fmt
+
+
+SUFFIX_FORMATS = {".csv": "csv", ".json": "json", ".html": "html", ".htm": "html", ".txt": "table", ".md": "table"}
+"""The report each --out suffix names; a file of these kinds is a report, which --out may replace."""
+FORMAT_SUFFIX = {"table": ".txt", "csv": ".csv", "json": ".json", "html": ".html"}
 
 
 def spec_path_of(info: dict, storage: str | None, results: Path) -> str | None:
@@ -642,15 +662,11 @@ def refuse_own_file(path: Path, spec_path: str | None, spec, storage: str | None
     if option == "--to" and target.is_file() and not apply.written_by_apply(target):
         raise UserError(f"--to {path}: that file exists and bench apply did not write it (no "
                         f"`{apply.PROVENANCE_MARK}` header); write the config to a new file, or remove that one first")
-    if option == "--out" and target.is_file() and target.suffix.lower() not in REPORT_SUFFIXES:
+    if option == "--out" and target.is_file() and target.suffix.lower() not in SUFFIX_FORMATS:
         raise UserError(f"{option} {path}: that file exists and is not a report (a report replaces only "
-                        f"{', '.join(sorted(REPORT_SUFFIXES))} files); write the report to another file")
+                        f"{', '.join(sorted(SUFFIX_FORMATS))} files); write the report to another file")
     if not target.parent.is_dir():
         raise UserError(f"{option} {path}: folder {target.parent} does not exist; create it, or write {writes} elsewhere")
-
-
-REPORT_SUFFIXES = {".csv", ".json", ".html", ".htm", ".txt", ".md"}
-"""What --out may replace when the file exists: a report's kinds, never a spec, config, journal, lock or database."""
 
 
 def study_folder_holding(target: Path, results: Path) -> Path | None:

@@ -132,6 +132,23 @@ def test_report_out_never_replaces_what_the_report_is_made_from(swept):
     assert table.exit_code == 0 and "best: trial" in text and "\x1b[" not in text
 
 
+def test_report_out_names_its_kind_by_its_suffix_and_a_format_that_disagrees_is_refused(swept, tmp_path):
+    """`--format html --out r.csv` wrote a page into a .csv file, `--out r.json` a table into a .json
+    one, and `--wide` was silently ignored with json."""
+    folder, _, _ = swept
+    page = in_folder(folder, "report", "--format", "html", "--out", tmp_path / "r.csv")
+    assert page.exit_code == 2 and "a .csv file for --format html; name it r.html, or give --format csv" in page.output
+    wide = in_folder(folder, "report", "--format", "json", "--wide")
+    assert wide.exit_code == 2 and "--wide: only the table has columns to widen" in wide.output, wide.output
+    assert list(tmp_path.iterdir()) == []
+    for name in ("r.json", "r.csv", "r.html", "r.md"):
+        assert in_folder(folder, "report", "--out", tmp_path / name).exit_code == 0, name
+    assert json.loads((tmp_path / "r.json").read_text())[0]["status"] == "ok"
+    assert (tmp_path / "r.csv").read_text().startswith("number,status")
+    assert (tmp_path / "r.html").read_text().lower().startswith("<!doctype html>")
+    assert "best: trial" in (tmp_path / "r.md").read_text()
+
+
 def test_report_out_writes_through_a_link_and_into_a_device_and_leaves_its_neighbours(swept, tmp_path):
     """--out renamed a temp file over the path: a symlink, a FIFO or /dev/full (as root) became a regular
     file, and the user's own `<out>.tmp` was deleted."""
