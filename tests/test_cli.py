@@ -451,6 +451,20 @@ def test_narrow_table_abbreviates_and_drops_columns_but_keeps_every_number():
     assert "max-autotune-no-cudagraphs" in buf.getvalue() and "seq len" in buf.getvalue()
 
 
+def test_an_empty_tier_says_nothing_fits_only_where_something_was_measured():
+    """A study whose only trial was interrupted printed "safe  nothing fits": nothing had been measured."""
+    from harness import pareto
+    from harness.report import _terminal
+    ok = {"number": 1, "status": "ok", "throughput": 100.0, "peak_memory": 900 * 1024**2,  # over the safe tier's 75%
+          "config": {"batch_size": 8}, "timing": {"step_s": {"cv": 0.01}}}
+    cases = {"nothing measured": [{"number": 0, "status": "interrupted", "config": {"batch_size": 8}}],
+             "no run steady enough to rank": [dict(ok, timing={"step_s": {"cv": 0.9}})],
+             "nothing fits": [ok]}
+    for said, rows in cases.items():
+        lines = _terminal.summary_lines(pareto.choose(rows, 1024**3, 0.1, "samples"), {"name": "x"})
+        assert f"  safe       {said}" in lines, (said, lines)
+
+
 def test_a_line_per_trial_has_one_word_under_each_name():
     """Empty cells were left out and "peak MiB" named two: under "# marks batch", trial 1 (no marks)
     showed its batch as the marks and its precision as the batch."""

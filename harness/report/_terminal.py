@@ -246,8 +246,15 @@ def summary_lines(choice: Choice, info: dict) -> list[str]:
     lines.append("tiers (headroom of capacity: " + ", ".join(f"{n} {h:.0%}" for n, h in pareto.TIERS.items()) + "):")
     for name, tier in choice.tiers.items():
         lines.append(f"  {name:<10} " + (f"trial {tier.number}: {tier.speed:.1f} {choice.unit}, "
-                                         f"peak {size(tier.peak)}" if tier else "nothing fits"))
+                                         f"peak {size(tier.peak)}" if tier else no_tier(choice)))
     return lines
+
+
+def no_tier(choice: Choice) -> str:
+    """Why a tier is empty: nothing fits its headroom only where something was measured to rank."""
+    if any(s.measured and not s.noisy for s in choice.rows):
+        return "nothing fits"
+    return "no run steady enough to rank" if any(s.measured for s in choice.rows) else "nothing measured"
 
 
 def model_lines(choice: Choice) -> list[str]:
