@@ -233,8 +233,9 @@ class Choice:
         return next((s for s in self.rows if s.number == number), None)
 
     def against_baseline(self, row: Standing) -> Versus | None:
-        """`row` against the user's config, as the report states it; None for the baseline itself."""
-        if self.baseline is None or not self.baseline.measured or row.record.baseline:
+        """`row` against the user's config, as the report states it; None for the baseline itself, and
+        for a noisy row: its windows disagree too much for any ratio (or "tie: false") to mean anything."""
+        if self.baseline is None or not self.baseline.measured or row.record.baseline or row.noisy:
             return None
         return versus(row.record, self.baseline.record, self.objective)
 

@@ -247,6 +247,18 @@ def test_a_diverged_baseline_is_compared_with_nothing_in_every_view(project):
     assert "vs your config - your config ended diverged" in page and "your config 100 samples/s" not in page
     assert "trial 1:" in dry and "vs your config" not in dry
 
+def test_a_noisy_trial_is_compared_with_your_config_in_no_view(project):
+    """A trial whose windows disagreed (never ranked) carried `vs_baseline: {ratio: 3.0, tie: false}` in
+    JSON and CSV, a verdict its own runs cannot bear."""
+    make_study(project, CLEAR + [({"batch_size": 64, "precision": "bf16-mixed"}, 300.0, 8.0,
+                                  {"timing": {"step_s": {"cv": 0.9, "median": 64 / 300}}})], {})
+    table, page, rows, grid, dry = views(project)
+    assert rows[3]["noisy"] and rows[3]["vs_baseline"] is None and grid[3]["vs_baseline"] == grid[3]["tie"] == ""
+    assert rows[1]["vs_baseline"]["ratio"] == pytest.approx(1.41)  # a steady trial still is
+    noisy = bench("apply", "3", "--dry-run").output
+    assert "trial 3:" in noisy and "vs your config" not in noisy
+
+
 def test_a_faster_config_tied_with_best_where_memory_is_scarce_is_said_why_it_lost(project):
     # a landscape of the CPU gpt stand-in: batch 16 ran 5.6% faster once than batch 8's confirmed median,
     # within batch 8's noise, at a peak over 75% of the budget: the tie goes to the lighter, in every view

@@ -41,8 +41,7 @@ def annotate(rows: list[dict], info: dict, run_steps: int | None = None, run_sou
 
 def marks(s: Standing, choice: Choice) -> dict:
     """The choice's verdict on one trial, as JSON/CSV carry it: the figure it was chosen on and its marks."""
-    against = pareto.versus(s.record, choice.baseline.record, choice.objective) \
-        if choice.baseline and s.speed and choice.baseline.measured and s is not choice.baseline else None
+    against = choice.against_baseline(s)
     return {"pareto": s.pareto, "best": s.best, "leader": choice.leader is s, "baseline": s.record.baseline,
             "tier": s.tier, "tiers": [name for name, t in choice.tiers.items() if t is s],
             "noisy": s.noisy, "unsafe": s.unsafe,
