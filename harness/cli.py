@@ -244,6 +244,7 @@ def run_sweep(spec, device, total, deadline, storage_url, results, auto=False) -
         if not isinstance(exc, KeyboardInterrupt):
             raise
         why = str(exc) or "interrupted"
+        to_terminal(progress.cut_short)
         confirming = getattr(exc, "confirmation", None)
         what = ("the running trial was stopped and recorded as interrupted" if progress.running is not None
                 else f"the confirmation run of #{confirming} was stopped; it runs again, nothing measured is lost"
@@ -395,6 +396,12 @@ class LiveProgress(studies.Progress):
             why = note or self.why_not_best(rec, best)
             if why:
                 self.say(f"    {why}", style="dim")
+
+    def cut_short(self):
+        """The stopped trial's outcome, under its header: a header waits for its outcome, so a trial
+        stopped early (a SIGTERM just after "best so far") was recorded without ever being named."""
+        if self.running is not None:
+            self.say("    → interrupted" if self.headed else f"{self.text}\n    → interrupted")
 
     def why_not_best(self, rec: dict, best: dict) -> str | None:
         """When this trial is faster than best but is not it: the choice's reason, with the numbers."""

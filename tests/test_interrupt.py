@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import pty
 import signal
 import subprocess
@@ -194,10 +195,12 @@ def test_ctrl_c_stops_the_trial_records_it_interrupted_and_resume_finishes(gated
     pgid = os.getpgid(child.pid)
     grandchild = int((gated / "gate.grandchild").read_text())
     sweep.send_signal(signal.SIGINT)
-    _, stderr = sweep.communicate(timeout=30)
+    stdout, stderr = sweep.communicate(timeout=30)
     assert sweep.returncode == 130
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "the running trial was stopped and recorded as interrupted" in lines[0], stderr
+    # the stopped trial is named, under its header, though a header waits for its outcome
+    assert re.search(r"\[\d+/\d+\] #\d+ .*fault=hang.*\n    → interrupted\n$", stdout), stdout
     assert "re-run" in lines[0] and "Traceback" not in stderr
     assert wait_until_gone(pgid, limit_s=2) == [] and pid_gone(grandchild)
     before = by_fault(report_rows(gated))
