@@ -289,8 +289,8 @@ def confirmation_runs(attrs: dict) -> dict[str, list[dict]]:
     done = sorted((int(parts[1]), int(parts[2]), value["run"]) for key, value in attrs.items()
                   if key.startswith("confirm:") and len(parts := key.split(":")) == 3
                   and isinstance(value, dict) and value.get("state") == "done")
-    for number, _, run in done:
-        runs.setdefault(str(number), []).append(run)
+    for number, round_, run in done:
+        runs.setdefault(str(number), []).append({**run, "round": round_})
     return runs
 
 

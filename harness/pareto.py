@@ -423,9 +423,10 @@ def faster(a, b, objective: str = "samples") -> bool:
 def side_by_side(best, base, objective: str = "samples") -> list[float]:
     """The ratios of the confirmation rounds both ran: round 0, each trial's own run, was made at
     another time (82 against 66 on a busy machine, then 317 and 318 against 80 side by side, once
-    spread the ratios by ±1.6 and called 3.96x a tie)."""
-    a, b = Record.of(best).rounds(objective)[1:], Record.of(base).rounds(objective)[1:]
-    return [x / y for x, y in zip(a, b) if x and y]  # a round where either run failed pairs nothing
+    spread the ratios by ±1.6 and called 3.96x a tie). A round is run again whole where one of its
+    runs is (Sweep.confirm_runs, Sweep.remeasure_what_ran_busy)."""
+    a, b = Record.of(best).by_round(objective), Record.of(base).by_round(objective)
+    return [a[k] / b[k] for k in a if a[k] and b.get(k)]  # a round where either run failed pairs nothing
 
 
 def versus(row, base, objective: str = "samples") -> Versus | None:

@@ -52,6 +52,9 @@ class Run:
     """bytes, the footprint feasibility is judged on."""
     busy: dict | None = None
     """What made the machine busy during the run (harness.busy), None when it was quiet."""
+    round: int | None = None
+    """The confirmation round it ran in: two configs' runs of one round ran side by side (None: a study
+    from before rounds were kept, where the k-th run is round k)."""
 
 
 @dataclass(frozen=True)
@@ -141,10 +144,17 @@ class Record:
         return [v for v in self.rounds(objective) if v]
 
     def rounds(self, objective: str = "samples") -> list[float | None]:
-        """This trial's run, then each confirmation round's (None where that run failed): round k of two
-        configs ran side by side."""
-        return [self.rate(objective)] + [(r.tokens_per_s if objective == "tokens" else r.throughput)
-                                         if r.status == OK else None for r in self.repeats]
+        """This trial's run, then each confirmation round's (None where that run failed)."""
+        return [self.rate(objective)] + [self.run_rate(r, objective) for r in self.repeats]
+
+    def by_round(self, objective: str = "samples") -> dict[int, float | None]:
+        """Each confirmation run's figure by its round: a failed run of round 0 shifted later runs by one
+        in a list, and paired round 1 of one config with round 2 of another."""
+        return {k if r.round is None else r.round: self.run_rate(r, objective) for k, r in enumerate(self.repeats)}
+
+    @staticmethod
+    def run_rate(run: Run, objective: str) -> float | None:
+        return (run.tokens_per_s if objective == "tokens" else run.throughput) if run.status == OK else None
 
     @property
     def measured(self) -> bool:

@@ -454,7 +454,9 @@ class Sweep:
                     self.mark(slots[done + 1:], {"state": "claimed", "worker": worker_id(), "at": time.time()})
                     self.confirmation_run(row, round_)  # ^ the later runs' claims kept fresh for other hosts
                 except BaseException:
-                    self.mark(slots[done:], {"state": "free"})  # stopped: the runs not made are free to run again
+                    # stopped: the runs not made are free to run again, and so are those of the stopped run's
+                    # round made before it, so that the round runs again side by side
+                    self.mark([s for s in slots[:done] if s[1] == round_] + slots[done:], {"state": "free"})
                     raise
 
     def mark(self, slots: list[tuple[dict, int]], state: dict) -> None:
@@ -713,15 +715,21 @@ class Sweep:
                 ledger.requeue(self.study, self.spec, r["config"], {**trials[r["number"]].user_attrs, "remeasured_after": first})
             if again:
                 ledger.supersede(self.study, [r["number"] for r in again])
-            runs = [key for key, slot in attrs.items() if key.startswith("confirm:") and isinstance(slot, dict)
-                    and slot.get("state") == "done" and (slot.get("run") or {}).get("busy")]
-            for key in runs:
+            done = {key: slot["run"] for key, slot in attrs.items() if key.startswith("confirm:")
+                    and isinstance(slot, dict) and slot.get("state") == "done" and isinstance(slot.get("run"), dict)}
+            runs = [key for key, run in done.items() if run.get("busy")]
+            # a busy run's round runs again whole: the other configs' runs of it too, to be side by side again
+            spoiled = {key.rsplit(":", 1)[1] for key in runs}
+            partners = [key for key in done if key.rsplit(":", 1)[1] in spoiled]
+            for key in set(runs) | set(partners):
                 self.study.set_user_attr(key, {"state": "free"})
         if again:
             self.progress.note(f"the machine is quiet: measuring again {len(again)} trial(s) a busy machine or noise "
                                "spoiled (" + ", ".join(f"#{r['number']}" for r in again) + ")")
         if runs:
-            self.progress.note(f"the machine is quiet: {len(runs)} confirmation run(s) made on a busy machine run again")
+            extra = len(set(partners) - set(runs))
+            self.progress.note(f"the machine is quiet: {len(runs)} confirmation run(s) made on a busy machine run again"
+                               + (f", with the {extra} run(s) side by side with them" if extra else ""))
 
     def fail_stale_trials(self) -> None:
         """RUNNING trials no live worker holds: interrupted, re-queued (recover_trials)."""

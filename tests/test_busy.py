@@ -111,8 +111,10 @@ def test_run_again_on_a_quiet_machine_measures_again_what_a_busy_one_spoiled(tmp
     studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=Lines()).run()
     (first,) = ledger.rows_of(study)
     assert first["busy"]["busy_cores"] == 1.9
-    study.set_user_attr(ledger.confirm_key(first["number"], 0), {"state": "done", "run": {
-        "status": "ok", "throughput": 1.0, "peak_memory": 1, "busy": BUSY}})  # a busy confirmation run, too
+    run = {"status": "ok", "throughput": 1.0, "peak_memory": 1, "busy": None}
+    study.set_user_attr(ledger.confirm_key(first["number"], 0), {"state": "done", "run": {**run, "busy": BUSY}})
+    for round_ in (0, 1):  # a busy confirmation run, too, and two quiet runs: its round's partner and another
+        study.set_user_attr(ledger.confirm_key(7, round_), {"state": "done", "run": run})
 
     monkeypatch.setattr(busy, "now", lambda device, sample_s=busy.SAMPLE_S: None)  # quiet now
     monkeypatch.setattr(busy, "verdict", lambda before, after: None)  # and during the trial, whatever this host's load
@@ -127,6 +129,10 @@ def test_run_again_on_a_quiet_machine_measures_again_what_a_busy_one_spoiled(tmp
     assert again["remeasured_after"]["busy_cores"] == 1.9
     assert "measuring again 1 trial(s) a busy machine or noise spoiled (#0)" in "\n".join(progress.lines)
     assert study.user_attrs[ledger.confirm_key(first["number"], 0)] == {"state": "free"}
+    # its partner runs again with it, to be side by side again; the other round stays as measured
+    assert [study.user_attrs[ledger.confirm_key(7, k)]["state"] for k in (0, 1)] == ["free", "done"]
+    assert "1 confirmation run(s) made on a busy machine run again, with the 1 run(s) side by side with them" \
+        in "\n".join(progress.lines)
     choice = report.annotate(ledger.rows_of(study), {"name": "load"})
     said = f"re-measured #1 ({report.describe(again['config'])}): the machine was busy during its first run (1.9 of 2 cores"
     assert said in str(report.summary(choice, {}))

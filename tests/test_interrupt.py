@@ -200,7 +200,7 @@ def test_ctrl_c_stops_the_trial_records_it_interrupted_and_resume_finishes(gated
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "the running trial was stopped and recorded as interrupted" in lines[0], stderr
     # the stopped trial is named, under its header, though a header waits for its outcome
-    assert re.search(r"\[\d+/\d+\] #\d+ .*fault=hang.*\n    → interrupted\n$", stdout), stdout
+    assert re.search(r"\[\d+/\d+\] #\d+ [^\n]*fault=hang[^\n]*\n(    [^\n]*\n)*    → interrupted\n$", stdout), stdout
     assert "re-run" in lines[0] and "Traceback" not in stderr
     assert wait_until_gone(pgid, limit_s=2) == [] and pid_gone(grandchild)
     before = by_fault(report_rows(gated))
@@ -449,6 +449,32 @@ def test_a_resume_says_only_the_confirmation_runs_that_are_left(tmp_path, faulty
     third = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
     assert third.exit_code == 0 and "confirming" not in third.output, third.output
     assert len(repeats) == 5, repeats
+
+
+def test_a_round_stopped_between_its_two_runs_runs_again_whole(tmp_path, faulty_path, monkeypatch):
+    """A Ctrl-C after #1's run of a round and before #0's: the resume made #0's run minutes later and the
+    report paired the two as side by side."""
+    from harness import study as studies
+    monkeypatch.chdir(tmp_path)
+    repeats = []
+
+    def steady(self, config, number, repeat=False):
+        if repeat:
+            repeats.append(number)
+            if len(repeats) == 2 and stop:
+                raise KeyboardInterrupt()
+        return {"status": "ok", "throughput": 100.0 * config["batch_size"], "peak_memory": 2**20 * config["batch_size"],
+                "timing": {"step_s": {"cv": 0.005}}}
+    monkeypatch.setattr(studies.Sweep, "launch", steady)
+    path = faulty_spec(tmp_path, "split", ["none"], trials=2, search={"batch_size": [8, 16], "fault": ["none"]})
+    stop = True
+    assert CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"]).exit_code == 130
+    stop = False
+    second = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
+    assert "confirming: #1, #0 run 2 more times each, interleaved" in second.output, second.output
+    assert repeats == [1, 0] + [1, 0, 1, 0]
+    rows = json.loads(CliRunner().invoke(cli.main, ["report", "split", "--format", "json"]).output)
+    assert next(r for r in rows if r["number"] == 1)["vs_baseline"]["paired"] == 2
 
 
 INTERRUPTED_IMPORT = """

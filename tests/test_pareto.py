@@ -236,6 +236,16 @@ def test_a_failed_confirmation_run_pairs_nothing_and_is_not_counted_in_the_figur
     assert choice.standing(2).speed == 150 and choice.standing(2).runs == 1
 
 
+def test_runs_pair_by_their_round_not_their_place_in_the_list():
+    """Runs were paired by their place in each config's list: where one config's round 0 is missing (freed
+    to run again after a busy run, and the resume stopped before it), its round 1 met the other's round 0."""
+    run = lambda t, k: {"status": "ok", "throughput": t, "round": k}  # noqa: E731
+    base = row(0, 100, 2, baseline=True, repeats=[run(100, 1), run(50, 0)])
+    lead = row(1, 200, 2, repeats=[run(50, 0), run(210, 1)])
+    assert sorted(pareto.side_by_side(lead, base)) == [1.0, 2.1]
+    assert pareto.side_by_side(lead, row(0, 100, 2, baseline=True, repeats=[run(100, 1)])) == [2.1]
+
+
 def test_a_noisy_first_run_confirmed_by_steady_runs_is_ranked_again():
     """examples/lightning on a loaded machine: your config's first run was noisy (windows 124% CV), its
     two confirmation runs agreed with it (1816.9, 1798.4, 1825.3), and it was still left out of the
