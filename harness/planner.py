@@ -99,7 +99,7 @@ class Planner:
         measured = {search.key(r["config"]) for r in rows}
         ran = [r["config"]["batch_size"] for r in rows if r.get("status") in ("ok", "diverged")]
         reach = TRUST * max(ran or [r["config"]["batch_size"] for r in rows] or [math.inf])
-        reach = min([reach] + [r["config"]["batch_size"] - 1 for r in rows if over_dataset(r)])
+        reach = min([reach] + [b for r in rows if (b := over_dataset(r)) is not None])
         kin = families(rows)
         out = []
         for c in self.space:
@@ -282,9 +282,15 @@ class Planner:
         return " and ".join(words) or "is faster as measured"
 
 
-def over_dataset(row: dict) -> bool:
-    """A trial whose batch was larger than the dataset (harness.trial.BatchOverDataset): so is every larger one."""
-    return row.get("status") == "error" and (row.get("error") or {}).get("type") == "BatchOverDataset"
+def over_dataset(row: dict) -> int | None:
+    """For a trial whose batch was larger than the dataset (harness.trial.BatchOverDataset), the largest
+    batch that may run: the dataset's size where the error gave it (stepping down one batch at a time
+    from 2048 spent trials on 1920 and below over 512 samples), else one less than the batch."""
+    error = row.get("error") or {}
+    if row.get("status") != "error" or error.get("type") != "BatchOverDataset":
+        return None
+    below = row["config"]["batch_size"] - 1
+    return min(below, error["dataset_samples"]) if isinstance(error.get("dataset_samples"), int) else below
 
 
 def families(rows: list[dict]) -> dict[tuple, list[dict]]:

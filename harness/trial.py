@@ -501,7 +501,8 @@ class BatchOverDataset(UserFacingError):
     """A batch larger than the dataset: the loader drops the partial batch, so no batch comes at all."""
 
     def __init__(self, batch_size: int, dataset):
-        size = f"{len(dataset)} samples" if hasattr(dataset, "__len__") else "samples"
+        self.samples = len(dataset) if hasattr(dataset, "__len__") else None  # the search's bound on batch sizes
+        size = f"{self.samples} samples" if self.samples is not None else "samples"
         super().__init__(f"batch_size {batch_size} is more than the dataset's {size}: the loader yields no full "
                          f"batch; give the workload more samples, or search smaller batches")
 
@@ -524,9 +525,11 @@ def import_factory(factory: str) -> None:
 
 
 def failure_record(job: dict, status: str, exc: BaseException) -> dict:
-    return {"status": status, "config": job.get("config"), "throughput": None, "peak_memory": None,
-            "error": {"type": type(exc).__name__, "message": str(exc)[:2000] or type(exc).__name__,  # MemoryError()
-                      "traceback": traceback.format_exc()[-4000:]}}
+    error = {"type": type(exc).__name__, "message": str(exc)[:2000] or type(exc).__name__,  # MemoryError()
+             "traceback": traceback.format_exc()[-4000:]}
+    if getattr(exc, "samples", None):  # BatchOverDataset: no batch above it can run
+        error["dataset_samples"] = exc.samples
+    return {"status": status, "config": job.get("config"), "throughput": None, "peak_memory": None, "error": error}
 
 
 def failed(job: dict, exc: BaseException) -> tuple[dict, int]:

@@ -499,6 +499,7 @@ def test_a_batch_larger_than_the_dataset_fails_at_once_and_says_so(project, batc
     record = json.loads(result.stdout)
     assert record["status"] == "error" and record["error"]["type"] == "BatchOverDataset", record
     assert f"batch_size {batch} is more than the dataset's 16 samples" in record["error"]["message"]
+    assert record["error"]["dataset_samples"] == 16  # the search's bound: no batch over it is proposed again
     assert record["timing"]["trial_wall_s"] < 30  # not the timeout
     # a failed trial says why on stderr too, not only inside the JSON (it exited 1 silently)
     assert f"error: batch_size {batch} is more than" in result.stderr.splitlines()[-1], result.stderr

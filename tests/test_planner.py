@@ -249,6 +249,19 @@ def test_no_batch_at_or_over_one_larger_than_the_dataset_is_proposed_in_any_fami
     assert plan.next(rows)["batch_size"] < 64
 
 
+def test_past_a_batch_over_the_dataset_no_batch_over_the_dataset_size_is_proposed():
+    """The quickstart's tiny preset has 512 samples: after batch 2048 failed so, the search proposed 1920,
+    then would have stepped down a rung at a time, each trial failing the same way."""
+    configs = [{**space()[0], "batch_size": b} for b in (128, 256, 512, 640, 1024, 1920, 2048)]
+    over = {"number": 1, "status": "error", "config": configs[-1], "error": {
+        "type": "BatchOverDataset", "message": "batch_size 2048 is more than the dataset's 512 samples",
+        "dataset_samples": 512}}
+    plan = planner.Planner(configs, usable=2**40, limit=2**40, device="cuda")
+    assert {c["batch_size"] for c in plan.open_configs([row(0, configs[0]), over])} == {256, 512}
+    at_512 = dict(over, number=2, config=configs[2])  # a loader that yields fewer: one rung below, as before
+    assert {c["batch_size"] for c in plan.open_configs([row(0, configs[0]), over, at_512])} == {256}
+
+
 def test_after_a_timeout_its_family_is_proposed_only_at_half_that_batch_or_less():
     """The quickstart on a loaded VM timed out at batch 1664, then 1536, then 1408 (one rung down each
     time): 9 of its 21 minutes."""
