@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -511,7 +512,30 @@ def test_why_does_not_say_a_knob_lets_a_batch_fit_where_memory_was_no_limit():
     best = plan.best(rows)
     assert best["number"] == 2
     why = plan.why(rows, best)
-    assert why.startswith("precision=bf16-mixed saves") and "fit" not in why, why
+    assert "lets batch" not in why and "fit" not in why.split(":")[0], why
+    gain, line = plan.knob_reason(("precision", "bf16-mixed"), best, rows, plan.candidates(rows), plan.fit(rows))
+    assert line.startswith("precision=bf16-mixed saves") and "fit" not in line, line
+
+
+def test_a_knob_faster_at_the_same_batch_is_credited_against_that_batch_not_the_best_without_it():
+    """The quickstart: "precision=bf16-mixed saves 4% per sample: +140% over the best without it (#0,
+    batch_size=8 ...)" for a best at batch 128 x 2: the batch bought the +140%, not bf16."""
+    base = {"checkpointing": "none", "compile": "off"}
+    rows = [{"number": n, "status": "ok", "config": {"batch_size": b, "accumulation": a, "precision": p, **base},
+             "throughput": speed, "peak_memory": peak * 2**20, "timing": {"step_s": {"cv": 0.01}}}
+            for n, b, a, p, speed, peak in [(0, 8, 1, "fp32", 100.0, 60), (1, 32, 1, "fp32", 160.0, 90),
+                                            (2, 32, 1, "bf16-mixed", 167.0, 85), (3, 128, 2, "bf16-mixed", 240.0, 200)]]
+    space_ = [{"batch_size": b, "accumulation": a, "precision": p, **base}
+              for b in (8, 16, 32, 64, 128) for a in (1, 2) for p in ("fp32", "bf16-mixed")]
+    plan = planner.Planner(space_, usable=0.9 * 2**30, limit=2**30, device="cpu")
+    best = plan.best(rows)
+    why = plan.why(rows, best)
+    saves = re.match(r"precision=bf16-mixed saves (\d+)% per sample: \+(\d+)% over the same with precision=fp32, "
+                     r"predicted \d+\.\d$", why)
+    assert best["number"] == 3 and saves and saves[1] == saves[2], why  # the gain is the knob's own, at batch 128 x 2
+    measured = rows + [{**rows[1], "number": 4, "config": {**best["config"], "precision": "fp32"}, "throughput": 200.0}]
+    assert plan.why(measured, plan.best(measured)).endswith(
+        "+20% over #4, the same with precision=fp32"), plan.why(measured, plan.best(measured))
 
 
 def test_a_knob_is_not_credited_with_a_batch_that_fit_without_it_nor_with_a_cost():
