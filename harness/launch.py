@@ -257,12 +257,12 @@ def watch(proc: subprocess.Popen, limits: Limits, heartbeat: Path, on_beat=None)
     started = time.monotonic()
     while not ended(proc, POLL_S):
         if time.monotonic() - started > limits.timeout_s:
-            return f"exceeded the trial time limit of {limits.timeout_s:.0f}s"
+            return f"exceeded the trial time limit of {limits.timeout_s:g}s"  # 0.4s, not "0s"
         beat = read_heartbeat(heartbeat)
         if on_beat:
             on_beat(beat)
         if beat and beat["phase"] in ("warmup", "measure") and time.time() - beat["time"] > limits.stall_s:
-            return f"no progress for {limits.stall_s:.0f}s (stuck after step {beat['step']} of {beat['phase']})"
+            return f"no progress for {limits.stall_s:g}s (stuck after step {beat['step']} of {beat['phase']})"
     return None
 
 

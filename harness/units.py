@@ -23,6 +23,8 @@ def parse_size(value: object, where: str) -> int:
     """'24GiB', '512MiB', '2GB' or a plain number of bytes -> bytes."""
     if isinstance(value, bool):
         raise UserError(f"{where}: expected a size like 24GiB, got {value!r}")
+    if value is None:  # YAML's null: Python's None is not what was written
+        raise UserError(f"{where}: is empty; write a size like 24GiB, 512MiB or 2GB")
     if isinstance(value, (int, float)):
         number, unit = _finite(value, where, "size"), ""
     else:
@@ -45,6 +47,8 @@ def parse_duration(value: object, where: str) -> float:
     """'90s', '10m', '1.5h' or a plain number of seconds -> seconds."""
     if isinstance(value, bool):
         raise UserError(f"{where}: expected a duration like 10m, got {value!r}")
+    if value is None:  # YAML's null (or nothing after the colon): Python's None is not what was written
+        raise UserError(f"{where}: is empty; write a duration like 90s, 10m or 1.5h")
     if isinstance(value, (int, float)):
         number, unit = _finite(value, where, "duration"), ""
     else:

@@ -172,6 +172,17 @@ def test_hang_before_the_first_step_is_a_timeout_by_the_time_limit(matrix):
     assert HANG_START_TIMEOUT_S <= out["elapsed"] < HANG_START_TIMEOUT_S + 10
 
 
+def test_a_time_limit_under_a_second_is_said_as_set_not_as_0s(tmp_path):
+    """`trial.timeout: 0.4s` killed every trial "exceeded the trial time limit of 0s"."""
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        said = launch.watch(proc, launch.Limits(0.4, 60.0), tmp_path / "no-heartbeat")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert said == "exceeded the trial time limit of 0.4s"
+
+
 def test_exit_without_a_result_is_a_crash(matrix):
     out = matrix["exit0"]
     assert out["rec"]["status"] == record.CRASH
