@@ -301,7 +301,7 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
     ledger.enqueue_grid(study, spec)
     where = stores.redact(storage_url) if storage_url else str(stores.study_dir(results, spec.study))
     out.print(f"[bold]bench sweep[/bold] {escape(spec.study)}: {escape(specs.workload_label(spec.workload))} "
-              f"on {device}, {spec.space_size()} configs in the space, up to {total} trials → {escape(where)}")
+              f"on {device}, {spec.space_size()} configs in the space, up to {total} trial{'s' if total > 1 else ''} → {escape(where)}")
     if os.environ.get(QUICK_ENV):
         out.print(f"{QUICK_ENV} is set: a quick smoke run (tiny preset, short measurements), not numbers to act on")
     if spec.memory_budget:
@@ -741,6 +741,13 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     device = row.env.get("device") or "cpu"
     profile = apply.write_hydra_profile(spec.apply, values, device, provenance, current) \
         if spec.apply.hydra_group_dir and to is None else None
+    # a file where only a new provenance header would change is left alone; --to: the copy is written
+    # even where it reads exactly as the target does. The profile on its own: `hardware=...` overrides
+    # the main config, so a profile edited back (or deleted) since the last apply is written again
+    main_due, profile_due = bool(plan.changes) or to is not None, profile is not None and bool(profile.changes)
+    due = [p for p, is_due in ((plan, main_due), (profile, profile_due)) if is_due]
+    if not dry_run:
+        apply.check(*due)  # a read-only file is refused in one line, before a diff that will not be written
     if which == "best" and not budget and choice.kept:
         out.print(f"keeping your config: {choice.why[0]}", highlight=False, markup=False)
     if row.baseline and plan.changes and to is None:
@@ -753,10 +760,6 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     for warning in [size_warning(spec, rows), chosen.caveat and f"trial {row.number}: {chosen.caveat}"]:
         if warning:
             err.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
-    # a file where only a new provenance header would change is left alone; --to: the copy is written
-    # even where it reads exactly as the target does. The profile on its own: `hardware=...` overrides
-    # the main config, so a profile edited back (or deleted) since the last apply is written again
-    main_due, profile_due = bool(plan.changes) or to is not None, profile is not None and bool(profile.changes)
     if not main_due and not profile_due:
         out.print(f"nothing to change: {plan.path} already holds these values"
                   + (f", and so does {profile.path}" if profile is not None else "") + "; nothing written", markup=False)
@@ -777,7 +780,6 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     if dry_run:
         out.print("dry run: nothing written")
         return
-    due = [p for p, is_due in ((plan, main_due), (profile, profile_due)) if is_due]
     for written, backup in zip(due, apply.write_together(*due)):  # both or neither
         out.print(f"wrote {'hardware profile ' if written is profile else ''}{written.path}"
                   + (f" (backup: {backup})" if backup else ""), markup=False)

@@ -209,6 +209,20 @@ def test_a_read_only_hydra_group_is_refused_before_the_main_config_is_written(pr
     assert not list(group.iterdir())
 
 
+def test_a_read_only_config_is_refused_in_one_line_without_its_diff(known_study):
+    """The whole diff was printed, then the refusal: the promised one line came last of forty."""
+    target = known_study / "examples" / "config.yaml"
+    target.chmod(0o444)
+    try:
+        result = apply("best")
+        dry = apply("best", "--dry-run")  # a dry run changes nothing: its diff is what it is for
+    finally:
+        target.chmod(0o644)
+    assert result.exit_code == 2 and "the file is read-only" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert dry.exit_code == 0 and "@@" in dry.output
+
+
 def test_a_profile_that_cannot_be_written_puts_the_main_config_back(project, monkeypatch):
     """A full disk under the profile's write, after the main config was written: exit 2 said the profile
     was unchanged, and config.yaml held the new batch size with no profile to match it."""

@@ -149,6 +149,7 @@ BAD_NUMBERS = {
     "batch_size_range_huge": (f"search: {{batch_size: {{low: 1, high: {10**15}}}}}", "search.batch_size", "at most"),
     "batch_size_list_huge": (f"search: {{batch_size: [4, {10**15}]}}", "search.batch_size", "at most"),
     "warmup_steps_huge": (f"trial: {{warmup_steps: {10**12}}}", "trial.warmup_steps"),
+    "trial_timeout_null": ("trial: {timeout: null}", "trial.timeout: is empty; write a duration like 90s"),  # not "None"
     "sweep_timeout_nan": ("timeout: .nan", "timeout", "finite"),
     "sweep_timeout_zero": ("timeout: 0", "timeout", "must be positive"),
     "sweep_timeout_tiny": ("timeout: 0.0001s", "timeout", "must be between 1.0"),
@@ -722,6 +723,7 @@ def test_a_budget_above_the_devices_memory_is_warned_in_one_line(cwd):
     write(cwd, "big.yaml", {**GOOD, "memory": {"budget": 2 * psutil.virtual_memory().total}})
     result = bench("sweep", "big.yaml", "--device", "cpu", "--trials", "1")
     assert result.exit_code == 0, result.output
+    assert "up to 1 trial →" in result.stdout  # not "1 trials"
     [warning] = [line for line in result.stderr.splitlines() if line.strip()]
     assert warning.startswith("warning: memory budget") and "more than the" in warning
 

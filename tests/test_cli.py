@@ -465,6 +465,16 @@ def test_an_empty_tier_says_nothing_fits_only_where_something_was_measured():
         assert f"  safe       {said}" in lines, (said, lines)
 
 
+def test_a_skip_inferred_from_one_trial_says_trial():
+    from harness import pareto
+    from harness.report import _terminal
+    oom = {"number": 0, "status": "oom", "config": {"batch_size": 8}}
+    skipped = {"number": 1, "status": "skipped", "config": {"batch_size": 16},
+               "skip": {"reason": "a smaller batch of its family ran out of memory", "from": [0]}}
+    lines = _terminal.watch_lines(pareto.choose([oom, skipped], 1024**3, 0.1, "samples"))
+    assert any("(inferred from trial 0); not measured" in line for line in lines), lines
+
+
 def test_a_line_per_trial_has_one_word_under_each_name():
     """Empty cells were left out and "peak MiB" named two: under "# marks batch", trial 1 (no marks)
     showed its batch as the marks and its precision as the batch."""

@@ -432,8 +432,9 @@ def watch_lines(choice: Choice) -> list[str]:
         r = s.record
         if r.status == "skipped":
             skip = r.skip or {}
-            lines.append(f"skipped #{r.number} {describe(r.config)}: {skip.get('reason')} "
-                         f"(inferred from trials {', '.join(map(str, skip.get('from', [])))}); not measured")
+            sources = skip.get("from") or []
+            lines.append(f"skipped #{r.number} {describe(r.config)}: {skip.get('reason')} (inferred from "
+                         f"trial{'s' if len(sources) > 1 else ''} {', '.join(map(str, sources))}); not measured")
     return lines + remeasured_lines(choice)
 
 
