@@ -247,7 +247,8 @@ def run_sweep(spec, device, total, deadline, storage_url, results, auto=False) -
         to_terminal(progress.cut_short)
         confirming = getattr(exc, "confirmation", None)
         what = ("the running trial was stopped and recorded as interrupted" if progress.running is not None
-                else f"the confirmation run of #{confirming} was stopped; it runs again, nothing measured is lost"
+                else f"the confirmation run of #{confirming} was stopped; it runs again, side by side with its "
+                     "round's other run, and every trial's measurement is kept"
                 if confirming is not None else "no trial was running, nothing measured is lost")  # waiting for quiet
         to_terminal(lambda: err.print(f"{why}: {what}; re-run the same command to resume", soft_wrap=True))  # one line
         sys.exit(getattr(exc, "exit_code", 130))

@@ -422,26 +422,32 @@ def test_a_second_ctrl_c_during_the_clean_up_is_ignored():
     assert cleaned and signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_a_resume_says_only_the_confirmation_runs_that_are_left(tmp_path, faulty_path, monkeypatch):
-    """A resume printed "confirming: #1, #0 run 2 more times" whatever was already recorded, and a sweep
-    run again after it finished printed it too, then ran nothing."""
+def stopped_at_confirmation_run(k: int, monkeypatch) -> tuple[list[int], set]:
+    """Trials with steady figures, whatever the machine's load, and a Ctrl-C in the k-th confirmation
+    run while the returned set is not cleared; the confirmation runs' trial numbers, as they ran."""
     from harness import study as studies
-    monkeypatch.chdir(tmp_path)
-    repeats = []
+    repeats, armed = [], {"armed"}
 
-    def steady(self, config, number, repeat=False):  # steady figures, whatever the machine's load
+    def steady(self, config, number, repeat=False):
         if repeat:
             repeats.append(number)
-            if len(repeats) == 3 and stop_at_third:
+            if len(repeats) == k and armed:
                 raise KeyboardInterrupt()
         return {"status": "ok", "throughput": 100.0 * config["batch_size"], "peak_memory": 2**20 * config["batch_size"],
                 "timing": {"step_s": {"cv": 0.005}}}
     monkeypatch.setattr(studies.Sweep, "launch", steady)
+    return repeats, armed
+
+
+def test_a_resume_says_only_the_confirmation_runs_that_are_left(tmp_path, faulty_path, monkeypatch):
+    """A resume printed "confirming: #1, #0 run 2 more times" whatever was already recorded, and a sweep
+    run again after it finished printed it too, then ran nothing."""
+    monkeypatch.chdir(tmp_path)
+    repeats, armed = stopped_at_confirmation_run(3, monkeypatch)
     path = faulty_spec(tmp_path, "resumed", ["none"], trials=2, search={"batch_size": [8, 16], "fault": ["none"]})
-    stop_at_third = True
     first = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
     assert first.exit_code == 130 and "confirming: #1, #0 run 2 more times each, interleaved" in first.output, first.output
-    stop_at_third = False
+    armed.clear()
     second = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
     assert second.exit_code == 0, second.output
     assert "confirming: #1, #0 run 1 more time each, interleaved" in second.output, second.output
@@ -454,22 +460,11 @@ def test_a_resume_says_only_the_confirmation_runs_that_are_left(tmp_path, faulty
 def test_a_round_stopped_between_its_two_runs_runs_again_whole(tmp_path, faulty_path, monkeypatch):
     """A Ctrl-C after #1's run of a round and before #0's: the resume made #0's run minutes later and the
     report paired the two as side by side."""
-    from harness import study as studies
     monkeypatch.chdir(tmp_path)
-    repeats = []
-
-    def steady(self, config, number, repeat=False):
-        if repeat:
-            repeats.append(number)
-            if len(repeats) == 2 and stop:
-                raise KeyboardInterrupt()
-        return {"status": "ok", "throughput": 100.0 * config["batch_size"], "peak_memory": 2**20 * config["batch_size"],
-                "timing": {"step_s": {"cv": 0.005}}}
-    monkeypatch.setattr(studies.Sweep, "launch", steady)
+    repeats, armed = stopped_at_confirmation_run(2, monkeypatch)
     path = faulty_spec(tmp_path, "split", ["none"], trials=2, search={"batch_size": [8, 16], "fault": ["none"]})
-    stop = True
     assert CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"]).exit_code == 130
-    stop = False
+    armed.clear()
     second = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
     assert "confirming: #1, #0 run 2 more times each, interleaved" in second.output, second.output
     assert repeats == [1, 0] + [1, 0, 1, 0]

@@ -368,7 +368,7 @@ def written_by_apply(path: Path) -> bool:
             head = [line for line, _ in zip(f, range(64))]
     except OSError:
         return False
-    return any(line.startswith(PROVENANCE_MARK) for line in head if line.startswith("#"))
+    return any(line.startswith(PROVENANCE_MARK) for line in head)
 
 
 def _written_by_bench(line: str) -> bool:
