@@ -256,10 +256,13 @@ class Sweep:
                 compiled.setdefault(eager_twin(r["config"]), []).append(r)
         if len(compiled) >= COMPILE_TOP:  # a new best eager config found after them is not compiled too
             return False
-        tried = [r for r in eager if search.key(r["config"]) in compiled]
-        if tried and not any(pareto.faster(c, r, self.spec.objective)
-                             for r in tried for c in compiled[search.key(r["config"])]):
+        # where compiling lost to its eager twin, it is not tried again on a better eager config found later
+        # (the quickstart spent a second minute compiling batch 32 after batch 24's compile ran 18% slower)
+        twins = {search.key(r["config"]): r for r in rows if r["config"].get("compile", "off") == "off"}
+        if compiled and not any(pareto.faster(c, twins[key], self.spec.objective)
+                                for key, runs in compiled.items() if key in twins for c in runs):
             return False
+        tried = [r for r in eager if search.key(r["config"]) in compiled]
         untried = [r for r in eager if r not in tried]
         if not untried:
             return False

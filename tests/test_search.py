@@ -388,6 +388,31 @@ def test_compile_is_tried_on_a_second_config_only_when_it_beat_eager_on_the_firs
     assert len(compile_sweep(tmp_path / "faster", 1.3)) == studies.COMPILE_TOP
 
 
+def test_compile_that_lost_to_eager_is_not_tried_on_a_better_eager_config_found_later(tmp_path):
+    """The quickstart compiled batch 24 (57 s; 18% slower than eager); then two better eager configs turned
+    up, pushing it out of the top two, and the best of them was compiled too: another minute for what
+    had already lost. (Here: batch 8 fp32, then 16 fp32 and 16 bf16.)"""
+    spec = make_spec(tmp_path, batch_size=[4, 8, 16], precision=["fp32", "bf16-mixed"], checkpointing=["none"],
+                     compile=["off", "default"])
+    speeds = {(8, "fp32", "off"): 100.0, (8, "fp32", "default"): 80.0, (16, "fp32", "off"): 120.0,
+              (16, "bf16-mixed", "off"): 125.0}
+    table = lambda c: {**landscape(c), "throughput": speeds[(c["batch_size"], c["precision"], c["compile"])]}  # noqa: E731
+
+    def measured(folder):
+        sweep = sweep_for(spec, folder, Runner(table))
+        for batch, precision, mode in speeds:
+            sweep.enqueue(spec.config({"batch_size": batch, "precision": precision, "checkpointing": "none",
+                                       "compile": mode}))
+            sweep.run_one()
+        assert [r["status"] for r in ledger.rows_of(sweep.study)] == ["ok"] * len(speeds)
+        return sweep
+    sweep = measured(tmp_path / "lost")
+    assert sweep.queue_compile() is False and not sweep.queued()
+    speeds[(8, "fp32", "default")] = 130.0  # where compiling beat eager, the better eager config is compiled too
+    sweep = measured(tmp_path / "won")
+    assert sweep.queue_compile() is True and sweep.queued()
+
+
 @pytest.mark.parametrize("big, scarce", [(24, True), (16, False)])
 def test_a_lighter_config_tied_with_the_confirmed_leader_is_confirmed_where_memory_is_scarce(tmp_path, big, scarce):
     # batch 24 peaks at 82 MiB of the 100 MiB budget (under 25% free): a tie goes to the lighter batch 8;
