@@ -252,15 +252,17 @@ class Planner:
         alt = max(without, key=lambda r: pareto.speed(r, self.objective))
         batch, other = best["config"]["batch_size"], alt["config"][knob]
         effect = fitted.effects()[level]
-        lets_fit = self.needed_to_fit(best["config"], knob, other, rows, fitted)
-        words = self.effect_words(effect, batch, alt, lets_fit)
+        # it cuts activations, best's batch is larger than alt's, and without it that batch would not fit
+        lets_fit = effect["A"] < ACTIVATION_CUT and batch > alt["config"]["batch_size"] \
+            and self.needed_to_fit(best["config"], knob, other, rows, fitted)
+        words = self.effect_words(effect, batch, lets_fit)
         if not words:
             return None
         speed = pareto.speed(best, self.objective)
-        if lets_fit and effect["A"] < ACTIVATION_CUT and batch > alt["config"]["batch_size"]:
-            return speed / pareto.speed(alt, self.objective), \
-                f"{knob}={value} {words}: {speed / pareto.speed(alt, self.objective) - 1:+.0%} over the best " \
-                f"without it (#{alt['number']}, {describe(alt['config'])})"
+        if lets_fit:
+            gain = speed / pareto.speed(alt, self.objective)
+            return gain, f"{knob}={value} {words}: {gain - 1:+.0%} over the best without it " \
+                         f"(#{alt['number']}, {describe(alt['config'])})"
         twin = {**best["config"], knob: other}
         measured = next((r for r in fits if r["config"] == twin), None)
         twin_speed = pareto.speed(measured, self.objective) if measured else float(np.exp(fitted.predict([twin])["speed"][0]))
@@ -281,10 +283,10 @@ class Planner:
         return bool(self.fit_chance([twin], rows, fitted.predict([twin]))[0] < 0.5)
 
     @staticmethod
-    def effect_words(effect: dict, batch: int, alt: dict, unlocks: bool) -> str | None:
-        """What a knob value does for `best` at `batch` against `alt`, the best without it; None where it
-        is not why best wins (it costs time per sample and buys no batch that would not fit without it).
-        `unlocks`: without it, this batch would not fit (needed_to_fit: measured, else predicted)."""
+    def effect_words(effect: dict, batch: int, lets_fit: bool) -> str | None:
+        """What a knob value does for `best` at `batch`; None where it is not why best wins (it costs time
+        per sample and buys no batch that would not fit without it). `lets_fit`: it lets `batch` fit,
+        which the best config without it could not (knob_reason)."""
         words = []
         per_sample = effect["t"] - 1
         # beyond 4x either way the fit is extrapolating from a few points, not describing a measurement
@@ -293,7 +295,7 @@ class Planner:
             words.append(f"saves {-per_sample:.0%} per sample")
         if effect["O"] < 0.9:
             words.append(f"cuts the fixed cost per step by {1 - effect['O']:.0%}")
-        if effect["A"] < ACTIVATION_CUT and unlocks and batch > alt["config"]["batch_size"]:
+        if lets_fit:
             cost = f"costs {per_sample:.0%} per sample and " if said and per_sample > 0 else ""
             words.append(f"{cost}lets batch {batch} fit (activations x{effect['A']:.2f})")
         elif said and per_sample > 0:

@@ -527,7 +527,7 @@ def import_factory(factory: str) -> None:
 def failure_record(job: dict, status: str, exc: BaseException) -> dict:
     error = {"type": type(exc).__name__, "message": str(exc)[:2000] or type(exc).__name__,  # MemoryError()
              "traceback": traceback.format_exc()[-4000:]}
-    if getattr(exc, "samples", None):  # BatchOverDataset: no batch above it can run
+    if isinstance(exc, BatchOverDataset) and exc.samples is not None:  # no batch above it can run
         error["dataset_samples"] = exc.samples
     return {"status": status, "config": job.get("config"), "throughput": None, "peak_memory": None, "error": error}
 

@@ -494,9 +494,9 @@ def test_no_prediction_is_kept_from_trials_that_measured_no_speed():
 
 def test_a_per_sample_effect_the_fit_extrapolates_past_4x_is_not_put_into_words():
     """"bf16-mixed saves 97% per sample: +70% over the best without it" contradicted itself."""
-    words = planner.Planner.effect_words({"t": 0.03, "O": 1.0, "A": 1.0}, 32, {"config": {"batch_size": 32}}, False)
+    words = planner.Planner.effect_words({"t": 0.03, "O": 1.0, "A": 1.0}, 32, False)
     assert "per sample" not in words
-    assert planner.Planner.effect_words({"t": 1.3, "O": 1.0, "A": 0.3}, 64, {"config": {"batch_size": 32}}, True) == \
+    assert planner.Planner.effect_words({"t": 1.3, "O": 1.0, "A": 0.3}, 64, True) == \
         "costs 30% per sample and lets batch 64 fit (activations x0.30)"
 
 
@@ -542,7 +542,6 @@ def test_a_knob_is_not_credited_with_a_batch_that_fit_without_it_nor_with_a_cost
     """"precision=bf16-mixed lets batch 64 fit (activations x0.61)" where fp32 at 256 used 25 MiB of a
     23.5 GiB budget; and "bf16-mixed costs 149% per sample: +98% over the best without it", a cost
     credited with a gain the batch size made."""
-    alt = {"config": {"batch_size": 16}}
-    assert planner.Planner.effect_words({"t": 1.0, "O": 1.0, "A": 0.61}, 64, alt, False) == "is faster as measured"
-    assert planner.Planner.effect_words({"t": 2.49, "O": 1.0, "A": 0.61}, 64, alt, False) is None
-    assert planner.Planner.effect_words({"t": 0.7, "O": 1.0, "A": 0.61}, 64, alt, False) == "saves 30% per sample"
+    assert planner.Planner.effect_words({"t": 1.0, "O": 1.0, "A": 0.61}, 64, False) == "is faster as measured"
+    assert planner.Planner.effect_words({"t": 2.49, "O": 1.0, "A": 0.61}, 64, False) is None
+    assert planner.Planner.effect_words({"t": 0.7, "O": 1.0, "A": 0.61}, 64, False) == "saves 30% per sample"
