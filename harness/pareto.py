@@ -224,6 +224,13 @@ class Choice:
             and self.best is self.baseline
 
     @property
+    def wide_tie(self) -> bool:
+        """Your config kept over a leader measured more than MAX_NOISE faster: a tie only because their
+        rounds side by side disagree (a noisy machine), not because the two run alike."""
+        v = self.versus
+        return self.kept and v is not None and v.paired_band and v.ratio - 1 > MAX_NOISE
+
+    @property
     def sure_over_tie(self) -> bool:
         """The leader ties with the baseline, and best is another config that beats it beyond the noise."""
         return self.best is not None and self.leader is not None and self.best is not self.leader \
@@ -429,6 +436,19 @@ def side_by_side(best, base, objective: str = "samples") -> list[float]:
     return [a[k] / b[k] for k in a if a[k] and b.get(k)]  # a round where either run failed pairs nothing
 
 
+def round_spread(ratios: list[float]) -> float | None:
+    """The spread of the ratios of rounds run side by side: their standard deviation over two rounds;
+    over more, the median absolute deviation scaled to one (x1.4826), so that one disturbed round of
+    four (a ratio of 1.59 among 1.08-1.12 on a noisy host) does not widen the band for the other three,
+    as the median of the runs already outvotes it in the figure."""
+    if len(ratios) < 2:
+        return None
+    if len(ratios) == 2:
+        return statistics.stdev(ratios)
+    middle = statistics.median(ratios)
+    return 1.4826 * statistics.median(abs(r - middle) for r in ratios)
+
+
 def versus(row, base, objective: str = "samples") -> Versus | None:
     """`row` against the baseline, or None where either has no speed; a tie when the ratio is within
     twice the spread of the side-by-side ratios or within either config's noise. With two or more
@@ -439,7 +459,7 @@ def versus(row, base, objective: str = "samples") -> Versus | None:
     if not mine or not theirs:
         return None
     ratios = side_by_side(row, base, objective)
-    spread = statistics.stdev(ratios) if len(ratios) > 1 else None
+    spread = round_spread(ratios)
     ratio = statistics.median(ratios) if spread is not None else mine / theirs
     bound = max(2 * spread if spread is not None else 0.0, noise(row, objective), noise(base, objective))
     return Versus(ratio=ratio, spread=spread, paired=len(ratios), tie=abs(ratio - 1) <= bound, bound=bound)

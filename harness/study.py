@@ -43,6 +43,9 @@ so a wider margin (a compiled config's second step may still be compiling)."""
 CONFIRM_TOP = 1
 CONFIRM_ROUNDS = 2
 """Before a sweep ends, the leading config and the baseline run again this many times, interleaved."""
+WIDE_TIE_ROUNDS = 2
+"""...and this many more, once, where the leader measured beyond any trial's noise (pareto.MAX_NOISE)
+faster than your config yet ties with it because their rounds side by side disagree."""
 CHALLENGERS = 2
 """...and then at most this many configs that would still beat the confirmed best on their single run."""
 RESEARCHES = 1
@@ -435,62 +438,87 @@ class Sweep:
         for _ in range(CHALLENGERS):
             challenger = self.challenger()
             if challenger is None:
-                return
+                break
             self.progress.note(f"#{challenger['number']} ran faster once than the confirmed best's median: "
                                f"confirming it too")
             self.confirm_runs([challenger])
+        self.settle_wide_tie()
 
-    def confirm_runs(self, chosen: list[dict]) -> None:
-        """CONFIRM_ROUNDS more runs of each of `chosen`, interleaved; each run kept as its own record
+    def settle_wide_tie(self) -> None:
+        """A leader measured more than MAX_NOISE faster than your config that ties with it only because
+        their rounds side by side disagree (a noisy host ran your config at 168.6, 123.0 and 171.6 and kept
+        it over a 1.30× leader) runs WIDE_TIE_ROUNDS more rounds with it: a gain that size is not given
+        up on two rounds, and four tell what two could not. Once per study, so a resume does not repeat it."""
+        choice = self.choice()
+        if not choice.wide_tie:
+            return
+        rows = {r["number"]: r for r in ledger.rows_of(self.study)}
+        pair = [rows[choice.leader.number], rows[choice.baseline.number]]
+        rounds = range(CONFIRM_ROUNDS, CONFIRM_ROUNDS + WIDE_TIE_ROUNDS)
+        if any((to_do := self.runs_to_do(pair, rounds)).values()):
+            self.progress.note(f"#{pair[0]['number']} measured {choice.versus.ratio:.2f}× your config but ties with it "
+                               f"(1× ± {choice.versus.bound:.2f}): their runs side by side disagree; "
+                               + confirmation_words(to_do))
+        self.confirm_runs(pair, rounds)
+
+    def confirm_runs(self, chosen: list[dict], rounds: range = range(CONFIRM_ROUNDS)) -> None:
+        """The runs of `rounds` (the first CONFIRM_ROUNDS) of each of `chosen`, interleaved; each run kept as its own record
         (study attribute confirm:NUMBER:ROUND), so a resume runs only what is missing. One worker claims
         every run left at once: runs split between workers (or devices) would not be side by side.
         Returns once every run is recorded, by this worker or another."""
         while True:
-            slots = self.claim_confirmation(chosen)
+            slots = self.claim_confirmation(chosen, rounds)
             if not slots:
-                if not self.confirmation_pending(chosen):
+                if not self.confirmation_pending(chosen, rounds):
                     return
                 time.sleep(CONFIRM_POLL_S)  # another worker's runs: their results decide what comes next
                 continue
+            broken = set()  # rounds whose run was stopped from outside: they run again whole, in a later claim
             for done, (row, round_) in enumerate(slots):
+                if round_ in broken:
+                    continue
                 try:
-                    self.mark(slots[done + 1:], {"state": "claimed", "worker": worker_id(), "at": time.time()})
-                    self.confirmation_run(row, round_)  # ^ the later runs' claims kept fresh for other hosts
+                    self.mark([s for s in slots[done + 1:] if s[1] not in broken],
+                              {"state": "claimed", "worker": worker_id(), "at": time.time()})
+                    made = self.confirmation_run(row, round_, rounds.stop)  # ^ the later runs' claims kept fresh for other hosts
                 except BaseException:
                     # stopped: the runs not made are free to run again, and so are those of the stopped run's
                     # round made before it, so that the round runs again side by side
                     self.mark([s for s in slots[:done] if s[1] == round_] + slots[done:], {"state": "free"})
                     raise
+                if not made:
+                    broken.add(round_)
+                    self.mark([s for s in slots if s[1] == round_], {"state": "free"})
 
     def mark(self, slots: list[tuple[dict, int]], state: dict) -> None:
         for row, round_ in slots:
             self.study.set_user_attr(ledger.confirm_key(row["number"], round_), state)
 
-    def confirmation_run(self, row: dict, round_: int) -> None:
-        """One claimed confirmation run, made and recorded (an interrupted one is left free)."""
+    def confirmation_run(self, row: dict, round_: int, of: int) -> bool:
+        """One claimed confirmation run, made and recorded; False where its child was stopped from
+        outside (its trial server killed), and nothing is recorded."""
         try:
             rec = self.runner(row["config"], row["number"], repeat=True)  # a warm compile cache is fine here
         except KeyboardInterrupt as stop:
             stop.confirmation = row["number"]  # what the CLI's one line says was stopped
             raise
-        key = ledger.confirm_key(row["number"], round_)
-        if rec["status"] == record.INTERRUPTED:  # stopped from outside: the run is free to run again
-            self.study.set_user_attr(key, {"state": "free"})
-            return
+        if rec["status"] == record.INTERRUPTED:
+            return False
         run = {"status": rec["status"], "throughput": rec.get("throughput"), "tokens_per_s": rec.get("tokens_per_s"),
                "peak_memory": rec.get("peak_memory"), "busy": rec.get("busy")}
-        self.study.set_user_attr(key, {"state": "done", "run": run})
+        self.study.set_user_attr(ledger.confirm_key(row["number"], round_), {"state": "done", "run": run})
         value = pareto.speed(run, self.spec.objective) if run["throughput"] else None  # the unit trials are told in
         speed = f"{value:.1f} {self.spec.objective}/s" if value else (rec.get("error") or {}).get("message", "")
-        self.progress.note(f"  #{row['number']} confirmation run {round_ + 1} of {CONFIRM_ROUNDS}: "
+        self.progress.note(f"  #{row['number']} confirmation run {round_ + 1} of {of}: "
                            f"{run['status']} {speed}".rstrip())
+        return True
 
-    def claim_confirmation(self, chosen: list[dict]) -> list[tuple[dict, int]]:
-        """Every confirmation run (A B A B order) nobody has done or is doing, claimed by this worker."""
+    def claim_confirmation(self, chosen: list[dict], rounds: range) -> list[tuple[dict, int]]:
+        """Every confirmation run of `rounds` (A B A B order) nobody has done or is doing, claimed by this worker."""
         slots = []
         with self.claiming():
             attrs = self.study.user_attrs
-            for round_ in range(CONFIRM_ROUNDS):
+            for round_ in rounds:
                 for row in chosen:
                     key = ledger.confirm_key(row["number"], round_)
                     if self.confirmation_free(attrs.get(key), row["number"], round_, attrs):
@@ -512,20 +540,21 @@ class Sweep:
             return is_stale(worker)
         return time.time() - float(slot.get("at") or 0) > 2 * self.spec.trial_timeout_s + 60
 
-    def runs_to_do(self, chosen: list[dict]) -> dict[int, int]:
-        """Each of `chosen`'s confirmation runs not yet done, by trial number (a claimed one counts: it
-        may be a dead worker's)."""
+    def runs_to_do(self, chosen: list[dict], rounds: range = range(CONFIRM_ROUNDS)) -> dict[int, int]:
+        """Each of `chosen`'s confirmation runs of `rounds` not yet done, by trial number (a claimed one
+        counts: it may be a dead worker's)."""
         attrs = self.study.user_attrs
         return {r["number"]: sum((attrs.get(ledger.confirm_key(r["number"], k)) or {}).get("state") != "done"
                                  and k >= len((attrs.get("repeats") or {}).get(str(r["number"])) or [])
-                                 for k in range(CONFIRM_ROUNDS))
+                                 for k in rounds)
                 for r in chosen}
 
-    def confirmation_pending(self, chosen: list[dict]) -> bool:
-        """A run of `chosen` is claimed and not yet done (claim_confirmation found none free: a live worker's)."""
+    def confirmation_pending(self, chosen: list[dict], rounds: range) -> bool:
+        """A run of `chosen` in `rounds` is claimed and not yet done (claim_confirmation found none free: a
+        live worker's)."""
         attrs = self.study.user_attrs
         return any((attrs.get(ledger.confirm_key(r["number"], k)) or {}).get("state") == "claimed"
-                   for r in chosen for k in range(CONFIRM_ROUNDS))
+                   for r in chosen for k in rounds)
 
     def challenger(self) -> dict | None:
         """The fastest unconfirmed fitting config that would be chosen over the confirmed best if its

@@ -1,4 +1,6 @@
 """Choosing best: the front, budget and headroom, noise-aware ties, tiers."""
+import statistics
+
 import pytest
 
 from harness import pareto
@@ -147,6 +149,21 @@ def test_a_tie_says_the_band_it_was_judged_by():
     assert v.text("samples/s").startswith(f"{v.ratio:.2f}× the samples/s (2 runs each side by side) — a tie")
     assert v.figure() == f"{v.ratio:.2f}×" and v.text("samples/s").count("±") == 1
     assert pareto.choose([base, lead], 24 * GiB, 0.1).versus.figure() == "1.22× ± 0.21"
+
+
+def test_one_disturbed_round_of_four_does_not_make_the_band():
+    """The quickstart walk of 2026-11-26: your config ran 168.6, 123.0 and 171.6 on a noisy host, and the
+    leader's two rounds with it (1.59, 1.08) spread so wide that a 1.30x leader tied. Four rounds with one
+    disturbed (1.59 among 1.08-1.12) are judged on the other three, as the median of the runs is."""
+    ok = lambda t: {"status": "ok", "throughput": t}  # noqa: E731
+    base = row(0, 168.6, 1, cv=0.02, baseline=True, repeats=[ok(123.0), ok(171.6), ok(170.0), ok(172.0)])
+    lead = row(1, 190.7, 1, cv=0.02, repeats=[ok(195.0), ok(185.0), ok(190.0), ok(190.0)])
+    v = pareto.choose([base, lead], 24 * GiB, 0.1).versus
+    assert v.paired == 4 and v.ratio == pytest.approx(statistics.median([195 / 123, 185 / 171.6, 190 / 170, 190 / 172]))
+    assert v.spread < 0.05 and not v.tie and pareto.choose([base, lead], 24 * GiB, 0.1).best.number == 1
+    two = row(0, 168.6, 1, cv=0.02, baseline=True, repeats=[ok(123.0), ok(171.6)])
+    v = pareto.choose([two, row(1, 190.7, 1, cv=0.02, repeats=[ok(195.0), ok(185.0)])], 24 * GiB, 0.1).versus
+    assert v.tie and v.spread == pytest.approx(statistics.stdev([195 / 123, 185 / 171.6]))  # two rounds: no majority
 
 
 def test_the_trials_own_runs_made_minutes_apart_do_not_widen_the_side_by_side_spread():

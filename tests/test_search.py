@@ -15,7 +15,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from harness import busy, ledger, pareto, search, spec as specs, study as studies
+from harness import busy, ledger, pareto, record, report, search, spec as specs, study as studies
 
 MiB = 2**20
 ROOT = Path(__file__).resolve().parents[1]
@@ -517,6 +517,82 @@ def test_where_a_tie_keeps_your_config_a_config_faster_than_yours_is_confirmed(t
     choice = pareto.choose(rows, spec.memory_budget, spec.headroom)
     assert choice.leader.number == by_config[(16, "bf16-mixed")]["number"]  # it ties with your config
     assert choice.best.number == by_config[(16, "fp32")]["number"]  # and this one surely beats yours
+
+
+def wide_tie_table(base_runs: list[float]):
+    """Your config (batch 8 fp32) at `base_runs` in turn; the leader (batch 16 bf16) a steady 13.0."""
+    seen = {}
+
+    def table(config):
+        key = (config["batch_size"], config["precision"])
+        seen[key] = seen.get(key, 0) + 1
+        runs = {(8, "fp32"): base_runs, (16, "bf16-mixed"): [13.0], (16, "fp32"): [5.0], (8, "bf16-mixed"): [4.0]}[key]
+        return {"status": "ok", "throughput": runs[min(seen[key], len(runs)) - 1], "peak_memory": 20 * MiB,
+                "timing": {"step_s": {"cv": 0.005}}}
+    return table, seen
+
+
+def test_a_leader_that_ties_only_because_the_rounds_disagree_runs_two_more_rounds_with_your_config(tmp_path):
+    """Your config's first confirmation run was disturbed (6.0 among 10s): the leader's 1.3x ties within
+    1x ± 1.23 after two rounds and your config was kept. Two more rounds side by side settle it."""
+    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32", "bf16-mixed"])
+    table, seen = wide_tie_table([10.0, 6.0, 10.0, 10.0, 10.1])
+    notes = []
+
+    class Notes(studies.Progress):
+        def note(self, message):
+            notes.append(message)
+
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    ledger.enqueue_baseline(study, spec, spec.config({"batch_size": 8, "precision": "fp32"}))
+    sweep = studies.Sweep(spec, study, "cpu", tmp_path, 4, None, Notes(), runner=Runner(table))
+    sweep.run()
+    assert seen[(8, "fp32")] == 5 and seen[(16, "bf16-mixed")] == 5  # the trial and four rounds each
+    assert any("measured 1.73× your config but ties with it" in n and "run 2 more times each" in n for n in notes), notes
+    choice = sweep.choice()
+    assert not choice.kept and choice.best.config["batch_size"] == 16 and choice.versus.paired == 4
+    sweep.run()  # once per study: a resume runs no more rounds
+    assert seen[(8, "fp32")] == 5
+
+
+def test_a_tie_the_rounds_still_cannot_tell_says_sweep_again_on_a_quiet_machine(tmp_path):
+    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32", "bf16-mixed"])
+    table, seen = wide_tie_table([10.0, 6.0, 10.0, 6.0, 10.0])  # every other round disturbed
+    sweep = sweep_for(spec, tmp_path, Runner(table), total=4, baseline={"batch_size": 8, "precision": "fp32"})
+    sweep.run()
+    choice = sweep.choice()
+    assert seen[(8, "fp32")] == 5 and choice.kept and choice.wide_tie
+    assert report.next_step(choice).startswith(f"keep your config for now: the leader (#{choice.leader.number}) "
+                                               f"measured {choice.versus.ratio:.2f}× it, but their runs side by side")
+    steady, seen = wide_tie_table([12.8, 12.6, 13.1])  # a real tie (1.01x) is no reason for more rounds
+    sweep = sweep_for(spec, tmp_path, Runner(steady), total=4, baseline={"batch_size": 8, "precision": "fp32"})
+    sweep.run()
+    assert seen[(8, "fp32")] == 3 and sweep.choice().kept and not sweep.choice().wide_tie
+    assert report.next_step(sweep.choice()).startswith("keep your config; to look further")
+
+
+def test_a_confirmation_run_stopped_from_outside_runs_its_round_again_whole(tmp_path):
+    """Your config's first confirmation run came back interrupted (its trial server killed): it alone was
+    freed, so round 0 paired the leader's run made before it with your config's made after round 1."""
+    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32", "bf16-mixed"])
+    calls = {}
+
+    def table(config):
+        key = (config["batch_size"], config["precision"])
+        calls[key] = calls.get(key, 0) + 1
+        if key == (8, "fp32") and calls[key] == 2:
+            return {"status": "interrupted", "throughput": None, "peak_memory": None,
+                    "error": {"type": "ServerDied", "message": "its trial server was killed"}}
+        speed = {(8, "fp32"): 4.0, (16, "bf16-mixed"): 11.9 + calls[key] / 10, (16, "fp32"): 5.0, (8, "bf16-mixed"): 3.0}[key]
+        return {"status": "ok", "throughput": speed, "peak_memory": 20 * MiB, "timing": {"step_s": {"cv": 0.005}}}
+
+    sweep = sweep_for(spec, tmp_path, Runner(table), total=4, baseline={"batch_size": 8, "precision": "fp32"})
+    sweep.run()
+    assert calls[(16, "bf16-mixed")] == 4 and calls[(8, "fp32")] == 4  # the trial, round 0, round 1, round 0 again
+    leader = next(r for r in ledger.rows_of(sweep.study) if r["config"]["batch_size"] == 16
+                  and r["config"]["precision"] == "bf16-mixed")
+    by_round = record.Record.of(leader).by_round()
+    assert by_round == {0: pytest.approx(12.3), 1: pytest.approx(12.2)}  # round 0 made with your config's, last
 
 
 def test_a_challenger_whose_confirmation_run_failed_does_not_hold_up_the_race(tmp_path):
