@@ -404,3 +404,17 @@ def test_a_confirmed_figures_spread_is_its_runs_in_every_view(project):
     assert round(rows[1]["speed"]["cv"], 4) == 0.0996 and rows[2]["speed"]["cv"] == 0.01
     grid = list(csv.DictReader(io.StringIO(bench("report", "--format", "csv").output)))
     assert round(float(grid[1]["speed_cv"]), 4) == 0.0996 and grid[1]["step_cv"] == "0.01"
+
+
+def test_an_oom_rows_figure_is_empty_in_csv_as_it_is_null_in_json(project):
+    """CSV gave an OOM row `speed_unit` samples/s and `runs` 0 where JSON has `speed: null`: CSV now
+    reads the figure JSON carries."""
+    oom = ({"batch_size": 64, "precision": "fp32"}, 1.0, 0.0,
+           {"status": "oom", "throughput": None, "peak_memory": None, "timing": {"step_s": None}})
+    make_study(project, [*CLEAR, oom], {})
+    rows = json.loads(bench("report", "--format", "json").output)
+    grid = list(csv.DictReader(io.StringIO(bench("report", "--format", "csv").output)))
+    assert rows[3]["status"] == "oom" and rows[3]["speed"] is None
+    assert {k: grid[3][k] for k in ("speed", "speed_unit", "runs", "speed_cv")} == dict.fromkeys(
+        ("speed", "speed_unit", "runs", "speed_cv"), "")
+    assert (grid[1]["speed"], grid[1]["speed_unit"], grid[1]["runs"]) == ("141.0", "samples/s", "1")

@@ -79,8 +79,9 @@ def flat(choice: Choice) -> list[dict]:
                **{k: m[k] for k in ("baseline", "pareto", "best", "leader", "tier", "noisy")}, "tiers": " ".join(m["tiers"])}
         row.update({f"config.{k}": v for k, v in r.config.items()})
         step = r.timing.get("step_s") or {}
-        versus = m["vs_baseline"] or {}
-        row.update(speed=s.speed, speed_unit=choice.unit, runs=s.runs, speed_cv=s.cv, vs_baseline=versus.get("ratio"),
+        figure, versus = m["speed"] or {}, m["vs_baseline"] or {}  # JSON's figures: none for a row that has no speed
+        row.update(speed=figure.get("value"), speed_unit=figure.get("unit"), runs=figure.get("runs"),
+                   speed_cv=figure.get("cv"), vs_baseline=versus.get("ratio"),
                    vs_baseline_spread=versus.get("spread"), vs_baseline_paired=versus.get("paired"),
                    tie=versus.get("tie"), throughput=r.throughput, tokens_per_s=r.tokens_per_s,
                    peak_memory=r.peak_memory, step_s=step.get("median"), step_cv=step.get("cv"),
