@@ -133,11 +133,16 @@ class Versus:
         return self.spread is not None and not self.untellable
 
     def figure(self) -> str:
-        """"1.29× ± 0.21" for a chart or a stat; the ratio alone where there is no spread to read."""
+        """"1.29× ± 0.21" for a chart or a stat; the ratio alone where there is no spread to read; "?×"
+        where the rounds disagree too much for any ratio (4.04 and 26.4 made a "15.21×" headline)."""
+        if self.untellable:
+            return "?×"
         return f"{self.ratio:.2f}×" + (f" ± {self.spread:.2f}" if self.shows_spread else "")
 
     def text(self, unit: str) -> str:
-        if not self.shows_spread:
+        if self.untellable:
+            head = f"?× the {unit} ({self.side_by_side_words()})"
+        elif not self.shows_spread:
             head = f"{self.ratio:.2f}× the {unit} ({self.side_by_side_words()})"
         else:  # the spread is of the ratio, so it has no unit: "± 0.13 samples/s" misread it
             head = f"{self.ratio:.2f}× the {unit}, ± {self.spread:.2f} over {self.side_by_side_words()}"

@@ -456,9 +456,8 @@ class Sweep:
         pair = [rows[choice.leader.number], rows[choice.baseline.number]]
         rounds = range(CONFIRM_ROUNDS, CONFIRM_ROUNDS + WIDE_TIE_ROUNDS)
         if any((to_do := self.runs_to_do(pair, rounds)).values()):
-            self.progress.note(f"#{pair[0]['number']} measured {choice.versus.ratio:.2f}× your config but ties with it "
-                               f"(1× ± {choice.versus.bound:.2f}): their runs side by side disagree; "
-                               + confirmation_words(to_do))
+            self.progress.note(f"#{pair[0]['number']} ties with your config only because their runs side by side "
+                               f"disagree (1× ± {choice.versus.bound:.2f}): " + confirmation_words(to_do))
         self.confirm_runs(pair, rounds)
 
     def confirm_runs(self, chosen: list[dict], rounds: range = range(CONFIRM_ROUNDS)) -> None:

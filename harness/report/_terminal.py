@@ -416,9 +416,9 @@ def next_step(choice: Choice) -> str:
     if choice.best is None:
         return "no config fits: see the statuses, try smaller batch sizes or a larger memory budget"
     if choice.wide_tie:
-        return (f"keep your config for now: the leader (#{choice.leader.number}) measured {choice.versus.ratio:.2f}× it, "
-                "but their runs side by side disagree too much to tell; on a quiet machine, sweep again as a new "
-                "study (`bench sweep SPEC --study NEW_NAME`)")
+        return (f"keep your config for now: the leader (#{choice.leader.number}) may be faster, but their runs side "
+                "by side disagree too much to tell; on a quiet machine, sweep again as a new study "
+                "(`bench sweep SPEC --study NEW_NAME`)")
     if choice.kept or choice.best.record.baseline:
         return "keep your config; to look further, widen the search space (larger batches, other precisions)"
     if not choice.applies:
