@@ -320,12 +320,12 @@ class Sweep:
         if (rec.get("error") or {}).get("type") == "FactoryImportError":  # every config would fail alike: stop
             self.tell_interrupted(trial, config, rec["error"]["message"])
             where = "workload.factory" if "factory" in self.spec.workload else "workload"  # the message names the import
-            raise UserError(f"{self.spec.path}: {where}: {rec['error']['message']}; fix it and re-run "
+            raise UserError(f"{self.spec.shown}: {where}: {rec['error']['message']}; fix it and re-run "
                             f"(traceback in {self.log_path(trial.number)})")
         if rec["status"] in (record.OK, record.DIVERGED) and pareto.speed(rec, self.spec.objective) is None:
             # tokens/s of a workload whose samples have no length: so would every config be
             self.tell_interrupted(trial, config, "no tokens/s: the workload reports no tokens_per_sample")
-            raise UserError(f"{self.spec.path}: objective: tokens, but workload {workload_label(self.spec.workload)} "
+            raise UserError(f"{self.spec.shown}: objective: tokens, but workload {workload_label(self.spec.workload)} "
                             "reports no tokens_per_sample (its samples have no length); set objective: samples and re-run")
         rec.update(number=trial.number, config=config)
         if trial.user_attrs.get("remeasured_after"):  # what spoiled the run this one replaces, for the report
@@ -431,17 +431,18 @@ class Sweep:
         if not chosen or chosen == [base] or (base is None and len(fits) < 2):
             return  # your config leads, or one config fits: no choice among configs to confirm
         # alone where your config did not run ok (or has no trial): nothing to run it side by side with
-        to_do = self.runs_to_do(chosen)
+        rounds = self.rounds_for(chosen, CONFIRM_ROUNDS)
+        to_do = self.runs_to_do(chosen, rounds)
         if any(to_do.values()):  # a resume after the confirmation says only what is left
             self.progress.note("confirming: " + confirmation_words(to_do))
-        self.confirm_runs(chosen)
+        self.confirm_runs(chosen, rounds)
         for _ in range(CHALLENGERS):
             challenger = self.challenger()
             if challenger is None:
                 break
             self.progress.note(f"#{challenger['number']} ran faster once than the confirmed best's median: "
                                f"confirming it too")
-            self.confirm_runs([challenger])
+            self.confirm_runs([challenger], self.rounds_for([challenger], CONFIRM_ROUNDS))
         self.settle_wide_tie()
 
     def settle_wide_tie(self) -> None:
@@ -454,14 +455,30 @@ class Sweep:
             return
         rows = {r["number"]: r for r in ledger.rows_of(self.study)}
         pair = [rows[choice.leader.number], rows[choice.baseline.number]]
-        rounds = range(CONFIRM_ROUNDS, CONFIRM_ROUNDS + WIDE_TIE_ROUNDS)
+        rounds = self.rounds_for(pair, CONFIRM_ROUNDS + WIDE_TIE_ROUNDS)
         if any((to_do := self.runs_to_do(pair, rounds)).values()):
             self.progress.note(f"#{pair[0]['number']} ties with your config only because their runs side by side "
                                f"disagree (1× ± {choice.versus.bound:.2f}): " + confirmation_words(to_do))
         self.confirm_runs(pair, rounds)
 
-    def confirm_runs(self, chosen: list[dict], rounds: range = range(CONFIRM_ROUNDS)) -> None:
-        """The runs of `rounds` (the first CONFIRM_ROUNDS) of each of `chosen`, interleaved; each run kept as its own record
+    def rounds_for(self, chosen: list[dict], whole: int) -> range:
+        """The rounds `chosen` run so that `whole` of them are made together: those after the last round
+        some of them ran and others did not, which never becomes one. A resume whose leader changed found
+        your config's rounds 0 and 1 made with the old leader, and a sweep killed mid-round left one run
+        of it: the new runs of that round would be made apart (days, on a resume) yet read side by side."""
+        attrs = self.study.user_attrs
+        numbers = {r["number"] for r in chosen}
+        top = max([int(k.split(":")[2]) for k in attrs if k.startswith("confirm:") and k.count(":") == 2
+                   and int(k.split(":")[1]) in numbers]
+                  + [len((attrs.get("repeats") or {}).get(str(n)) or []) - 1 for n in numbers], default=-1)
+        open_ = {k: {self.confirmation_free(attrs.get(ledger.confirm_key(r["number"], k)), r["number"], k, attrs)
+                     for r in chosen} for k in range(top + 1)}
+        start = max((k + 1 for k, states in open_.items() if len(states) > 1), default=0)
+        made = sum(open_[k] == {False} for k in range(start))
+        return range(start, start + max(whole - made, 0))
+
+    def confirm_runs(self, chosen: list[dict], rounds: range) -> None:
+        """The runs of `rounds` of each of `chosen`, interleaved; each run kept as its own record
         (study attribute confirm:NUMBER:ROUND), so a resume runs only what is missing. One worker claims
         every run left at once: runs split between workers (or devices) would not be side by side.
         Returns once every run is recorded, by this worker or another."""

@@ -601,6 +601,59 @@ def test_a_confirmation_run_stopped_from_outside_runs_its_round_again_whole(tmp_
     assert by_round == {0: pytest.approx(12.3), 1: pytest.approx(12.2)}  # round 0 made with your config's, last
 
 
+def first_seen_speeds(*speeds: float):
+    """Each config's steady speed by the order the search first measured it: your config first."""
+    order, calls = [], {}
+
+    def table(config):
+        key = search.key(config)
+        if key not in order:
+            order.append(key)
+        calls[key] = calls.get(key, 0) + 1
+        speed = speeds[order.index(key)] if order.index(key) < len(speeds) else 1.0
+        return {"status": "ok", "throughput": speed, "peak_memory": 20 * MiB, "timing": {"step_s": {"cv": 0.005}}}
+    return table, order, calls
+
+
+def test_a_resume_whose_leader_changed_runs_your_config_again_beside_it(tmp_path):
+    """helper-33: the resume's new leader ran its two rounds alone and they were paired with your config's
+    rounds made in the first sweep, beside the old leader ("2.90× ... over 2 runs each side by side")."""
+    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32", "bf16-mixed"])
+    table, order, calls = first_seen_speeds(4.0, 8.0, 12.0)
+    sweep = sweep_for(spec, tmp_path, Runner(table), total=2, baseline={"batch_size": 8, "precision": "fp32"})
+    sweep.run()
+    assert calls[order[0]] == 3 and calls[order[1]] == 3  # the old leader and your config, rounds 0 and 1
+    studies.Sweep(spec, sweep.study, "cpu", tmp_path, 3, None, runner=Runner(table)).run()
+    assert calls[order[2]] == 3 and calls[order[0]] == 5  # your config runs again, beside the new leader
+    rows = {search.key(r["config"]): r for r in ledger.rows_of(sweep.study)}
+    assert set(record.Record.of(rows[order[2]]).by_round()) == {2, 3}
+    assert sweep.choice().versus.paired == 2
+
+
+def test_a_round_a_killed_sweep_left_half_made_runs_again_whole(tmp_path):
+    """kill -9 after the leader's run of round 1: your config's run of it was claimed by a dead process,
+    and the resume made it alone, paired with the leader's run from before the kill."""
+    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32", "bf16-mixed"])
+    table, order, calls = first_seen_speeds(4.0, 8.0)
+    sweep = sweep_for(spec, tmp_path, Runner(table), total=2, baseline={"batch_size": 8, "precision": "fp32"})
+    sweep.confirm = lambda: None  # the first sweep measures, and its confirmation is written by hand below
+    sweep.run()
+    rows = {search.key(r["config"]): r for r in ledger.rows_of(sweep.study)}
+    base, lead = rows[order[0]]["number"], rows[order[1]]["number"]
+    done = lambda speed: {"state": "done", "run": {"status": "ok", "throughput": speed, "tokens_per_s": None,  # noqa: E731
+                                                   "peak_memory": 20 * MiB, "busy": None}}
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    for key, slot in {(lead, 0): done(8.0), (base, 0): done(4.0), (lead, 1): done(8.0),
+                      (base, 1): {"state": "claimed", "at": 0.0, "worker": {
+                          "host": socket.gethostname(), "pid": int(dead.stdout), "started": 0.0}}}.items():
+        sweep.study.set_user_attr(ledger.confirm_key(*key), slot)
+    studies.Sweep(spec, sweep.study, "cpu", tmp_path, 2, None, runner=Runner(table)).run()
+    rows = {search.key(r["config"]): r for r in ledger.rows_of(sweep.study)}
+    assert set(record.Record.of(rows[order[1]]).by_round()) == {0, 1, 2}
+    assert set(record.Record.of(rows[order[0]]).by_round()) == {0, 2}  # round 1 pairs nothing; round 2 is whole
+    assert calls[order[0]] == 2 and calls[order[1]] == 2
+
+
 def test_a_challenger_whose_confirmation_run_failed_does_not_hold_up_the_race(tmp_path):
     """One of the leader's two confirmation runs crashed: it stayed unconfirmed and the fastest open row,
     so every challenger slot named it again and ran nothing, and your config (4.0) was chosen over a
