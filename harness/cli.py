@@ -275,7 +275,7 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
     missing = apply.not_found(spec.apply, current, spec.knob_names()) if spec.apply else {}
     if typo := apply.misspelled(spec.apply, missing):
         knob, key, theirs = typo
-        raise UserError(f"{spec.path}: apply: {knob} is read from {key}, which is not in {spec.apply.file.name}, but "
+        raise UserError(f"{spec.shown}: apply: {knob} is read from {key}, which is not in {spec.apply.file.name}, but "
                         f"{theirs} is; fix the key under apply.keys (the sweep would measure a baseline that is not your config)")
     base = spec.baseline(current)
     for knob, line in missing.items():
@@ -724,7 +724,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     choice = study_choice(rows, info, spec)
     chosen = choice.row_for(which, parse_size(budget, "--budget") if budget else None, name)
     if spec.apply is None:
-        raise UserError(f"{spec.path}: has no `apply:` section naming the config file to write; add one")
+        raise UserError(f"{spec.shown}: has no `apply:` section naming the config file to write; add one")
     row = chosen.record
     against = choice.against_baseline(chosen)
     provenance = {"study": name, "trial": row.number, "device": row.env.get("device"),

@@ -116,6 +116,15 @@ class Spec:
     """A resumed study's choices for a knob whose list the spec has since narrowed: Optuna cannot change a
     study's choices, so its sampler keeps drawing (and indexing) from these, while the search is `search`."""
 
+    @property
+    def shown(self) -> str:
+        """The spec's path as messages name it: from the current directory where it lies under it, as
+        the user typed it (s.yaml, not /home/.../s.yaml)."""
+        try:
+            return str(self.path.relative_to(Path.cwd()))
+        except ValueError:
+            return str(self.path)
+
     def space_size(self) -> int:
         n = 1
         for dim in self.search.values():
@@ -256,7 +265,7 @@ def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec
         if scenario else study, scenario=scenario,
         workload=workload, search=search, fixed=fixed, effective_batch=effective,
         notes=tuple(dropped_for_effective_batch(raw.get("search"), search, fixed, effective)),
-        trials=positive_int(raw.get("trials", 12), f"{where}: trials"),
+        trials=spec_trials(raw.get("trials", 12), where),
         timeout_s=parse_duration(raw["timeout"], f"{where}: timeout") if raw.get("timeout") is not None else None,
         trial_timeout_s=parse_duration(trial.get("timeout", "5m"), f"{where}: trial.timeout"),
         stall_s=parse_duration(trial.get("stall", "60s"), f"{where}: trial.stall"),
@@ -597,17 +606,17 @@ def for_device(spec: Spec, device: str) -> tuple[Spec, list[str]]:
     why (never silently run as something else).
     """
     for knob, value in spec.fixed.items():
-        check_knob(knob, value, device, f"{spec.path}: {knob}")
+        check_knob(knob, value, device, f"{spec.shown}: {knob}")
     spec, notes = fit_shapes(spec, device)
     search = dict(spec.search)
     for knob, dim in spec.search.items():
         if knob in knobs.CUDA_ONLY and True in (dim.choices or (True,)):
-            check_knob(knob, True, device, f"{spec.path}: search.{knob}")
+            check_knob(knob, True, device, f"{spec.shown}: search.{knob}")
         dropped = [v for v in dim.choices if refusal(knob, v, device)]
         if not dropped:
             continue
         if len(dropped) == len(dim.choices):
-            check_knob(knob, dropped[0], device, f"{spec.path}: search.{knob}")
+            check_knob(knob, dropped[0], device, f"{spec.shown}: search.{knob}")
         search[knob] = dataclasses.replace(dim, choices=tuple(v for v in dim.choices if v not in dropped))
         notes.extend(f"search.{knob}: {v} left out on {device}: {refusal(knob, v, device)}" for v in dropped)
     return dataclasses.replace(spec, search=search), [*spec.notes, *notes]
@@ -627,12 +636,12 @@ def fit_shapes(spec: Spec, device: str) -> tuple[Spec, list[str]]:
     found = found or {None: info.problems(spec.workload_for(device, first)["params"])}
     everywhere = [p for p in next(iter(found.values())) if all(p in others for others in found.values())]
     if everywhere:
-        raise UserError(f"{spec.path}: workload.params: {everywhere[0]}")
+        raise UserError(f"{spec.shown}: workload.params: {everywhere[0]}")
     search, notes = dict(spec.search), []
     for knob, dim in searched.items():
         bad = [v for v in (dim.choices or (dim.low, dim.high)) if found[knob, v]]
         if bad and (len(bad) == len(dim.choices) or not dim.choices):  # nothing left to search, or a range's end
-            raise UserError(f"{spec.path}: search.{knob}: {found[knob, bad[0]][0]}")
+            raise UserError(f"{spec.shown}: search.{knob}: {found[knob, bad[0]][0]}")
         search[knob] = dataclasses.replace(dim, choices=tuple(v for v in dim.choices if v not in bad))
         notes.extend(f"search.{knob}: {v} left out: {found[knob, v][0]}" for v in bad)
     return dataclasses.replace(spec, search=search), notes
@@ -674,7 +683,7 @@ def fit_nproc(spec: Spec, device: str, available: int) -> tuple[Spec, list[str]]
     if not too_many:
         return spec, []
     if len(too_many) == len(values):
-        where = f"{spec.path}" + (f" scenario {spec.scenario}" if spec.scenario else "")
+        where = f"{spec.shown}" + (f" scenario {spec.scenario}" if spec.scenario else "")
         other = ", or run another scenario (--scenario NAME)" if spec.scenario else ""
         raise UserError(f"{where}: nproc {min(too_many)} needs {min(too_many)} {devices_word(device)} "
                         f"(one per process), but {has}; lower nproc or run where there are more{other}")
@@ -702,7 +711,7 @@ def check_knob(knob: str, value, device: str, where: str) -> None:
 def with_preset(spec: Spec, preset: str) -> Spec:
     """The spec with another preset of its built-in workload (`bench trial --preset tiny`)."""
     if "name" not in spec.workload:
-        raise UserError(f"--preset {preset}: presets belong to built-in workloads; {spec.path} brings its own "
+        raise UserError(f"--preset {preset}: presets belong to built-in workloads; {spec.shown} brings its own "
                         f"model ({workload_label(spec.workload)}): set its size in workload.params")
     info = WORKLOADS[spec.workload["name"]]
     if preset != "auto" and preset not in info.presets:
@@ -877,6 +886,15 @@ def int_value(value, where: str, minimum: int | None = None) -> int:
     if minimum is not None and value < minimum:
         raise UserError(f"{where}: must be at least {minimum}, got {value}")
     return value
+
+
+def spec_trials(value, where: str) -> int:
+    """The spec's `trials`: the most a sweep runs. `auto` is how the command line stops earlier (its
+    default), not a cap, so it is refused with what to write instead."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        raise UserError(f"{where}: trials: auto is the command line's default (`bench sweep --trials auto` stops on "
+                        "its own); the spec's trials is its cap: give a whole number, e.g. trials: 12")
+    return positive_int(value, f"{where}: trials")
 
 
 def positive_int(value, where: str) -> int:

@@ -182,6 +182,7 @@ BAD_NUMBERS = {
     "every_seq_len_over_block_size": ("workload: {name: gpt, preset: tiny, params: {block_size: 16}}", "search.seq_len",
                                       "seq_len 32 is longer than block_size 16", "raise block_size"),
     "knob_negative": ("search: {batch_size: [4, 8], seq_len: [-5, 64]}", "search.seq_len", "at least 1"),
+    "trials_auto": ("trials: auto", "trials: auto is the command line's default", "give a whole number, e.g. trials: 12"),
     "knob_string": ("search: {batch_size: [4, 8], seq_len: [abc, 64]}", "search.seq_len", "whole number"),
 }
 # Names are names: a study or scenario named like a path would write outside results/.
@@ -230,6 +231,21 @@ def test_a_number_not_finite_or_out_of_range_is_one_line(cwd, case):
     path = write(cwd, f"{case}.yaml", text=text)
     assert_user_error(bench("sweep", path, "--device", "cpu"), path.name, *phrases)
     assert nothing_written(cwd)
+
+
+def test_a_spec_is_named_as_typed_where_its_workload_is_refused(cwd):
+    """helper-33: a built-in workload's params were refused under the spec's absolute path, every other
+    spec error under the name as typed."""
+    write(cwd, "heads.yaml", text=spec_with("workload: {name: emberformer, preset: tiny, params: {heads: 3}}"))
+    line = assert_user_error(bench("sweep", "heads.yaml", "--device", "cpu"))
+    assert line.startswith("error: heads.yaml: workload.params: heads 3"), line
+    assert nothing_written(cwd)
+
+
+def test_a_window_in_milliseconds_is_read():
+    """The default window is 0.5 s, and `window: 500ms` was refused as unreadable."""
+    spec = specs.build({**GOOD, "trial": {**GOOD["trial"], "window": "500ms"}}, Path("s.yaml"), None, ())
+    assert spec.measure.window_s == 0.5
 
 
 @pytest.mark.parametrize("case", sorted(BAD_NAMES))
