@@ -458,7 +458,7 @@ class Sweep:
         rounds = self.rounds_for(pair, CONFIRM_ROUNDS + WIDE_TIE_ROUNDS)
         if any((to_do := self.runs_to_do(pair, rounds)).values()):
             self.progress.note(f"#{pair[0]['number']} ties with your config only because their runs side by side "
-                               f"disagree (1× ± {choice.versus.bound:.2f}): " + confirmation_words(to_do))
+                               "disagree: " + confirmation_words(to_do))  # no "1× ± 31.60": no band anyone reads
         self.confirm_runs(pair, rounds)
 
     def rounds_for(self, chosen: list[dict], whole: int) -> range:
