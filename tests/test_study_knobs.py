@@ -64,7 +64,7 @@ def test_a_confirmation_run_is_told_in_the_objectives_unit(tmp_path):
     sweep = studies.Sweep(spec, study, "cpu", tmp_path, 1, None, Notes())
     sweep.runner = lambda config, number, repeat=False: {"status": "ok", "throughput": 10.0, "peak_memory": GiB,
                                                          "tokens_per_s": {"median": 640.0}}
-    sweep.confirm_runs([{"number": 0, "config": {"batch_size": 8}}])
+    sweep.confirm_runs([{"number": 0, "config": {"batch_size": 8}}], range(studies.CONFIRM_ROUNDS))
     assert notes and all(line.endswith("ok 640.0 tokens/s") for line in notes), notes
 
 
