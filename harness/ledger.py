@@ -282,15 +282,24 @@ def not_run_itself(t: optuna.trial.FrozenTrial) -> bool:
     return "duplicate_of" in t.user_attrs or "outside_space" in t.user_attrs
 
 
+def confirm_slots(attrs: dict) -> list[tuple[int, int, object]]:
+    """(trial number, round, slot) of every confirm:NUMBER:ROUND attribute (confirm_key), by number then
+    round; an attribute of another shape (a hand edit) is none."""
+    slots = []
+    for key, slot in attrs.items():
+        parts = key.split(":")
+        if len(parts) == 3 and parts[0] == "confirm" and parts[1].isdigit() and parts[2].isdigit():
+            slots.append((int(parts[1]), int(parts[2]), slot))
+    return sorted(slots, key=lambda s: s[:2])
+
+
 def confirmation_runs(attrs: dict) -> dict[str, list[dict]]:
     """Trial number (str) -> its recorded confirmation runs, in round order: confirm:* records, after
     the runs of a study from before them (one `repeats` attribute)."""
     runs = {number: list(done) for number, done in (attrs.get("repeats") or {}).items()}
-    done = sorted((int(parts[1]), int(parts[2]), value["run"]) for key, value in attrs.items()
-                  if key.startswith("confirm:") and len(parts := key.split(":")) == 3
-                  and isinstance(value, dict) and value.get("state") == "done")
-    for number, round_, run in done:
-        runs.setdefault(str(number), []).append({**run, "round": round_})
+    for number, round_, slot in confirm_slots(attrs):
+        if isinstance(slot, dict) and slot.get("state") == "done":
+            runs.setdefault(str(number), []).append({**slot["run"], "round": round_})
     return runs
 
 

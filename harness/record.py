@@ -141,11 +141,7 @@ class Record:
 
     def runs(self, objective: str = "samples") -> list[float]:
         """Every measured throughput of the config: this trial's run, then its ok confirmation runs."""
-        return [v for v in self.rounds(objective) if v]
-
-    def rounds(self, objective: str = "samples") -> list[float | None]:
-        """This trial's run, then each confirmation round's (None where that run failed)."""
-        return [self.rate(objective)] + [self.run_rate(r, objective) for r in self.repeats]
+        return [v for v in [self.rate(objective), *(self.run_rate(r, objective) for r in self.repeats)] if v]
 
     def by_round(self, objective: str = "samples") -> dict[int, float | None]:
         """Each confirmation run's figure by its round: a failed run of round 0 shifted later runs by one

@@ -450,11 +450,12 @@ class Sweep:
         their rounds side by side disagree (a noisy host ran your config at 168.6, 123.0 and 171.6 and kept
         it over a 1.30× leader) runs WIDE_TIE_ROUNDS more rounds with it: a gain that size is not given
         up on two rounds, and four tell what two could not. Once per study, so a resume does not repeat it."""
-        choice = self.choice()
+        rows = ledger.rows_of(self.study)
+        choice = self.choice(rows)
         if not choice.wide_tie:
             return
-        rows = {r["number"]: r for r in ledger.rows_of(self.study)}
-        pair = [rows[choice.leader.number], rows[choice.baseline.number]]
+        by_number = {r["number"]: r for r in rows}
+        pair = [by_number[choice.leader.number], by_number[choice.baseline.number]]
         rounds = self.rounds_for(pair, CONFIRM_ROUNDS + WIDE_TIE_ROUNDS)
         if any((to_do := self.runs_to_do(pair, rounds)).values()):
             self.progress.note(f"#{pair[0]['number']} ties with your config only because their runs side by side "
@@ -468,8 +469,7 @@ class Sweep:
         of it: the new runs of that round would be made apart (days, on a resume) yet read side by side."""
         attrs = self.study.user_attrs
         numbers = {r["number"] for r in chosen}
-        top = max([int(k.split(":")[2]) for k in attrs if k.startswith("confirm:") and k.count(":") == 2
-                   and int(k.split(":")[1]) in numbers]
+        top = max([k for n, k, _ in ledger.confirm_slots(attrs) if n in numbers]
                   + [len((attrs.get("repeats") or {}).get(str(n)) or []) - 1 for n in numbers], default=-1)
         open_ = {k: {self.confirmation_free(attrs.get(ledger.confirm_key(r["number"], k)), r["number"], k, attrs)
                      for r in chosen} for k in range(top + 1)}
@@ -763,14 +763,14 @@ class Sweep:
                 ledger.requeue(self.study, self.spec, r["config"], {**trials[r["number"]].user_attrs, "remeasured_after": first})
             if again:
                 ledger.supersede(self.study, [r["number"] for r in again])
-            done = {key: slot["run"] for key, slot in attrs.items() if key.startswith("confirm:")
-                    and isinstance(slot, dict) and slot.get("state") == "done" and isinstance(slot.get("run"), dict)}
-            runs = [key for key, run in done.items() if run.get("busy")]
+            done = {(n, k): slot["run"] for n, k, slot in ledger.confirm_slots(attrs)
+                    if isinstance(slot, dict) and slot.get("state") == "done" and isinstance(slot.get("run"), dict)}
+            runs = [slot for slot, run in done.items() if run.get("busy")]
             # a busy run's round runs again whole: the other configs' runs of it too, to be side by side again
-            spoiled = {key.rsplit(":", 1)[1] for key in runs}
-            partners = [key for key in done if key.rsplit(":", 1)[1] in spoiled]
-            for key in set(runs) | set(partners):
-                self.study.set_user_attr(key, {"state": "free"})
+            spoiled = {k for _, k in runs}
+            partners = [slot for slot in done if slot[1] in spoiled]
+            for number, round_ in set(runs) | set(partners):
+                self.study.set_user_attr(ledger.confirm_key(number, round_), {"state": "free"})
         if again:
             self.progress.note(f"the machine is quiet: measuring again {len(again)} trial(s) a busy machine or noise "
                                "spoiled (" + ", ".join(f"#{r['number']}" for r in again) + ")")

@@ -44,7 +44,7 @@ def parse_size(value: object, where: str) -> int:
 
 
 def parse_duration(value: object, where: str) -> float:
-    """'90s', '10m', '1.5h' or a plain number of seconds -> seconds."""
+    """'500ms', '90s', '10m', '1.5h' or a plain number of seconds -> seconds."""
     if isinstance(value, bool):
         raise UserError(f"{where}: expected a duration like 10m, got {value!r}")
     if value is None:  # YAML's null (or nothing after the colon): Python's None is not what was written

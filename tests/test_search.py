@@ -731,3 +731,13 @@ def test_a_database_worker_that_dies_between_its_claim_and_its_trial_is_found_by
     sweep.fail_stale_trials()
     assert study.trials[trial.number].state == TrialState.FAIL
     assert [t.user_attrs["config"] for t in study.get_trials(states=(TrialState.WAITING,))] == [config]
+
+
+def test_confirmation_runs_are_read_by_round_and_a_hand_edited_key_is_none():
+    """Every reader of confirm:NUMBER:ROUND parses it through ledger.confirm_slots; `confirm:x:1` (a hand
+    edit the journal check lets through: it checks the value) made int() raise in the report."""
+    done = lambda speed: {"state": "done", "run": {"status": "ok", "throughput": speed}}  # noqa: E731
+    attrs = {"confirm:3:1": done(9.0), "confirm:3:0": done(8.0), "confirm:x:1": done(1.0), "confirm:3": done(2.0),
+             "confirm:2:0": {"state": "claimed"}}
+    runs = ledger.confirmation_runs(attrs)
+    assert list(runs) == ["3"] and [(r["round"], r["throughput"]) for r in runs["3"]] == [(0, 8.0), (1, 9.0)]
