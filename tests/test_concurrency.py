@@ -19,6 +19,7 @@ import yaml
 from click.testing import CliRunner
 
 from harness.cli import main
+from harness.study import CONFIRM_ROUNDS, WIDE_TIE_ROUNDS
 from tests.conftest import FAST_TRIAL
 from tests.test_interrupt import env_for, gated, hanging_trial, start_sweep, wait_until_gone  # noqa: F401 (fixture)
 
@@ -141,10 +142,11 @@ def test_one_of_the_workers_runs_the_whole_confirmation_and_each_run_is_its_own_
         assert "Traceback" not in w.stderr
     rows = {r["config"]["batch_size"]: r for r in report(tmp_path, "confirm")}
     assert rows[2]["baseline"]  # the baseline and the leader are confirmed, whichever config leads
-    assert [len(rows[b]["repeats"]) for b in (2, 256)] == [2, 2]
-    assert len(runs.read_text().splitlines()) - before == 2 * 2  # 2 configs x CONFIRM_ROUNDS, in all
+    rounds = len(rows[2]["repeats"])  # a busy machine may make a wide tie, settled by more rounds (Sweep.settle_wide_tie)
+    assert rounds in (CONFIRM_ROUNDS, CONFIRM_ROUNDS + WIDE_TIE_ROUNDS) and len(rows[256]["repeats"]) == rounds
+    assert len(runs.read_text().splitlines()) - before == 2 * rounds  # 2 configs x their rounds, in all
     made = sorted(len(re.findall(r"#\d+ confirmation run \d+ of", w.stdout)) for w in workers)
-    assert made == [0] * (WORKERS - 1) + [2 * 2]
+    assert made == [0] * (WORKERS - 1) + [2 * rounds]
 
 
 def test_a_trial_waits_for_another_bench_trial_on_the_same_device(gated):  # noqa: F811 (fixture)

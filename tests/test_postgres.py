@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.study import CONFIRM_ROUNDS, WIDE_TIE_ROUNDS
 from tests.conftest import FAST_TRIAL
 from tests.test_interrupt import env_for, hanging_trial, wait_until_gone, write_gated
 
@@ -138,9 +139,10 @@ def test_one_of_two_hosts_runs_the_whole_confirmation(tmp_path):
     ended = [done(w) for w in workers]
     for rc, out, err in ended:
         assert rc == 0, err
-    assert sorted(len(re.findall(r"#\d+ confirmation run \d+ of", out)) for _, out, _ in ended) == [0, 2 * 2]
     rows = {r["config"]["batch_size"]: r for r in report(tmp_path, study)}
-    assert [len(rows[b]["repeats"]) for b in (2, 256)] == [2, 2]
+    rounds = len(rows[2]["repeats"])  # a busy host may make a wide tie, settled by more rounds (Sweep.settle_wide_tie)
+    assert rounds in (CONFIRM_ROUNDS, CONFIRM_ROUNDS + WIDE_TIE_ROUNDS) and len(rows[256]["repeats"]) == rounds
+    assert sorted(len(re.findall(r"#\d+ confirmation run \d+ of", out)) for _, out, _ in ended) == [0, 2 * rounds]
 
 
 def test_workers_started_at_once_on_a_new_database_all_open_it(tmp_path):
