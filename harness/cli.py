@@ -285,6 +285,10 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
         err.print(f"note: your current config's batch_size {base['batch_size']} does not divide effective_batch "
                   f"{spec.effective_batch}: it is measured as it is (accumulation {base.get('accumulation', 1)}), and "
                   f"no other config is searched at that size", markup=False, highlight=False, soft_wrap=True)
+    if outside := spec.outside(base):
+        err.print(f"note: your current config's {', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not in the "
+                  "spec's search: it is measured as your config, and no other config is searched with "
+                  f"{'it' if len(outside) == 1 else 'them'}", markup=False, highlight=False, soft_wrap=True)
     if not storage_url:
         make_results_folder(results)
     storage = stores.open_storage(storage_url, results, spec.study, say=lambda line: err.print(escape(line), soft_wrap=True))

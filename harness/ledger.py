@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 
 from harness import __version__, record, search
 from harness.errors import UserError
-from harness.spec import SPEC_KEYS, Dimension, Spec, all_configs, keeps_effective_batch
+from harness.spec import SPEC_KEYS, Spec, all_configs
 from harness.storage import JOURNAL, REQUEUE_KEEPS, existing_storage, is_stale, redact
 
 
@@ -204,7 +204,9 @@ def suggest(trial: optuna.Trial, spec: Spec, eager_only: bool = False) -> dict:
         elif choices:
             params[name] = trial.suggest_categorical(name, list(choices))
         else:
-            params[name] = trial.suggest_int(name, dim.low, dim.high)
+            with warnings.catch_warnings():  # your config's value below or above the range, enqueued as the baseline
+                warnings.filterwarnings("ignore", message=f"Fixed parameter {name} with value .* is out of range")
+                params[name] = trial.suggest_int(name, dim.low, dim.high)
     return params
 
 
@@ -219,25 +221,17 @@ def sampler_params(spec: Spec, config: dict) -> dict:
 
 
 def including(spec: Spec, config: dict) -> Spec:
-    """The spec with the user's current config inside its search space, so it can be enqueued. A batch
-    size (or process count) that does not divide the spec's effective_batch goes only into the sampler's
-    choices: your config runs as it is, but no other config is searched at an effective batch not asked for."""
-    search, fixed, sampled = dict(spec.search), dict(spec.fixed), dict(spec.sampled)
-    inexact = not keeps_effective_batch(spec, config)
+    """The spec whose sampler can hold the user's current config, so that it can be enqueued as the
+    baseline. A value outside a knob's list joins only the sampler's choices: your config runs as it is,
+    and the search stays the spec's (a current fp32 beside `precision: [bf16-mixed]` was searched in
+    every family, and batch 4 beside a 16..32 range made it 4..32). One outside a range needs nothing
+    here: Optuna takes an enqueued value outside the range as it is (suggest)."""
+    sampled = dict(spec.sampled)
     for name, value in config.items():
-        if inexact and name in ("batch_size", "nproc"):
-            if name in search and value not in search[name].choices:
-                sampled[name] = (*sampled.get(name, search[name].choices), value)
-        elif name in search:
-            dim = search[name]
-            if dim.choices and value not in dim.choices:
-                search[name] = Dimension(name, choices=(*dim.choices, value))
-            elif not dim.choices and not dim.low <= value <= dim.high:
-                search[name] = Dimension(name, low=min(dim.low, value), high=max(dim.high, value))
-        elif name in fixed and fixed[name] != value:
-            del fixed[name]
-            search[name] = Dimension(name, choices=(spec.fixed[name], value))
-    return replace(spec, search=search, fixed=fixed, sampled=sampled)
+        dim = spec.search.get(name)
+        if dim is not None and dim.choices and value not in sampled.get(name, dim.choices):
+            sampled[name] = (*sampled.get(name, dim.choices), value)
+    return replace(spec, sampled=sampled)
 
 
 def enqueue_baseline(study: optuna.Study, spec: Spec, config: dict) -> None:

@@ -138,6 +138,17 @@ class Spec:
         return (all(dim.admits(params[name]) for name, dim in self.search.items())
                 and self.config(params) == config)
 
+    def outside(self, config: dict) -> list[str]:
+        """`knob value` for each of `config`'s values the spec does not search (a list's or a range's, or
+        a fixed value): your config's, measured as it is and never searched. Accumulation where the
+        spec derives it, and a batch that does not divide effective_batch, are said otherwise."""
+        derived = ("accumulation",) if self.effective_batch else ()
+        if not keeps_effective_batch(self, config):
+            derived += ("batch_size", "nproc")
+        return [f"{name} {config[name]}" for name in self.knob_names() if name in config and name not in derived
+                and not (self.search[name].admits(config[name]) if name in self.search
+                         else name not in self.fixed or self.fixed[name] == config[name])]
+
     def knob_names(self) -> list[str]:
         names = [*self.search, *self.fixed]
         return names + (["accumulation"] if self.effective_batch and "accumulation" not in names else [])

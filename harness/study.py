@@ -286,14 +286,14 @@ class Sweep:
     def run_one(self) -> bool:
         """Ask, run (or skip, or drop a duplicate) and tell one trial. False when nothing was measured."""
         done = self.counted()
-        trial, config, previous = self.claim_next()
+        trial, config, previous, drawn = self.claim_next()
         if previous is not None and previous.number != trial.number:
             self.tell_duplicate(trial, previous)
             self.progress.duplicate(trial.number, previous.number, config)
             self.enqueue_unmeasured(trial.number)
             return False
         if not trial.user_attrs.get("baseline") and not self.spec.contains(config):
-            self.set_aside(trial, config)
+            self.set_aside(trial, config, drawn)
             self.enqueue_unmeasured(trial.number)
             return False
         # sampler: grid measures every config (that is how landscapes are recorded and skips checked)
@@ -357,7 +357,8 @@ class Sweep:
     # that is gone, is interrupted and its config queued again; it never counts as measured.
 
     def claim_next(self):
-        """Ask the study for the next trial and claim it for this worker: (trial, config, measured twin or None).
+        """Ask the study for the next trial and claim it for this worker: (trial, config, measured twin or
+        None, whether the sampler drew the config rather than the study queueing it).
 
         Ask and claim happen under the claim lock, which recover_trials takes too: a RUNNING trial without
         a worker seen under that lock was asked by a process that died before claiming it.
@@ -368,6 +369,7 @@ class Sweep:
                 # suggest() even for enqueued trials: it records their fixed params with distributions,
                 # so the sampler sees every trial (baseline, grid, compile and frontier probes included).
                 params = ledger.suggest(trial, self.spec, eager_only=self.eager_phase() and "config" not in trial.user_attrs)
+                drawn = "config" not in trial.user_attrs
                 config = trial.user_attrs.get("config") or self.spec.config(params)
                 trial.set_user_attr("config", config)
                 if not trial.user_attrs.get("baseline") and self.baseline_pending(config):
@@ -378,7 +380,7 @@ class Sweep:
             except KeyboardInterrupt:  # Ctrl-C while claiming: interrupted now, as the CLI says, not at the next resume
                 self.tell_interrupted(trial, trial.user_attrs.get("config"), "interrupted by the user (Ctrl-C)")
                 raise
-        return trial, config, previous
+        return trial, config, previous, drawn
 
     def baseline_pending(self, config: dict) -> bool:
         """`config` is the baseline's and no baseline trial has measured (or is measuring) it: the baseline
@@ -674,15 +676,20 @@ class Sweep:
         trial.set_user_attr("status", previous.user_attrs.get("status"))
         self.study.tell(trial, state=TrialState.FAIL)
 
-    def set_aside(self, trial, config: dict) -> None:
-        """A config the spec no longer holds (queued, or drawn from the study's old choices, before a
-        resume narrowed a knob's list): not run, FAIL (samplers ignore it), in no view and no count."""
-        dropped = [f"{knob} {config.get(knob)}" for knob, dim in self.spec.search.items()
-                   if knob in config and not dim.admits(config[knob])]
-        dropped += [f"{knob} {config[knob]}" for knob, value in self.spec.fixed.items()  # a list narrowed to one value
+    def set_aside(self, trial, config: dict, drawn: bool) -> None:
+        """A config the spec does not hold (queued, or drawn from the study's old choices, before a resume
+        narrowed a knob's list; or `drawn` with a value only your config has, which is said before the
+        sweep): not run, FAIL (samplers ignore it), in no view and no count."""
+        dropped = [knob for knob, dim in self.spec.search.items() if knob in config and not dim.admits(config[knob])]
+        dropped += [knob for knob, value in self.spec.fixed.items()  # a list narrowed to one value
                     if knob in config and config[knob] != value]
         trial.set_user_attr("outside_space", True)
         self.study.tell(trial, state=TrialState.FAIL)
+        baseline = next((t.user_attrs.get("config") or {} for t in self.study.get_trials(deepcopy=False)
+                         if t.user_attrs.get("baseline")), {})
+        if drawn and dropped and all(knob in baseline and baseline[knob] == config[knob] for knob in dropped):
+            return  # the sampler's choices hold your config's value so that it could be enqueued
+        dropped = [f"{knob} {config[knob]}" for knob in dropped]
         self.progress.note(f"trial {trial.number} not run: {', '.join(dropped) or report_config(config)} is no longer "
                            "in the spec's search space (the study queued or drew it before the spec changed)")
 

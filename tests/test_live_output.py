@@ -2,6 +2,7 @@
 not best, the running trial's phase and elapsed time, lines that fit the terminal, whole --help."""
 import io
 import re
+import warnings
 
 import pytest
 from click.testing import CliRunner
@@ -180,6 +181,34 @@ def test_the_sweeps_last_line_offers_apply_only_where_it_would_change_your_confi
     assert result.exit_code == 0, result.output
     last = " ".join(result.output.strip().splitlines()[-1].split())
     assert last == said, result.output
+
+
+@pytest.mark.parametrize("space", [
+    {"batch_size": [16, 32], "precision": ["bf16-mixed", "fp16-mixed"]},  # your batch 8 and fp32 in neither list
+    {"batch_size": {"low": 14, "high": 16}, "precision": "bf16-mixed"},  # below the range; a fixed value not yours
+])
+def test_your_config_outside_the_search_is_measured_and_never_searched(project, monkeypatch, space):
+    """Your batch 8 and fp32 were added to the search: fp32 was searched in every family (a range 14..16
+    became 8..16), so a sweep asked for bf16 could end on an fp32 config, and a resume searched the spec's
+    own space, another one."""
+    def steady(self, config, number, repeat=False):  # steady figures, whatever the machine's load
+        return {"status": "ok", "throughput": 100.0 * config["batch_size"] * (2 if config["precision"] == "fp32" else 1),
+                "peak_memory": 2**20 * config["batch_size"], "timing": {"step_s": {"cv": 0.005}}}
+    monkeypatch.setattr(studies.Sweep, "launch", steady)
+    spec = write_spec(project, search=space, trials=8, sampler="random")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="Fixed parameter")  # Optuna's "out of range" warning for your batch 8 under a range 14..16
+        result = CliRunner().invoke(main, ["sweep", str(spec), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert ("note: your current config's batch_size 8, precision fp32 are not in the spec's search: it is measured "
+            "as your config, and no other config is searched with them") in said, said
+    assert "not in the spec's search space" not in said  # a draw of your config's value is set aside without a word
+    study = ledger.load(stores.existing_storage(None, project / "results", "tiny"), "tiny")
+    ran = [t.user_attrs["config"] for t in study.get_trials(deepcopy=False) if "record" in t.user_attrs]
+    assert (ran[0]["batch_size"], ran[0]["precision"]) == (8, "fp32")  # your config first
+    searched = {(c["batch_size"], c["precision"]) for c in ran[1:]}
+    assert searched and all(b >= 14 and p != "fp32" for b, p in searched), searched
 
 
 def test_your_batch_that_does_not_divide_the_effective_batch_runs_as_it_is_and_no_other_config_takes_it(project, monkeypatch):

@@ -725,7 +725,7 @@ def test_a_database_worker_that_dies_between_its_claim_and_its_trial_is_found_by
                                        heartbeat_stale_trial_callback=storage.requeue_stale)
     study = ledger.create(spec, beats, "cpu")
     sweep = studies.Sweep(spec, study, "cpu", tmp_path, spec.trials, None, runner=Runner())
-    trial, config, _ = sweep.claim_next()
+    trial, config, _, _ = sweep.claim_next()
     trial.set_user_attr("worker", {"host": "a-host-that-died", "pid": 1, "started": 0.0})  # it dies here
     time.sleep(2.5)
     sweep.fail_stale_trials()

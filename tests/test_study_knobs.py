@@ -343,3 +343,24 @@ def test_a_resume_whose_narrowed_space_is_all_tried_sets_the_queued_rest_aside(t
     study = ledger.load(stores.existing_storage(None, tmp_path / "results", "s"), "s")
     assert not study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     assert [r["config"]["batch_size"] for r in ledger.rows_of(study)] == [8]
+
+
+def test_a_draw_of_your_configs_value_is_set_aside_without_a_word(tmp_path):
+    """Your batch 12, outside the list, is a sampler's choice so that it can be enqueued: a draw of it by
+    another trial is set aside, and said nothing, where it said "no longer in the spec's search space
+    (... before the spec changed)" of a spec no one changed. A value the spec dropped is still said."""
+    spec = ledger.including(spec_for(tmp_path, search={"batch_size": [8, 16]}), {"batch_size": 12})
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    ledger.enqueue_baseline(study, spec, spec.config({"batch_size": 12}))
+    notes = []
+
+    class Notes(studies.Progress):
+        def note(self, message):
+            notes.append(message)
+    sweep = studies.Sweep(spec, study, "cpu", tmp_path, 1, None, Notes())
+    study.ask()  # the baseline's trial
+    sweep.set_aside(study.ask(), spec.config({"batch_size": 12}), drawn=True)
+    assert notes == []
+    sweep.set_aside(study.ask(), spec.config({"batch_size": 4}), drawn=True)  # drawn before a resume narrowed the list
+    assert notes == ["trial 2 not run: batch_size 4 is no longer in the spec's search space (the study queued or "
+                     "drew it before the spec changed)"]
