@@ -92,7 +92,7 @@ def test_report_table_and_csv(swept):
     assert "★" in table.output and "samples/s" in table.output and "best: trial" in table.output
     # whichever config won on this machine's load: compared with the baseline, or the baseline itself
     words = " ".join(table.output.split())
-    assert any(said in words for said in ("vs baseline (trial", "— your current config", "leader (trial"))
+    assert any(said in words for said in ("vs baseline (trial", "— your config as swept", "leader (trial"))
     csv_out = in_folder(folder, "report", "tiny", "--format", "csv")
     header = csv_out.output.splitlines()[0].split(",")
     assert {"number", "status", "throughput", "peak_memory", "config.batch_size"} <= set(header)

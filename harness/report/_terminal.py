@@ -215,7 +215,7 @@ def fit(columns: list[Column], rows: list[Standing], width: int | None) -> tuple
 
 
 def legend(choice: Choice) -> str:
-    base = "your current config" if choice.applies else "the spec's defaults: no apply: section, no config read"
+    base = "your config as swept" if choice.applies else "the spec's defaults: no apply: section, no config read"
     return (f"★ best   ◆ Pareto front   B baseline ({base})   ! loss rose beyond chance   "
             "noisy: windows disagree, not ranked   runs: measured runs the figure is the median of   "
             "GiB = 1024³ bytes, MiB = 1024² bytes")
@@ -302,7 +302,7 @@ def headline(choice: Choice) -> list[str]:
         return ["best: none — no measured config qualifies; see the statuses above and why below"]
     lines = [f"best: trial {best.number}  {describe(best.config)}  {best.speed:.1f} {choice.unit} "
              f"(median of {best.runs} run{'s' if best.runs > 1 else ''}), peak {size(best.peak)}"
-             + (("  — your current config" if choice.applies else "  — the baseline") if best.record.baseline else "")]
+             + (("  — your config as swept" if choice.applies else "  — the baseline") if best.record.baseline else "")]
     if choice.versus is not None:
         kept = ", so your config stays (`bench apply best` keeps its values)" if choice.kept else ""
         lines.append(f"{'vs baseline' if leader is best else 'leader'} (trial {leader.number} vs trial {base.number}): "
