@@ -285,10 +285,6 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
         err.print(f"note: your current config's batch_size {base['batch_size']} does not divide effective_batch "
                   f"{spec.effective_batch}: it is measured as it is (accumulation {base.get('accumulation', 1)}), and "
                   f"no other config is searched at that size", markup=False, highlight=False, soft_wrap=True)
-    if outside := spec.outside(base):
-        err.print(f"note: your current config's {', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not in the "
-                  "spec's search: it is measured as your config, and no other config is searched with "
-                  f"{'it' if len(outside) == 1 else 'them'}", markup=False, highlight=False, soft_wrap=True)
     if not storage_url:
         make_results_folder(results)
     storage = stores.open_storage(storage_url, results, spec.study, say=lambda line: err.print(escape(line), soft_wrap=True))
@@ -304,6 +300,10 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
         spec = ledger.including(spec, base)
         ledger.enqueue_baseline(study, spec, base)
     ledger.enqueue_grid(study, spec)
+    if outside := spec.outside(ledger.baseline_config(study) or base):  # a resume's: as first swept, whatever the file says now
+        err.print(f"note: your config's {', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not in the spec's "
+                  f"search: it is measured as your config, and no other config is searched with "
+                  f"{'it' if len(outside) == 1 else 'them'}", markup=False, highlight=False, soft_wrap=True)
     where = stores.redact(storage_url) if storage_url else str(stores.study_dir(results, spec.study))
     out.print(f"[bold]bench sweep[/bold] {escape(spec.study)}: {escape(specs.workload_label(spec.workload))} "
               f"on {device}, {spec.space_size()} configs in the space, up to {total} trial{'s' if total > 1 else ''} → {escape(where)}")

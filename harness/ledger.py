@@ -234,6 +234,11 @@ def including(spec: Spec, config: dict) -> Spec:
     return replace(spec, sampled=sampled)
 
 
+def baseline_config(study: optuna.Study) -> dict | None:
+    """The config the study measures as your config: that of its first sweep, whatever the file says now."""
+    return next((t.user_attrs.get("config") for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")), None)
+
+
 def enqueue_baseline(study: optuna.Study, spec: Spec, config: dict) -> None:
     """Measure the user's current config first (once per study)."""
     if any(t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)):

@@ -140,14 +140,19 @@ class Spec:
 
     def outside(self, config: dict) -> list[str]:
         """`knob value` for each of `config`'s values the spec does not search (a list's or a range's, or
-        a fixed value): your config's, measured as it is and never searched. Accumulation where the
-        spec derives it, and a batch that does not divide effective_batch, are said otherwise."""
-        derived = ("accumulation",) if self.effective_batch else ()
-        if not keeps_effective_batch(self, config):
-            derived += ("batch_size", "nproc")
-        return [f"{name} {config[name]}" for name in self.knob_names() if name in config and name not in derived
-                and not (self.search[name].admits(config[name]) if name in self.search
-                         else name not in self.fixed or self.fixed[name] == config[name])]
+        a fixed value): your config's, measured as it is and never searched. A batch that does not divide
+        effective_batch is said otherwise; an accumulation that makes another effective batch, here."""
+        inexact = not keeps_effective_batch(self, config)
+        out = [f"{name} {config[name]}" for name in self.knob_names() if name in config
+               and not (inexact and name in ("batch_size", "nproc")) and not (self.effective_batch and name == "accumulation")
+               and not (self.search[name].admits(config[name]) if name in self.search
+                        else name not in self.fixed or self.fixed[name] == config[name])]
+        if self.effective_batch and not inexact:
+            per_step = int(config["batch_size"]) * int(config.get("nproc", 1))
+            if (accumulation := int(config.get("accumulation", 1))) * per_step != self.effective_batch:
+                out.append(f"accumulation {accumulation} (an effective batch of {accumulation * per_step}, "
+                           f"not effective_batch {self.effective_batch})")
+        return out
 
     def knob_names(self) -> list[str]:
         names = [*self.search, *self.fixed]

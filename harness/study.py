@@ -287,13 +287,13 @@ class Sweep:
         """Ask, run (or skip, or drop a duplicate) and tell one trial. False when nothing was measured."""
         done = self.counted()
         trial, config, previous, drawn = self.claim_next()
+        if not trial.user_attrs.get("baseline") and not self.spec.contains(config):
+            self.set_aside(trial, config, drawn)
+            self.enqueue_unmeasured(trial.number)
+            return False
         if previous is not None and previous.number != trial.number:
             self.tell_duplicate(trial, previous)
             self.progress.duplicate(trial.number, previous.number, config)
-            self.enqueue_unmeasured(trial.number)
-            return False
-        if not trial.user_attrs.get("baseline") and not self.spec.contains(config):
-            self.set_aside(trial, config, drawn)
             self.enqueue_unmeasured(trial.number)
             return False
         # sampler: grid measures every config (that is how landscapes are recorded and skips checked)
@@ -685,10 +685,11 @@ class Sweep:
                     if knob in config and config[knob] != value]
         trial.set_user_attr("outside_space", True)
         self.study.tell(trial, state=TrialState.FAIL)
-        baseline = next((t.user_attrs.get("config") or {} for t in self.study.get_trials(deepcopy=False)
-                         if t.user_attrs.get("baseline")), {})
-        if drawn and dropped and all(knob in baseline and baseline[knob] == config[knob] for knob in dropped):
-            return  # the sampler's choices hold your config's value so that it could be enqueued
+        if drawn:  # the sampler's choices hold your config's values so that it could be enqueued: said before
+            yours = ledger.baseline_config(self.study) or {}
+            dropped = [knob for knob in dropped if knob not in yours or yours[knob] != config[knob]]
+            if not dropped:
+                return
         dropped = [f"{knob} {config[knob]}" for knob in dropped]
         self.progress.note(f"trial {trial.number} not run: {', '.join(dropped) or report_config(config)} is no longer "
                            "in the spec's search space (the study queued or drew it before the spec changed)")

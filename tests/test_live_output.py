@@ -5,6 +5,7 @@ import re
 import warnings
 
 import pytest
+import yaml
 from click.testing import CliRunner
 from rich.console import Console
 from rich.spinner import Spinner
@@ -201,7 +202,7 @@ def test_your_config_outside_the_search_is_measured_and_never_searched(project, 
         result = CliRunner().invoke(main, ["sweep", str(spec), "--device", "cpu"])
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())
-    assert ("note: your current config's batch_size 8, precision fp32 are not in the spec's search: it is measured "
+    assert ("note: your config's batch_size 8, precision fp32 are not in the spec's search: it is measured "
             "as your config, and no other config is searched with them") in said, said
     assert "not in the spec's search space" not in said  # a draw of your config's value is set aside without a word
     study = ledger.load(stores.existing_storage(None, project / "results", "tiny"), "tiny")
@@ -209,6 +210,39 @@ def test_your_config_outside_the_search_is_measured_and_never_searched(project, 
     assert (ran[0]["batch_size"], ran[0]["precision"]) == (8, "fp32")  # your config first
     searched = {(c["batch_size"], c["precision"]) for c in ran[1:]}
     assert searched and all(b >= 14 and p != "fp32" for b, p in searched), searched
+
+
+def test_trials_auto_searches_a_space_far_above_your_batch(project, monkeypatch):
+    """Your batch 8 beside batch sizes 160..256: the planner proposed nothing within 16x of the batches
+    that ran, and `--trials auto` stopped after your config alone."""
+    monkeypatch.setattr(studies.Sweep, "launch", lambda self, config, number, repeat=False: {
+        "status": "ok", "throughput": 100.0 * config["batch_size"], "peak_memory": 2**20 * config["batch_size"],
+        "timing": {"step_s": {"cv": 0.005}}})
+    path = write_spec(project, search={"batch_size": {"low": 160, "high": 256}, "precision": ["fp32"]})
+    spec = yaml.safe_load(path.read_text())
+    del spec["trials"]  # --trials auto, the default
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    result = CliRunner().invoke(main, ["sweep", str(path), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    study = ledger.load(stores.existing_storage(None, project / "results", "tiny"), "tiny")
+    ran = [t.user_attrs["config"]["batch_size"] for t in study.get_trials(deepcopy=False) if "record" in t.user_attrs]
+    assert ran[0] == 8 and any(160 <= b <= 256 for b in ran[1:]), result.output
+
+
+def test_a_resume_names_your_config_as_swept_outside_the_search_not_the_files_new_value(project, monkeypatch):
+    """Your file said batch 12 by the resume, and the note named batch 12 while the study's baseline, as
+    first swept, was batch 8 and no trial ever ran 12."""
+    monkeypatch.setattr(studies.Sweep, "launch", lambda self, config, number, repeat=False: {
+        "status": "ok", "throughput": 100.0 * config["batch_size"], "peak_memory": 2**20 * config["batch_size"],
+        "timing": {"step_s": {"cv": 0.005}}})
+    spec = write_spec(project, search={"batch_size": [16, 32], "precision": ["fp32"]}, trials=1)
+    assert CliRunner().invoke(main, ["sweep", str(spec), "--device", "cpu"]).exit_code == 0  # your config alone
+    config = project / "examples" / "config.yaml"
+    config.write_text(config.read_text().replace("batch_size: 8 ", "batch_size: 12 "))
+    again = CliRunner().invoke(main, ["sweep", str(spec), "--device", "cpu", "--trials", "2"])
+    assert again.exit_code == 0, again.output
+    said = " ".join(again.output.split())
+    assert "note: your config's batch_size 8 is not in the spec's search" in said and "batch_size 12" not in said, said
 
 
 def test_your_batch_that_does_not_divide_the_effective_batch_runs_as_it_is_and_no_other_config_takes_it(project, monkeypatch):

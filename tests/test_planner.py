@@ -250,6 +250,16 @@ def test_no_batch_at_or_over_one_larger_than_the_dataset_is_proposed_in_any_fami
     assert plan.next(rows)["batch_size"] < 64
 
 
+def test_your_config_far_below_the_space_does_not_leave_the_space_out_of_reach():
+    """Your batch 8 beside a space of 160..256: the largest proposed batch is TRUST x the largest run, so
+    no config of the space was in reach and `--trials auto` stopped after your config alone."""
+    configs = space(batches=(160, 192, 256))
+    plan = planner.Planner(configs, usable=2**40, limit=2**40, device="cuda")
+    yours = row(0, {**configs[0], "batch_size": 8})
+    assert {c["batch_size"] for c in plan.open_configs([yours])} == {160}  # the nearest step, not a leap to 256
+    assert plan.next([yours], stop=planner.STOP_CHANCE)["batch_size"] == 160
+
+
 def test_past_a_batch_over_the_dataset_no_batch_over_the_dataset_size_is_proposed():
     """The quickstart's tiny preset has 512 samples: after batch 2048 failed so, the search proposed 1920,
     then would have stepped down a rung at a time, each trial failing the same way."""

@@ -364,3 +364,34 @@ def test_a_draw_of_your_configs_value_is_set_aside_without_a_word(tmp_path):
     sweep.set_aside(study.ask(), spec.config({"batch_size": 4}), drawn=True)  # drawn before a resume narrowed the list
     assert notes == ["trial 2 not run: batch_size 4 is no longer in the spec's search space (the study queued or "
                      "drew it before the spec changed)"]
+
+
+def test_a_draw_of_your_config_itself_is_set_aside_not_told_as_a_repeat(tmp_path):
+    """Drawn with your config's own values (batch 12 beside [8, 16]), a trial was told "[dup] #1 repeats
+    #0" and counted as the sampler re-proposing a measured config, which stops a sweep early."""
+    spec = ledger.including(spec_for(tmp_path, search={"batch_size": [8, 16]}), {"batch_size": 12})
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    ledger.enqueue_baseline(study, spec, spec.config({"batch_size": 12}))
+    repeats = []
+
+    class Repeats(studies.Progress):
+        def duplicate(self, number, of, config):
+            repeats.append(number)
+    sweep = studies.Sweep(spec, study, "cpu", tmp_path, 3, None, Repeats(),
+                          runner=lambda config, number, repeat=False: {"status": "ok", "throughput": 10.0,
+                                                                       "peak_memory": GiB, "timing": {"step_s": {"cv": 0.01}}})
+    assert sweep.run_one()  # your config
+    study.enqueue_trial(ledger.sampler_params(spec, spec.config({"batch_size": 12})))  # as the sampler draws it: no config
+    assert not sweep.run_one()
+    drawn = study.trials[1]
+    assert drawn.user_attrs.get("outside_space") and "duplicate_of" not in drawn.user_attrs and repeats == []
+
+
+def test_your_accumulation_that_makes_another_effective_batch_is_said(tmp_path):
+    """Your batch 16 with accumulation 1 under effective_batch 64 ran at an effective batch of 16 beside
+    configs at 64, and nothing said so."""
+    spec = spec_for(tmp_path, search={"batch_size": [16, 32], "accumulation": {"effective_batch": 64}})
+    assert spec.outside({"batch_size": 16, "accumulation": 1}) == [
+        "accumulation 1 (an effective batch of 16, not effective_batch 64)"]
+    assert spec.outside({"batch_size": 16, "accumulation": 4}) == []
+    assert spec.outside({"batch_size": 8, "accumulation": 8}) == ["batch_size 8"]  # not in the list, yet it makes 64
