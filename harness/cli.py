@@ -301,8 +301,10 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
         ledger.enqueue_baseline(study, spec, base)
     ledger.enqueue_grid(study, spec)
     if outside := spec.outside(ledger.baseline_config(study) or base):  # a resume's: as first swept, whatever the file says now
-        err.print(f"note: your config's {', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not in the spec's "
-                  f"search: it is measured as your config, and no other config is searched with "
+        whose, what = ("your config's", "your config") if spec.apply else \
+            ("the baseline's (bench's defaults: the spec has no apply: section)", "the baseline")
+        err.print(f"note: {whose} {', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not in the spec's "
+                  f"search: it is measured as {what}, and no other config is searched with "
                   f"{'it' if len(outside) == 1 else 'them'}", markup=False, highlight=False, soft_wrap=True)
     where = stores.redact(storage_url) if storage_url else str(stores.study_dir(results, spec.study))
     out.print(f"[bold]bench sweep[/bold] {escape(spec.study)}: {escape(specs.workload_label(spec.workload))} "

@@ -212,6 +212,21 @@ def test_your_config_outside_the_search_is_measured_and_never_searched(project, 
     assert searched and all(b >= 14 and p != "fp32" for b, p in searched), searched
 
 
+def test_without_an_apply_section_the_baseline_outside_the_search_is_not_called_yours(project, monkeypatch):
+    """No config file was read: the baseline is bench's defaults (fp32), and the note must not call it yours."""
+    monkeypatch.setattr(studies.Sweep, "launch", lambda self, config, number, repeat=False: {
+        "status": "ok", "throughput": 100.0, "peak_memory": 2**20, "timing": {"step_s": {"cv": 0.005}}})
+    path = write_spec(project, search={"batch_size": [4, 8], "precision": ["bf16-mixed", "fp16-mixed"]}, trials=1)
+    spec = yaml.safe_load(path.read_text())
+    del spec["apply"]
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    result = CliRunner().invoke(main, ["sweep", str(path), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert ("note: the baseline's (bench's defaults: the spec has no apply: section) precision fp32 is not in the "
+            "spec's search: it is measured as the baseline") in said and "your config's" not in said, said
+
+
 def test_trials_auto_searches_a_space_far_above_your_batch(project, monkeypatch):
     """Your batch 8 beside batch sizes 160..256: the planner proposed nothing within 16x of the batches
     that ran, and `--trials auto` stopped after your config alone."""
