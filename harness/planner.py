@@ -101,8 +101,8 @@ class Planner:
         measured = {search.key(r["config"]) for r in rows}
         ran = [r["config"]["batch_size"] for r in rows if r.get("status") in ("ok", "diverged")]
         reach = TRUST * max(ran or [r["config"]["batch_size"] for r in rows] or [math.inf])
-        # your config may lie far below the space (batch 8 beside 160..256): its smallest batch is the first step
-        reach = max([reach] + [min(c["batch_size"] for c in self.space)] if self.space else [reach])
+        if self.space:  # your config may lie far below the space (batch 8 beside 160..256): its smallest batch is in reach
+            reach = max(reach, min(c["batch_size"] for c in self.space))
         reach = min([reach] + [b for r in rows if (b := over_dataset(r)) is not None])
         kin = families(rows)
         out = []

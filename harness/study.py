@@ -685,7 +685,7 @@ class Sweep:
                     if knob in config and config[knob] != value]
         trial.set_user_attr("outside_space", True)
         self.study.tell(trial, state=TrialState.FAIL)
-        if drawn:  # the sampler's choices hold your config's values so that it could be enqueued: said before
+        if drawn and dropped:  # the sampler's choices hold your config's values so that it could be enqueued: said before
             yours = ledger.baseline_config(self.study) or {}
             dropped = [knob for knob in dropped if knob not in yours or yours[knob] != config[knob]]
             if not dropped:

@@ -395,3 +395,18 @@ def test_your_accumulation_that_makes_another_effective_batch_is_said(tmp_path):
         "accumulation 1 (an effective batch of 16, not effective_batch 64)"]
     assert spec.outside({"batch_size": 16, "accumulation": 4}) == []
     assert spec.outside({"batch_size": 8, "accumulation": 8}) == ["batch_size 8"]  # not in the list, yet it makes 64
+
+
+def test_a_drawn_config_outside_the_space_for_no_value_of_yours_is_still_said(tmp_path):
+    """The set-aside's silence is for your config's values only: a draw outside the space with no knob
+    value to name (its derived accumulation is not the spec's) is said, as before."""
+    spec = spec_for(tmp_path, search={"batch_size": [8, 16]})
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    notes = []
+
+    class Notes(studies.Progress):
+        def note(self, message):
+            notes.append(message)
+    sweep = studies.Sweep(spec, study, "cpu", tmp_path, 1, None, Notes())
+    sweep.set_aside(study.ask(), {**spec.config({"batch_size": 8}), "accumulation": 3}, drawn=True)
+    assert len(notes) == 1 and notes[0].startswith("trial 0 not run: ") and "accumulation=3" in notes[0], notes
