@@ -138,15 +138,19 @@ class Spec:
         return (all(dim.admits(params[name]) for name, dim in self.search.items())
                 and self.config(params) == config)
 
+    def unheld(self, config: dict) -> list[str]:
+        """The knobs whose value in `config` the spec does not search (a list's or a range's) or hold (a fixed value)."""
+        return [name for name in self.knob_names() if name in config
+                and not (self.search[name].admits(config[name]) if name in self.search
+                         else self.fixed.get(name, config[name]) == config[name])]
+
     def outside(self, config: dict) -> list[str]:
-        """`knob value` for each of `config`'s values the spec does not search (a list's or a range's, or
-        a fixed value): your config's, measured as it is and never searched. A batch that does not divide
-        effective_batch is said otherwise; an accumulation that makes another effective batch, here."""
+        """`knob value` for each of your config's values the spec does not search: measured as it is and
+        never searched. A batch that does not divide effective_batch is said otherwise (its own note); an
+        accumulation that makes another effective batch, here."""
         inexact = not keeps_effective_batch(self, config)
-        out = [f"{name} {config[name]}" for name in self.knob_names() if name in config
-               and not (inexact and name in ("batch_size", "nproc")) and not (self.effective_batch and name == "accumulation")
-               and not (self.search[name].admits(config[name]) if name in self.search
-                        else name not in self.fixed or self.fixed[name] == config[name])]
+        said_otherwise = ("batch_size", "nproc") if inexact else ()
+        out = [f"{name} {config[name]}" for name in self.unheld(config) if name not in said_otherwise]
         if self.effective_batch and not inexact:
             per_step = int(config["batch_size"]) * int(config.get("nproc", 1))
             if (accumulation := int(config.get("accumulation", 1))) * per_step != self.effective_batch:

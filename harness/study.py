@@ -680,9 +680,7 @@ class Sweep:
         """A config the spec does not hold (queued, or drawn from the study's old choices, before a resume
         narrowed a knob's list; or `drawn` with a value only your config has, which is said before the
         sweep): not run, FAIL (samplers ignore it), in no view and no count."""
-        dropped = [knob for knob, dim in self.spec.search.items() if knob in config and not dim.admits(config[knob])]
-        dropped += [knob for knob, value in self.spec.fixed.items()  # a list narrowed to one value
-                    if knob in config and config[knob] != value]
+        dropped = self.spec.unheld(config)  # a fixed one: a list narrowed to one value
         trial.set_user_attr("outside_space", True)
         self.study.tell(trial, state=TrialState.FAIL)
         if drawn and dropped:  # the sampler's choices hold your config's values so that it could be enqueued: said before
