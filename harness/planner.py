@@ -130,6 +130,13 @@ class Planner:
         margin = math.log(1 + pareto.noise(best))
         return {**pred, "fit": fit, "acquisition": fit * ei, "beat": fit * normal_cdf((gap - margin) / sd)}
 
+    def chances(self, configs: list[dict], rows: list[dict]) -> list[tuple[float, float]]:
+        """Per config: its predicted throughput and its chance to fit and beat the best by more than the
+        best's noise (as the stop rule weighs it)."""
+        rows = searched(rows)
+        scored = self.score(configs, rows, self.fit(rows))
+        return [(float(np.exp(mu)), float(beat)) for mu, beat in zip(scored["speed"], scored["beat"])]
+
     def in_time(self, configs: list[dict], rows: list[dict], scored: dict) -> np.ndarray:
         """1 where the config's optimizer step, at the slow end of its predicted speed, is within max_step_s
         (with no speed measured yet the model has no scale to say)."""
