@@ -33,6 +33,12 @@ NOISY_CV = 0.5
 `noisy`: its median says little (a loaded machine gave CVs of 70-108%), so it is never ranked."""
 UNTELLABLE = 0.5
 """A tie band this wide (1x ± 50%) says the paired runs decide nothing, and the words say that instead."""
+APART_ROUNDS = 3
+"""Rounds side by side after which a config whose every run there was faster than every run of your
+config's (or slower) differs beyond their ratios' spread: were the two alike, one side would take all
+the top places by chance 1 time in 20 over 3 rounds, 1 in 70 over 4. The quickstart kept your config
+over a leader that ran 164.5-180.9 against your 112.0-152.1, because your config's own noise spread
+the ratios by ± 0.28."""
 BUSY_NOISE = "noisy: their timed windows disagree (most often a busy machine); sweep again when it is quiet"
 """Why `bench apply best` finds no best when every trial was noisy (one line, exit 2)."""
 LOSS_SLACK = 0.01
@@ -116,6 +122,10 @@ class Versus:
     tie: bool
     bound: float
     """How far from 1x the ratio must be to count: twice the spread, or either config's own noise."""
+    apart: tuple[float, float] | None = None
+    """Over APART_ROUNDS or more rounds side by side, every run of one was faster than every run of the
+    other (its slowest and your fastest there, or its fastest and your slowest): then the spread of the
+    ratios is no band, and only either config's own noise makes a tie."""
 
     @property
     def paired_band(self) -> bool:
@@ -146,7 +156,18 @@ class Versus:
             head = f"{self.ratio:.2f}× the {unit} ({self.side_by_side_words()})"
         else:  # the spread is of the ratio, so it has no unit: "± 0.13 samples/s" misread it
             head = f"{self.ratio:.2f}× the {unit}, ± {self.spread:.2f} over {self.side_by_side_words()}"
-        return head + (f" — a tie: {self.noise_words()}" if self.tie else "")
+        if self.tie:
+            return head + f" — a tie: {self.noise_words()}"
+        return head + (f" — {self.apart_words()}" if self.apart_words() else "")
+
+    def apart_words(self) -> str | None:
+        """Why a ratio inside twice the paired runs' spread is no tie (None where it is not inside it)."""
+        if self.tie or self.apart is None or 2 * (self.spread or 0.0) < abs(self.ratio - 1):
+            return None
+        mine, yours = self.apart
+        if mine > yours:
+            return f"beyond the noise: its slowest run side by side ({mine:.1f}) beat your config's fastest ({yours:.1f})"
+        return f"beyond the noise: its fastest run side by side ({mine:.1f}) lost to your config's slowest ({yours:.1f})"
 
     def side_by_side_words(self) -> str:
         if self.paired == 0:
@@ -432,13 +453,31 @@ def faster(a, b, objective: str = "samples") -> bool:
     return sa is not None and sb is not None and sa - sb > max(noise(a, objective), noise(b, objective)) * sa
 
 
-def side_by_side(best, base, objective: str = "samples") -> list[float]:
-    """The ratios of the confirmation rounds both ran: round 0, each trial's own run, was made at
-    another time (82 against 66 on a busy machine, then 317 and 318 against 80 side by side, once
-    spread the ratios by ±1.6 and called 3.96x a tie). A round is run again whole where one of its
+def paired_runs(best, base, objective: str = "samples") -> list[tuple[float, float]]:
+    """The two configs' figures in each confirmation round both ran: round 0, each trial's own run, was
+    made at another time (82 against 66 on a busy machine, then 317 and 318 against 80 side by side,
+    once spread the ratios by ±1.6 and called 3.96x a tie). A round is run again whole where one of its
     runs is (Sweep.confirm_runs, Sweep.remeasure_what_ran_busy)."""
     a, b = Record.of(best).by_round(objective), Record.of(base).by_round(objective)
-    return [a[k] / b[k] for k in a if a[k] and b.get(k)]  # a round where either run failed pairs nothing
+    return [(a[k], b[k]) for k in a if a[k] and b.get(k)]  # a round where either run failed pairs nothing
+
+
+def side_by_side(best, base, objective: str = "samples") -> list[float]:
+    """The ratios of the confirmation rounds both ran."""
+    return [mine / theirs for mine, theirs in paired_runs(best, base, objective)]
+
+
+def apart(row, base, objective: str = "samples") -> tuple[float, float] | None:
+    """Over APART_ROUNDS or more rounds both ran side by side: (row's slowest, base's fastest) where every
+    run of `row` there was faster than every run of `base`, (row's fastest, base's slowest) where every
+    one was slower, else None."""
+    pairs = paired_runs(row, base, objective)
+    if len(pairs) < APART_ROUNDS:
+        return None
+    mine, theirs = [m for m, _ in pairs], [t for _, t in pairs]
+    if min(mine) > max(theirs):
+        return min(mine), max(theirs)
+    return (max(mine), min(theirs)) if max(mine) < min(theirs) else None
 
 
 def round_spread(ratios: list[float]) -> float | None:
@@ -466,8 +505,11 @@ def versus(row, base, objective: str = "samples") -> Versus | None:
     ratios = side_by_side(row, base, objective)
     spread = round_spread(ratios)
     ratio = statistics.median(ratios) if spread is not None else mine / theirs
-    bound = max(2 * spread if spread is not None else 0.0, noise(row, objective), noise(base, objective))
-    return Versus(ratio=ratio, spread=spread, paired=len(ratios), tie=abs(ratio - 1) <= bound, bound=bound)
+    separate = apart(row, base, objective)
+    band = 2 * spread if spread is not None and separate is None else 0.0
+    bound = max(band, noise(row, objective), noise(base, objective))
+    return Versus(ratio=ratio, spread=spread, paired=len(ratios), tie=abs(ratio - 1) <= bound, bound=bound,
+                  apart=separate)
 
 
 def paybacks(rows, objective: str = "samples", run_steps: int = ASSUMED_RUN_STEPS, fits=lambda r: True) -> list[Payback]:

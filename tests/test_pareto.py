@@ -167,6 +167,36 @@ def test_one_disturbed_round_of_four_does_not_make_the_band():
     assert v.tie and v.spread == pytest.approx(statistics.stdev([195 / 123, 185 / 171.6]))  # two rounds: no majority
 
 
+def test_a_leader_whose_every_run_side_by_side_beat_yours_is_no_tie_however_wide_the_ratios_spread():
+    """The quickstart walk of 2026-12-01: the leader ran 175.6, 164.5, 180.9, 166.2 side by side with your
+    config's 143.6, 152.1, 112.0, 113.9 on a quiet machine. Your config's own noise spread the ratios
+    (1.22, 1.08, 1.62, 1.46) by ± 0.28, so a 1.34x leader faster in every round was "?×, a tie" and your
+    config stayed. Were the two alike, one side would take all four top places 1 time in 70."""
+    ok = lambda t: {"status": "ok", "throughput": t}  # noqa: E731
+    base = row(0, 102.1, 0.09, cv=0.07, baseline=True, repeats=[ok(t) for t in (143.6, 152.1, 112.0, 113.9)])
+    lead = row(1, 158.0, 0.51, cv=0.07, repeats=[ok(t) for t in (175.6, 164.5, 180.9, 166.2)])
+    choice = pareto.choose([base, lead], 24 * GiB, 0.1)
+    v = choice.versus
+    assert v.spread == pytest.approx(0.28, abs=0.01) and 2 * v.spread > v.ratio - 1  # the old band held it
+    assert not v.tie and choice.best.number == 1 and not choice.kept and v.figure() == "1.34× ± 0.28"
+    assert v.text("samples/s").endswith("beyond the noise: its slowest run side by side (164.5) beat your config's "
+                                        "fastest (152.1)")
+    from harness.report import _terminal
+    assert "beyond the noise: its slowest run side by side (164.5)" in " ".join(_terminal.story(choice))
+    # one run of yours among the leader's: the rounds overlap, and the band decides as before
+    overlap = row(0, 102.1, 0.09, cv=0.07, baseline=True, repeats=[ok(t) for t in (143.6, 170.0, 112.0, 113.9)])
+    assert pareto.choose([overlap, lead], 24 * GiB, 0.1).kept
+    # two rounds apart are too few: 1 time in 6 by chance
+    two = pareto.choose([row(0, 102.1, 0.09, cv=0.07, baseline=True, repeats=[ok(112.0), ok(152.1)]),
+                         row(1, 158.0, 0.51, cv=0.07, repeats=[ok(180.9), ok(164.5)])], 24 * GiB, 0.1)
+    assert two.versus.apart is None and two.kept
+    # and the other way: a config slower in every round is slower, not a tie
+    slow = pareto.versus(row(2, 70.0, 0.1, cv=0.07, repeats=[ok(t) for t in (95.0, 70.0, 45.0)]),
+                         row(0, 100.0, 0.1, cv=0.07, baseline=True, repeats=[ok(t) for t in (100.0, 101.0, 100.0)]))
+    assert slow.apart == (95.0, 100.0) and not slow.tie and 2 * slow.spread > 1 - slow.ratio
+    assert slow.apart_words() == "beyond the noise: its fastest run side by side (95.0) lost to your config's slowest (100.0)"
+
+
 def test_the_trials_own_runs_made_minutes_apart_do_not_widen_the_side_by_side_spread():
     """An attacker's sweep on a busy machine: 82, 317, 318 samples/s against your config's 66, 80, 80
     was called a tie at 3.96x, its spread (±1.57) counting the trials' own runs (82/66), which were
