@@ -590,13 +590,19 @@ def test_a_leader_that_ties_only_because_the_rounds_disagree_runs_two_more_round
 
 def test_a_tie_the_rounds_still_cannot_tell_says_sweep_again_on_a_quiet_machine(tmp_path):
     spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32", "bf16-mixed"])
-    table, seen = wide_tie_table([10.0, 6.0, 10.0, 6.0, 10.0])  # every other round disturbed
+    # every other round disturbed, your config's runs on both sides of the leader's 13.0 (were they all
+    # under it, the leader would be faster in every round: no tie, pareto.apart)
+    table, seen = wide_tie_table([10.0, 6.0, 14.0, 6.0, 14.0])
     sweep = sweep_for(spec, tmp_path, Runner(table), total=4, baseline={"batch_size": 8, "precision": "fp32"})
     sweep.run()
     choice = sweep.choice()
     assert seen[(8, "fp32")] == 5 and choice.kept and choice.wide_tie
     assert report.next_step(choice).startswith(f"keep your config for now: the leader (#{choice.leader.number}) "
                                                "may be faster, but their runs side by side")
+    under, seen = wide_tie_table([10.0, 6.0, 10.0, 6.0, 10.0])  # all under 13.0: the four rounds settle it
+    sweep = sweep_for(spec, tmp_path / "under", Runner(under), total=4, baseline={"batch_size": 8, "precision": "fp32"})
+    sweep.run()
+    assert seen[(8, "fp32")] == 5 and not sweep.choice().kept and sweep.choice().best.number == choice_leader(sweep)
     steady, seen = wide_tie_table([12.8, 12.6, 13.1])  # a real tie (1.01x) is no reason for more rounds
     sweep = sweep_for(spec, tmp_path, Runner(steady), total=4, baseline={"batch_size": 8, "precision": "fp32"})
     sweep.run()
