@@ -33,12 +33,14 @@ NOISY_CV = 0.5
 `noisy`: its median says little (a loaded machine gave CVs of 70-108%), so it is never ranked."""
 UNTELLABLE = 0.5
 """A tie band this wide (1x ± 50%) says the paired runs decide nothing, and the words say that instead."""
-APART_ROUNDS = 3
+APART_ROUNDS = 4
 """Rounds side by side after which a config whose every run there was faster than every run of your
-config's (or slower) differs beyond their ratios' spread: were the two alike, one side would take all
-the top places by chance 1 time in 20 over 3 rounds, 1 in 70 over 4. The quickstart kept your config
-over a leader that ran 164.5-180.9 against your 112.0-152.1, because your config's own noise spread
-the ratios by ± 0.28."""
+config's (or slower) differs beyond their ratios' spread: were the two alike, one side or the other
+would take all the top places by chance 2 times in C(8, 4) = 70 over 4 rounds (1 in 10 over 3). A sweep
+runs 4 only after a wide tie (Sweep.settle_wide_tie); simulated for two alike configs with 8-12% noise
+per run, 4-6% of such ties then end apart, and 0.3-0.6% of all such sweeps change your config. The
+quickstart kept your config over a leader that ran 164.5-180.9 against your 112.0-152.1, because your
+config's own noise spread the ratios by ± 0.28."""
 BUSY_NOISE = "noisy: their timed windows disagree (most often a busy machine); sweep again when it is quiet"
 """Why `bench apply best` finds no best when every trial was noisy (one line, exit 2)."""
 LOSS_SLACK = 0.01
@@ -158,7 +160,7 @@ class Versus:
             head = f"{self.ratio:.2f}× the {unit}, ± {self.spread:.2f} over {self.side_by_side_words()}"
         if self.tie:
             return head + f" — a tie: {self.noise_words()}"
-        return head + (f" — {self.apart_words()}" if self.apart_words() else "")
+        return head + (f" — beyond the noise: {self.apart_words()}" if self.apart_words() else "")
 
     def apart_words(self) -> str | None:
         """Why a ratio inside twice the paired runs' spread is no tie (None where it is not inside it)."""
@@ -166,8 +168,8 @@ class Versus:
             return None
         mine, yours = self.apart
         if mine > yours:
-            return f"beyond the noise: its slowest run side by side ({mine:.1f}) beat your config's fastest ({yours:.1f})"
-        return f"beyond the noise: its fastest run side by side ({mine:.1f}) lost to your config's slowest ({yours:.1f})"
+            return f"its slowest run side by side ({mine:.1f}) beat your config's fastest ({yours:.1f})"
+        return f"its fastest run side by side ({mine:.1f}) lost to your config's slowest ({yours:.1f})"
 
     def side_by_side_words(self) -> str:
         if self.paired == 0:
@@ -652,7 +654,8 @@ def _with_why(choice: Choice, unpaid: set) -> Choice:
     elif choice.sure_over_tie:
         sure = choice.against_baseline(choice.best)
         why.append(f"trial {choice.leader.number} leads but ties with your config within the noise; trial "
-                   f"{choice.best.number} is {sure.text(unit)}, beyond the noise: trial {choice.best.number} is best")
+                   f"{choice.best.number} is {sure.text(unit)}{'' if sure.apart_words() else ', beyond the noise'}: "
+                   f"trial {choice.best.number} is best")
     elif choice.versus is not None and choice.versus.tie and choice.best is not None:
         why.append(f"trial {choice.best.number} ties with your config within the noise, but your config "
                    f"{_not_kept_because(choice)}: trial {choice.best.number} is best")

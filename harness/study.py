@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import itertools
+import math
 import random
 import socket
 import time
@@ -249,9 +250,13 @@ class Sweep:
     def queue_compile(self) -> bool:
         """Queue every compile mode of the next-best eager config (by measured speed, feasible ones),
         up to COMPILE_TOP of them: the best always, each further one only while compiling has beaten
-        its eager twin beyond the noise, since a cold compile costs a minute on a CPU. False if none."""
+        its eager twin beyond the noise and paid back, since a cold compile costs a minute on a CPU, and
+        only the modes the model gives a chance (compile_may_win). False if none."""
+        if self.study.user_attrs.get("compile_closed"):  # declined once: not argued again at every trial
+            return False
         rows = ledger.rows_of(self.study)
-        eager = sorted((r for r in self.candidates(rows) if r["config"].get("compile") == "off"),
+        candidates = {r["number"] for r in self.candidates(rows)}
+        eager = sorted((r for r in rows if r["number"] in candidates and r["config"].get("compile") == "off"),
                        key=lambda r: -pareto.speed(r, self.spec.objective))[:COMPILE_TOP]
         compiled: dict[tuple, list[dict]] = {}
         for r in rows:
@@ -259,10 +264,11 @@ class Sweep:
                 compiled.setdefault(eager_twin(r["config"]), []).append(r)
         if len(compiled) >= COMPILE_TOP:  # a new best eager config found after them is not compiled too
             return False
-        # where compiling lost to its eager twin, it is not tried again on a better eager config found later
-        # (the quickstart spent a second minute compiling batch 32 after batch 24's compile ran 18% slower)
+        # where compiling lost to its eager twin (or never pays back), it is not tried again on a better eager
+        # config found later (the quickstart spent a second minute compiling batch 32 after batch 24's compile
+        # ran 18% slower); the next one would pay the same minute
         twins = {search.key(r["config"]): r for r in rows if r["config"].get("compile", "off") == "off"}
-        if compiled and not any(pareto.faster(c, twins[key], self.spec.objective)
+        if compiled and not any(c["number"] in candidates and pareto.faster(c, twins[key], self.spec.objective)
                                 for key, runs in compiled.items() if key in twins for c in runs):
             return False
         tried = [r for r in eager if search.key(r["config"]) in compiled]
@@ -271,26 +277,35 @@ class Sweep:
             return False
         configs = [{**untried[0]["config"], "compile": mode} for mode in self.spec.search["compile"].choices
                    if mode != "off"]
-        if tried and not self.compile_may_win(tried[-1], untried[0], configs, rows):
-            return False
+        if tried:
+            configs = self.compile_may_win(tried[-1], untried[0], configs, rows)
+            if not configs:
+                self.study.set_user_attr("compile_closed", True)
+                return False
         for config in configs:
             self.enqueue(config)
         return True
 
-    def compile_may_win(self, won: dict, next_best: dict, configs: list[dict], rows: list[dict]) -> bool:
-        """Compile the next-best eager config only where the model, which has now seen compile's effect,
-        gives it a STOP_CHANCE to beat the best by more than the noise: the quickstart compiled batch 24
-        bf16 for 69 s after batch 40's compile won by 18%, and it ran 148.7 against the best's 188.8."""
-        speed, beat = max(self.planner(rows).chances(configs, rows), key=lambda pair: pair[1])
-        predicted = f"predicted at {speed:.1f} {self.spec.objective}/s"
+    def compile_may_win(self, won: dict, next_best: dict, configs: list[dict], rows: list[dict]) -> list[dict]:
+        """The compile modes of the next-best eager config that the model, which has now seen compile's
+        effect, gives a STOP_CHANCE to beat the best by more than the noise: the quickstart compiled batch
+        24 bf16 for 69 s after batch 40's compile won by 18%, and it ran 148.7 against the best's 188.8."""
+        plan = self.planner(rows)
+        chances = plan.chances(configs, rows)
+        speed, beat = max(chances, key=lambda pair: pair[1])
+        unit = f"{self.spec.objective}/s"
+        eager = f"#{next_best['number']} ({pareto.speed(next_best, self.spec.objective):.1f} {unit} measured eager)"
         if beat < planner.STOP_CHANCE:
-            chance = "under 1%" if beat < 0.01 else f"{beat:.0%}"
-            self.progress.note(f"compile beat eager on #{won['number']}, but #{next_best['number']} compiled is "
-                               f"{predicted}, {chance} likely to beat the best by more than its noise: not compiled")
-            return False
-        self.progress.note(f"compile beat eager on #{won['number']}: compiling the next-best eager config too "
-                           f"(#{next_best['number']}, {predicted})")
-        return True
+            best = plan.best(rows)
+            against = f" (#{best['number']}, {pareto.speed(best, self.spec.objective):.1f} measured)" if best else ""
+            chance = "under 0.1%" if beat < 0.001 else f"{math.floor(beat * 1000) / 10:g}%"
+            self.progress.note(f"compile beat eager on #{won['number']}, but {eager} compiled is predicted at "
+                               f"{speed:.1f}, a {chance} chance to beat the best{against} by more than its noise: "
+                               "not compiled")
+            return []
+        self.progress.note(f"compile beat eager on #{won['number']}: compiling the next-best eager config too, "
+                           f"{eager}, predicted at {speed:.1f} compiled")
+        return [config for config, (_, chance) in zip(configs, chances) if chance >= planner.STOP_CHANCE]
 
     def enqueue(self, config: dict) -> None:
         self.study.enqueue_trial(ledger.sampler_params(self.spec, config), user_attrs={"config": config})

@@ -171,7 +171,7 @@ def test_a_leader_whose_every_run_side_by_side_beat_yours_is_no_tie_however_wide
     """The quickstart walk of 2026-12-01: the leader ran 175.6, 164.5, 180.9, 166.2 side by side with your
     config's 143.6, 152.1, 112.0, 113.9 on a quiet machine. Your config's own noise spread the ratios
     (1.22, 1.08, 1.62, 1.46) by ± 0.28, so a 1.34x leader faster in every round was "?×, a tie" and your
-    config stayed. Were the two alike, one side would take all four top places 1 time in 70."""
+    config stayed. Were the two alike, one side or the other would take all four top places 1 time in 35."""
     ok = lambda t: {"status": "ok", "throughput": t}  # noqa: E731
     base = row(0, 102.1, 0.09, cv=0.07, baseline=True, repeats=[ok(t) for t in (143.6, 152.1, 112.0, 113.9)])
     lead = row(1, 158.0, 0.51, cv=0.07, repeats=[ok(t) for t in (175.6, 164.5, 180.9, 166.2)])
@@ -183,18 +183,27 @@ def test_a_leader_whose_every_run_side_by_side_beat_yours_is_no_tie_however_wide
                                         "fastest (152.1)")
     from harness.report import _terminal
     assert "beyond the noise: its slowest run side by side (164.5)" in " ".join(_terminal.story(choice))
+    from harness.report import _html
+    assert _html._speedup(choice) == ("1.34× ± 0.28", "trial #1 vs #0, 4 runs each side by side; beyond the noise: "
+                                      "its slowest run side by side (164.5) beat your config's fastest (152.1)")
     # one run of yours among the leader's: the rounds overlap, and the band decides as before
     overlap = row(0, 102.1, 0.09, cv=0.07, baseline=True, repeats=[ok(t) for t in (143.6, 170.0, 112.0, 113.9)])
     assert pareto.choose([overlap, lead], 24 * GiB, 0.1).kept
-    # two rounds apart are too few: 1 time in 6 by chance
-    two = pareto.choose([row(0, 102.1, 0.09, cv=0.07, baseline=True, repeats=[ok(112.0), ok(152.1)]),
-                         row(1, 158.0, 0.51, cv=0.07, repeats=[ok(180.9), ok(164.5)])], 24 * GiB, 0.1)
-    assert two.versus.apart is None and two.kept
+    # three rounds apart are too few: 1 time in 10 by chance
+    three = pareto.choose([row(0, 102.1, 0.09, cv=0.07, baseline=True, repeats=[ok(t) for t in (143.6, 112.0, 152.1)]),
+                           row(1, 158.0, 0.51, cv=0.07, repeats=[ok(t) for t in (175.6, 180.9, 164.5)])], 24 * GiB, 0.1)
+    assert three.versus.apart is None and three.kept
     # and the other way: a config slower in every round is slower, not a tie
-    slow = pareto.versus(row(2, 70.0, 0.1, cv=0.07, repeats=[ok(t) for t in (95.0, 70.0, 45.0)]),
-                         row(0, 100.0, 0.1, cv=0.07, baseline=True, repeats=[ok(t) for t in (100.0, 101.0, 100.0)]))
+    slow = pareto.versus(row(2, 70.0, 0.1, cv=0.07, repeats=[ok(t) for t in (95.0, 70.0, 45.0, 70.0)]),
+                         row(0, 100.0, 0.1, cv=0.07, baseline=True, repeats=[ok(t) for t in (100.0, 101.0, 100.0, 100.0)]))
     assert slow.apart == (95.0, 100.0) and not slow.tie and 2 * slow.spread > 1 - slow.ratio
-    assert slow.apart_words() == "beyond the noise: its fastest run side by side (95.0) lost to your config's slowest (100.0)"
+    assert slow.apart_words() == "its fastest run side by side (95.0) lost to your config's slowest (100.0)"
+    # a sure win over a tied leader says "beyond the noise" once (a reviewer's sweep said it twice)
+    sure = pareto.choose([row(0, 100.0, 1, cv=0.02, baseline=True, repeats=[ok(t) for t in (100, 150, 100, 150)]),
+                          row(1, 300.0, 1, cv=0.02, repeats=[ok(t) for t in (160, 160, 95, 95)]),
+                          row(2, 151.0, 1, cv=0.02, repeats=[ok(151.0)] * 4)], 24 * GiB, 0.1)
+    assert sure.sure_over_tie and sure.best.number == 2
+    assert [w.count("beyond the noise") for w in sure.why if "trial 2 is best" in w] == [1]
 
 
 def test_the_trials_own_runs_made_minutes_apart_do_not_widen_the_side_by_side_spread():

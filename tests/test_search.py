@@ -429,11 +429,17 @@ def test_compile_won_but_the_next_best_is_compiled_only_where_the_model_says_it_
     2% of the best is (compiled, it may win)."""
     eager = {(8, "fp32", "off"): 132.5, (24, "bf16-mixed", "off"): 141.9, (40, "fp32", "off"): 159.7}
     notes = []
-    sweep = measured_by_hand(tmp_path / "far", {**eager, (40, "fp32", "default"): 188.8}, cv=0.07)
+    far = {**eager, (40, "fp32", "default"): 188.8}
+    sweep = measured_by_hand(tmp_path / "far", far, cv=0.07)
     sweep.progress.note = notes.append
     assert sweep.queue_compile() is False and not sweep.queued()
-    assert notes == ["compile beat eager on #2, but #1 compiled is predicted at 168.2 samples/s, under 1% likely "
-                     "to beat the best by more than its noise: not compiled"]
+    assert notes == ["compile beat eager on #2, but #1 (141.9 samples/s measured eager) compiled is predicted at "
+                     "168.2, a 0.2% chance to beat the best (#3, 188.8 measured) by more than its noise: not compiled"]
+    far[(8, "bf16-mixed", "off")] = 150.0
+    sweep.enqueue(sweep.spec.config({"batch_size": 8, "precision": "bf16-mixed", "checkpointing": "none",
+                                     "compile": "off"}))
+    sweep.run_one()  # another eager trial: the decline stands, said once, however the fit moves
+    assert sweep.queue_compile() is False and len(notes) == 1 and sweep.study.user_attrs["compile_closed"]
     eager[(24, "bf16-mixed", "off")] = 157.0
     sweep = measured_by_hand(tmp_path / "near", {**eager, (40, "fp32", "default"): 188.8}, cv=0.07)
     assert sweep.queue_compile() is True

@@ -139,7 +139,8 @@ def _speedup(choice: Choice) -> tuple[str, str]:
             return "-", "no baseline measured"
         return "-", f"your config ended {choice.baseline.record.status}" if not choice.baseline.measured else "best is your config"
     return v.figure(), (f"a tie: {v.noise_words()}; " if v.tie else "") + \
-        f"trial #{who.number} vs #{choice.baseline.number}, {v.side_by_side_words()}"
+        f"trial #{who.number} vs #{choice.baseline.number}, {v.side_by_side_words()}" + \
+        (f"; beyond the noise: {v.apart_words()}" if v.apart_words() else "")
 
 
 def _memory_change(best: Standing, baseline: Standing | None) -> str:

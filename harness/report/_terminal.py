@@ -324,7 +324,7 @@ def story(choice: Choice) -> list[str]:
     lines = []
     if v is not None:
         verdict = (f"a tie: {v.noise_words()}, so your config stays; `bench apply best` keeps its values"
-                   if choice.kept else f"a tie: {v.noise_words()}" if v.tie else v.apart_words() or "beyond the noise")
+                   if choice.kept else f"a tie: {v.noise_words()}" if v.tie else "beyond the noise" + (f": {v.apart_words()}" if v.apart_words() else ""))
         lines.append(f"trial #{leader.number} against your config (#{base.number}): {v.text(unit).split(' — ')[0]}: "
                      f"{verdict}")
     elif best is not None and base is not None and best is base:
