@@ -387,9 +387,9 @@ def test_compile_that_lost_to_eager_on_the_best_config_is_not_tried_on_another(t
     assert len(compile_sweep(tmp_path, 0.9)) == 1  # a minute of cold compile saved on a CPU
 
 
-def measured_by_hand(folder, speeds: dict, cv=0.005) -> studies.Sweep:
+def measured_by_hand(folder, speeds: dict, cv=0.005, compile_s=60.0) -> studies.Sweep:
     """A sweep that measured `speeds` ({(batch, precision, compile): samples/s}) in that order; a compiled
-    run took 60 s to compile (so its payback is known), and nothing runs out of memory."""
+    run took `compile_s` to compile (so its payback is known), and nothing runs out of memory."""
     batches = sorted({batch for batch, _, _ in speeds})
     spec = make_spec(folder, batch_size=batches, precision=["fp32", "bf16-mixed"], checkpointing=["none"],
                      compile=["off", "default"])
@@ -398,7 +398,7 @@ def measured_by_hand(folder, speeds: dict, cv=0.005) -> studies.Sweep:
         speed = speeds[(c["batch_size"], c["precision"], c["compile"])]
         return {**landscape({**c, "batch_size": 4}), "throughput": speed,
                 "timing": {"step_s": {"cv": cv, "median": c["batch_size"] / speed},
-                           **({"compile_s": 60.0} if c["compile"] != "off" else {})}}
+                           **({"compile_s": compile_s} if c["compile"] != "off" else {})}}
 
     sweep = sweep_for(spec, folder, Runner(table))
     for batch, precision, mode in speeds:
@@ -441,6 +441,9 @@ def test_compile_won_but_the_next_best_is_compiled_only_where_the_model_says_it_
     sweep.run_one()  # another eager trial: the decline stands, said once, however the fit moves
     assert sweep.queue_compile() is False and len(notes) == 1 and sweep.study.user_attrs["compile_closed"]
     eager[(24, "bf16-mixed", "off")] = 157.0
+    # a compile that won but would take longer to pay back than your run is long: the next would pay it too
+    sweep = measured_by_hand(tmp_path / "unpaid", {**eager, (40, "fp32", "default"): 188.8}, cv=0.07, compile_s=1e7)
+    assert sweep.queue_compile() is False
     sweep = measured_by_hand(tmp_path / "near", {**eager, (40, "fp32", "default"): 188.8}, cv=0.07)
     assert sweep.queue_compile() is True
     assert [t.user_attrs["config"]["batch_size"] for t in sweep.study.get_trials(states=(TrialState.WAITING,))] == [24]
