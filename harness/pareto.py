@@ -160,7 +160,8 @@ class Versus:
             head = f"{self.ratio:.2f}× the {unit}, ± {self.spread:.2f} over {self.side_by_side_words()}"
         if self.tie:
             return head + f" — a tie: {self.noise_words()}"
-        return head + (f" — beyond the noise: {self.apart_words()}" if self.apart_words() else "")
+        apart = self.apart_words()
+        return head + (f" — beyond the noise: {apart}" if apart else "")
 
     def apart_words(self) -> str | None:
         """Why a ratio inside twice the paired runs' spread is no tie (None where it is not inside it)."""
