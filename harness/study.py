@@ -453,9 +453,10 @@ class Sweep:
 
     # -- confirmation ------------------------------------------------------------------------------
     def confirm(self) -> None:
-        """Re-measure the leader and the baseline in fresh processes, interleaved (A B A B); then each
-        config that would win over the confirmed best if its single run held (at most CHALLENGERS):
-        a race, so best is never beaten by an unconfirmed run and no run is spent on a clear loser."""
+        """Re-measure the leader and the baseline in fresh processes, interleaved (A B B A); then each
+        config that would win over the confirmed best if its single run held (at most CHALLENGERS), with
+        the baseline again: a race, so best is never beaten by an unconfirmed run and no run is spent on a
+        clear loser."""
         rows = ledger.rows_of(self.study)
         fits = self.candidates(rows)
         leaders = sorted(fits, key=lambda r: -pareto.speed(r, self.spec.objective))[:CONFIRM_TOP]
@@ -473,9 +474,12 @@ class Sweep:
             challenger = self.challenger()
             if challenger is None:
                 break
+            # beside your config, in rounds of their own: its tie with your config is read from runs made side
+            # by side, and your config's earlier rounds ran beside the leader, minutes before
+            raced = [challenger] + ([base] if base else [])
             self.progress.note(f"#{challenger['number']} ran faster once than the confirmed best's median: "
-                               f"confirming it too")
-            self.confirm_runs([challenger], self.rounds_for([challenger], CONFIRM_ROUNDS))
+                               f"confirming it too" + (", side by side with your config" if base else ""))
+            self.confirm_runs(raced, self.rounds_for(raced, CONFIRM_ROUNDS))
         self.settle_wide_tie()
 
     def settle_wide_tie(self) -> None:
@@ -563,12 +567,13 @@ class Sweep:
         return True
 
     def claim_confirmation(self, chosen: list[dict], rounds: range) -> list[tuple[dict, int]]:
-        """Every confirmation run of `rounds` (A B A B order) nobody has done or is doing, claimed by this worker."""
+        """Every confirmation run of `rounds` nobody has done or is doing, claimed by this worker; in A B B A
+        order, so that neither config always runs first in its round (just after another config's process)."""
         slots = []
         with self.claiming():
             attrs = self.study.user_attrs
             for round_ in rounds:
-                for row in chosen:
+                for row in (chosen if round_ % 2 == 0 else chosen[::-1]):
                     key = ledger.confirm_key(row["number"], round_)
                     if self.confirmation_free(attrs.get(key), row["number"], round_, attrs):
                         slots.append((row, round_))

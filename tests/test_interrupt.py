@@ -467,7 +467,7 @@ def test_a_round_stopped_between_its_two_runs_runs_again_whole(tmp_path, faulty_
     armed.clear()
     second = CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"])
     assert "confirming: #1, #0 run 2 more times each, interleaved" in second.output, second.output
-    assert repeats == [1, 0] + [1, 0, 1, 0]
+    assert repeats == [1, 0] + [1, 0, 0, 1]  # A B B A
     rows = json.loads(CliRunner().invoke(cli.main, ["report", "split", "--format", "json"]).output)
     assert next(r for r in rows if r["number"] == 1)["vs_baseline"]["paired"] == 2
 

@@ -341,6 +341,40 @@ def test_a_single_run_faster_than_the_confirmed_best_is_confirmed_too(tmp_path):
 
 
 
+def test_confirmation_alternates_who_runs_first_and_races_a_challenger_beside_your_config(tmp_path):
+    """Rounds ran A B A B, so the leader always ran first; and a challenger's rounds 0-1 were read side by
+    side with your config's rounds 0-1, run minutes before beside the leader. Now A B B A, and the
+    challenger runs rounds of its own with your config."""
+    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32", "bf16-mixed"])
+    seen = {}
+
+    def drifting(config):  # the batch-16 configs ran fast once, then slower; 8 bf16 runs 10.4 throughout
+        rec = landscape({**config, "checkpointing": "none"})
+        key = (config["batch_size"], config["precision"])
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] > 1 and config["batch_size"] == 16:
+            rec["throughput"] = {"bf16-mixed": 9.0, "fp32": 8.0}[config["precision"]]
+        return rec
+
+    runner = Runner(drifting)
+    sweep = sweep_for(spec, tmp_path, runner, total=4, baseline={"batch_size": 8, "precision": "fp32"})
+    sweep.run()
+    rows = ledger.rows_of(sweep.study)
+    number = {(r["config"]["batch_size"], r["config"]["precision"]): r["number"] for r in rows}
+    leader, base, challenger = number[(16, "bf16-mixed")], number[(8, "fp32")], number[(8, "bf16-mixed")]
+    confirmations = [(c["batch_size"], c["precision"]) for c in runner.runs[4:]]
+    assert confirmations == [(16, "bf16-mixed"), (8, "fp32"), (8, "fp32"), (16, "bf16-mixed"),  # the leader's race
+                             (16, "fp32"), (8, "fp32"), (8, "fp32"), (16, "fp32"),  # its 16.0 once beat 9.0
+                             (8, "bf16-mixed"), (8, "fp32"), (8, "fp32"), (8, "bf16-mixed")]  # then its 10.4
+    by_number = {r["number"]: r for r in rows}
+    assert set(record.Record.of(by_number[number[(16, "fp32")]]).by_round()) == {2, 3}  # rounds of their own...
+    assert set(record.Record.of(by_number[challenger]).by_round()) == {4, 5}
+    assert set(record.Record.of(by_number[base]).by_round()) == {0, 1, 2, 3, 4, 5}  # ...your config ran in too
+    assert set(record.Record.of(by_number[leader]).by_round()) == {0, 1}
+    assert len(pareto.paired_runs(by_number[challenger], by_number[base])) == 2
+    assert pareto.choose(rows, spec.memory_budget, spec.headroom).best.number == challenger
+
+
 def test_the_race_confirms_what_the_choice_can_pick_not_a_compile_that_never_pays_back(tmp_path):
     """The quickstart on a CPU: compile ran 5% faster once but would take a million steps to pay for its
     compile, so the choice can never pick it. The race confirmed it anyway, left the fastest eager
