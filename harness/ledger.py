@@ -239,6 +239,21 @@ def baseline_config(study: optuna.Study) -> dict | None:
     return next((t.user_attrs.get("config") for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")), None)
 
 
+def mark_unsearched(study: optuna.Study, spec: Spec) -> dict[str, list[str]]:
+    """Record, for a resume, each measured config's values the spec no longer searches (a list narrowed,
+    a range cut): `bench apply best` must not write back a compile=default the user took out of the
+    search. Your config is exempt: it is measured as it is, inside the search or not. Written whole at
+    every sweep, so a value put back is searched (and choosable) again. Returns trial number -> values."""
+    unsearched = {}
+    for t in study.get_trials(deepcopy=False):
+        config = t.user_attrs.get("config")
+        if config and not t.user_attrs.get("baseline") and (knobs := spec.unheld(config)):
+            unsearched[str(t.number)] = [f"{knob}={config[knob]}" for knob in knobs]
+    if unsearched or study.user_attrs.get("unsearched"):
+        study.set_user_attr("unsearched", unsearched)
+    return unsearched
+
+
 def enqueue_baseline(study: optuna.Study, spec: Spec, config: dict) -> None:
     """Measure the user's current config first (once per study)."""
     if any(t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)):
@@ -317,6 +332,7 @@ def supersede(study: optuna.Study, numbers) -> None:
 def rows_of(study: optuna.Study) -> list[dict]:
     """One row per trial for reports: the stored record plus number, baseline and duplicate marks."""
     rows, repeats, aside = [], confirmation_runs(study.user_attrs), superseded(study)
+    unsearched = study.user_attrs.get("unsearched") or {}
     for t in study.get_trials(deepcopy=False):
         if t.state in (TrialState.WAITING,) or t.number in aside:
             continue
@@ -336,6 +352,8 @@ def rows_of(study: optuna.Study) -> list[dict]:
         rec.setdefault("status", t.user_attrs.get("status", "unknown"))
         if str(t.number) in repeats and rec.get("status") == record.OK:
             rec["repeats"] = repeats[str(t.number)]
+        if unsearched.get(str(t.number)) and not rec["baseline"]:
+            rec["unsearched"] = unsearched[str(t.number)]
         rows.append(rec)
     if any(r["baseline"] and r["status"] != record.INTERRUPTED for r in rows):
         for r in rows:  # the baseline is the trial that measured it; an interrupted try is only a try

@@ -106,6 +106,8 @@ class Standing:
             return f"its windows disagree ({self.record.step_cv:.0%} CV): noisy, not ranked, not a measurement to act on"
         if self.unsafe:
             return f"never chosen as best: {self.unsafe}"
+        if self.record.unsearched:
+            return f"never chosen as best: {unsearched_words(self)}"
         if self.record.one_timing and not self.confirmed:
             return "its figure is one warm-up step's (cut there as far slower than the best so far), not a timed measurement"
         return None
@@ -224,6 +226,8 @@ class Choice:
     front: tuple[Standing, ...] = ()
     unsafe_fastest: Standing | None = None
     """The fastest config faster than best whose loss rose beyond chance."""
+    unsearched_fastest: Standing | None = None
+    """The fastest config faster than best with a value the spec no longer searches (Record.unsearched)."""
     passed_over: Standing | None = None
     """The fastest candidate measured faster than the leader yet not chosen: within the noise of it
     where memory is scarce (the lighter wins), or one run against the leader's confirmed runs."""
@@ -560,6 +564,7 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
     steady = [r for r in ok if not noisy(r)]
     unsafe = {r.number: worse_loss(r, base) for r in steady if r is not base}
     safe = [r for r in steady if not unsafe.get(r.number)]
+    searched = [r for r in safe if not r.unsearched]  # a value taken out of the search is not written back
 
     def fits(r, h):
         return not cap or r.peak_memory <= cap * (1 - h)
@@ -567,8 +572,8 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
     unpaid = {p.trial for p in pays if not p.pays}
     twins = {p.trial for p in pays}
     # where no eager config fits, compile is what makes training fit: nothing to pay back against
-    eager_fits = any(r.config.get("compile", "off") == "off" and fits(r, headroom) for r in safe)
-    usable = [r for r in safe if r.config.get("compile", "off") == "off" or r.number not in unpaid
+    eager_fits = any(r.config.get("compile", "off") == "off" and fits(r, headroom) for r in searched)
+    usable = [r for r in searched if r.config.get("compile", "off") == "off" or r.number not in unpaid
               and (r.number in twins or not eager_fits)]
     # From every fitting row, not the front alone: a confirmed median can fall below an unconfirmed
     # single run that then "dominates" it, and best must still be decided on the confirmed runs.
@@ -606,6 +611,8 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
     outran = [r for r in usable if fits(r, headroom) and leader is not None and r is not best
               and speed(r, objective) > speed(leader, objective)]
     passed_over = max(outran, key=lambda r: speed(r, objective), default=None)
+    faster_unsearched = [r for r in safe if r.unsearched and fits(r, headroom) and (best is None or faster(r, best, objective))]
+    unsearched_fastest = max(faster_unsearched, key=lambda r: speed(r, objective), default=None)
     choice = Choice(objective=objective, rows=tuple(standings.values()),
                     best=at(best.number) if best else None, leader=at(leader.number) if leader else None,
                     baseline=at(base.number) if base else None, versus=against, capacity=cap,
@@ -613,10 +620,18 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
                     tiers={n: at(t.number) if t else None for n, t in tiers.items()},
                     front=tuple(sorted((standings[n] for n in front), key=lambda s: s.peak)),
                     unsafe_fastest=at(fastest_unsafe.number) if fastest_unsafe else None,
+                    unsearched_fastest=at(unsearched_fastest.number) if unsearched_fastest else None,
                     passed_over=at(passed_over.number) if passed_over else None,
                     paybacks=tuple(pays), run_steps=steps, run_source=source,
                     candidates=tuple(r.number for r in usable if fits(r, headroom)))
     return _with_why(choice, unpaid)
+
+
+def unsearched_words(s: Standing) -> str:
+    """"compile=default is no longer in the spec's search"."""
+    values = s.record.unsearched
+    return (f"{', '.join(values)} {'is' if len(values) == 1 else 'are'} no longer in the spec's search "
+            "(as of the study's last sweep)")
 
 
 def _not_kept_because(choice: Choice) -> str:
@@ -663,6 +678,9 @@ def _with_why(choice: Choice, unpaid: set) -> Choice:
     if choice.unsafe_fastest:
         s = choice.unsafe_fastest
         why.append(f"trial {s.number} is faster ({s.speed:.1f} {unit}) but not chosen: {s.unsafe}")
+    if choice.unsearched_fastest:
+        s = choice.unsearched_fastest
+        why.append(f"trial {s.number} is faster ({s.speed:.1f} {unit}) but not chosen: {unsearched_words(s)}")
     if choice.passed_over:
         why.append(passed_over_words(choice))
     for p in choice.paybacks:
@@ -672,7 +690,8 @@ def _with_why(choice: Choice, unpaid: set) -> Choice:
             why.append(f"trial {p.trial} (compile) {after}; the run is {choice.run_source}: not chosen")
     # not a candidate, for want of a payback: one that is (where no eager config fits, compiling is what
     # makes training fit) lost on speed alone
-    untwinned = [s.number for s in choice.rows if s.record.measured and not s.noisy and not s.unsafe and not s.best
+    untwinned = [s.number for s in choice.rows if s.record.measured and not s.noisy and not s.unsafe
+                 and not s.record.unsearched and not s.best
                  and s.number not in choice.candidates
                  and s.config.get("compile", "off") != "off" and all(p.trial != s.number for p in choice.paybacks)]
     if untwinned:

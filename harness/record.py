@@ -109,6 +109,9 @@ class Record:
     """What spoiled the run this trial replaced on a quiet machine: its busy verdict, or {"noisy_cv": CV}."""
     log: str | None = None
     """The trial's log file."""
+    unsearched: tuple[str, ...] = ()
+    """`knob=value` for each of its values the spec no longer searched at the study's last sweep (the
+    parent's, harness.ledger.mark_unsearched): measured, never chosen as best."""
     repeats: tuple[Run, ...] = ()
     """The config's confirmation runs, interleaved with the baseline's (study attribute `repeats`)."""
     extra: dict = field(default_factory=dict)
@@ -123,6 +126,8 @@ class Record:
             return raw
         known = {f.name for f in fields(cls)} - {"extra", "repeats", "tokens_per_s", "tokens_stats", "version"}
         values = {k: v for k, v in raw.items() if k in known and v is not None}
+        if "unsearched" in values:
+            values["unsearched"] = tuple(values["unsearched"])
         for name in ("config", "timing", "memory", "flops", "loss", "env"):
             if not isinstance(values.get(name), dict):
                 values.pop(name, None)

@@ -89,6 +89,7 @@ def test_every_view_states_the_same_best_speedup_and_tie(project):
     assert [r["tiers"].split() for r in grid] == [r["tiers"] for r in rows]  # the CSV carries what JSON does
     assert (grid[1]["vs_baseline"], grid[1]["vs_baseline_spread"], grid[1]["vs_baseline_paired"], grid[1]["tie"]) == \
         tuple(str(versus[k]) for k in ("ratio", "spread", "paired", "tie"))  # the spread says over how many runs
+    assert grid[1]["vs_baseline_bound"] == str(versus["bound"]) and grid[1]["vs_baseline_apart_this"] == ""
     assert "trial 1:" in dry and f"vs your config as swept (trial 0) {worded}" in dry
     assert f"# bench apply: vs your config as swept: {worded}" in \
         bench("apply", "best", "--dry-run").output
@@ -98,6 +99,15 @@ def test_every_view_states_the_same_best_speedup_and_tie(project):
                           project / "results", 3, None)
     assert sweep.leader_so_far()["number"] == 1 and sweep.best_as_reported()[0]["number"] == 1  # the live "best so far"
 
+
+def test_the_csv_carries_runs_wholly_apart_as_json_does(project):
+    """JSON said why a wide spread was no tie (`apart`); the CSV had no column for it."""
+    make_study(project, CLEAR[:2], {1: [175.6, 164.5, 180.9, 166.2], 0: [143.6, 152.1, 112.0, 113.9]})
+    rows = json.loads(bench("report", "--format", "json").output)
+    grid = list(csv.DictReader(io.StringIO(bench("report", "--format", "csv").output)))
+    assert rows[1]["vs_baseline"]["apart"] == [164.5, 152.1] and rows[1]["vs_baseline"]["tie"] is False
+    assert (grid[1]["vs_baseline_apart_this"], grid[1]["vs_baseline_apart_yours"]) == ("164.5", "152.1")
+    assert grid[1]["vs_baseline_bound"] == str(rows[1]["vs_baseline"]["bound"])
 
 def test_the_live_line_says_why_a_single_faster_run_is_not_best(project):
     """A one-run 130 against a confirmed median of 100: the live output named #0 best and said nothing."""
@@ -218,6 +228,28 @@ def test_a_config_whose_loss_rose_is_never_best_but_shown_as_fastest_but_unsafe(
     assert "trial 2 is faster (190.0 samples/s) but not chosen: its loss rose" in table
     assert "trial 2 is faster (190.0 samples/s) but not chosen" in page
     assert "trial 1:" in dry and "bf16-true" not in dry.split("---")[0]
+
+
+def test_a_config_with_a_value_the_spec_no_longer_searches_is_never_best_in_any_view(project):
+    """bf16-true won; the user took it out of the spec's search and swept again: `bench apply best` still
+    wrote bf16-true into their config."""
+    make_study(project, CLEAR[:2] + [({"batch_size": 32, "precision": "bf16-true"}, 190.0, 3.0, {})], {})
+    narrowed = specs.load(write_spec(project, "one", memory={"budget": "10GiB", "headroom": 0.1}, search={
+        "batch_size": [8, 16, 32, 64], "precision": ["fp32", "bf16-mixed"], "compile": ["off", "default"]}))
+    study = ledger.load(stores.open_storage(None, project / "results", "one"), "one")
+    assert ledger.mark_unsearched(study, narrowed) == {"2": ["precision=bf16-true"]}
+    table, page, rows, grid, dry = views(project)
+    assert [r["number"] for r in rows if r["best"]] == [1] and rows[2]["unsearched"] == ["precision=bf16-true"]
+    said = "trial 2 is faster (190.0 samples/s) but not chosen: precision=bf16-true is no longer in the spec's search"
+    assert said in table and said in html.unescape(page) and "tag-unsearched" in \
+        (project / "results" / "one" / "report.html").read_text()
+    assert [r["unsearched"] for r in grid] == ["", "", "precision=bf16-true"] and grid[1]["best"] == "True"
+    assert "trial 1:" in dry and "bf16-true" not in dry.split("---")[0]
+    assert "never chosen as best: precision=bf16-true" in flat(bench("apply", "2", "--dry-run").output)
+    widened = specs.load(write_spec(project, "one", memory={"budget": "10GiB", "headroom": 0.1}, search={
+        "batch_size": [8, 16, 32, 64], "precision": ["fp32", "bf16-mixed", "bf16-true"], "compile": ["off", "default"]}))
+    assert ledger.mark_unsearched(study, widened) == {}  # put back: searched, and choosable, again
+    assert [r["number"] for r in json.loads(bench("report", "--format", "json").output) if r["best"]] == [2]
 
 
 @pytest.mark.parametrize("last", [float("nan"), float("inf")])
@@ -418,3 +450,27 @@ def test_an_oom_rows_figure_is_empty_in_csv_as_it_is_null_in_json(project):
     assert {k: grid[3][k] for k in ("speed", "speed_unit", "runs", "speed_cv")} == dict.fromkeys(
         ("speed", "speed_unit", "runs", "speed_cv"), "")
     assert (grid[1]["speed"], grid[1]["speed_unit"], grid[1]["runs"]) == ("141.0", "samples/s", "1")
+
+
+def test_a_resume_with_a_value_taken_out_of_the_search_says_so_and_chooses_among_the_rest(tmp_path, faulty_path,
+                                                                                        monkeypatch):
+    """Through `bench sweep` as a user resumes it: batch 32 won, the spec's list then stopped at 16."""
+    from tests.conftest import faulty_spec
+    monkeypatch.chdir(tmp_path)
+
+    def steady(self, config, number, repeat=False):  # a figure per batch, whatever the machine's load
+        return {"status": "ok", "throughput": 100.0 * config["batch_size"], "peak_memory": 2**20 * config["batch_size"],
+                "timing": {"step_s": {"cv": 0.005}}}
+    monkeypatch.setattr(studies.Sweep, "launch", steady)
+    path = faulty_spec(tmp_path, "narrowed", ["none"], trials=3, search={"batch_size": [8, 16, 32], "fault": ["none"]})
+    first = bench("sweep", path, "--device", "cpu")
+    assert first.exit_code == 0, first.output
+    best = lambda: [(r["number"], r["config"]["batch_size"]) for r in json.loads(bench("report", "--format", "json").output)
+                    if r["best"]]
+    assert [b for _, b in best()] == [32]
+    faulty_spec(tmp_path, "narrowed", ["none"], trials=3, search={"batch_size": [8, 16], "fault": ["none"]})
+    second = bench("sweep", path, "--device", "cpu")
+    assert second.exit_code == 0, second.output
+    assert "measured a value the spec no longer searches (batch_size=32): kept as measured, never chosen" \
+        in flat(second.output), second.output
+    assert [b for _, b in best()] == [16]

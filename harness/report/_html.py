@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.knobs import rank
-from harness.pareto import Choice, Standing
+from harness.pareto import Choice, Standing, unsearched_words
 from harness.report import _terminal, _time
 from harness.report._format import esc, ordered, rate
 from harness.report._svg import FRONT_COLOUR, OOM_COLOUR, batch_plot, breakdown_plot, frontier_plot
@@ -301,7 +301,8 @@ def _status_cell(row: Standing) -> tuple[str, str]:
 
 
 def _flags(row: Standing) -> list[str]:
-    flags = {"best": row.best, "baseline": row.record.baseline, "pareto": row.pareto, "unsafe": bool(row.unsafe)}
+    flags = {"best": row.best, "baseline": row.record.baseline, "pareto": row.pareto, "unsafe": bool(row.unsafe),
+             "unsearched": bool(row.record.unsearched)}
     return [flag for flag, on in flags.items() if on] + ([row.tier] if row.tier else [])
 
 
@@ -309,7 +310,8 @@ def _notes_cell(row: Standing) -> tuple[str, str]:
     flags = _flags(row)
     tags = "".join(f'<span class="tag tag-{esc(f)}">{esc(f)}</span>' for f in flags)
     error = row.record.error or {}
-    message = " ".join(str(x) for x in (error.get("type"), error.get("message"), row.unsafe) if x)
+    unsearched = unsearched_words(row) if row.record.unsearched else None
+    message = " ".join(str(x) for x in (error.get("type"), error.get("message"), row.unsafe, unsearched) if x)
     text = f'<span class="err" title="{esc(message)}">{esc(_shorten(message, 48))}</span>' if message else ""
     return tags + text, esc(" ".join(flags) + " " + message)
 
@@ -395,7 +397,7 @@ header .size-warning { margin:0 0 10px; padding:6px 10px; border-radius:8px; bac
 .st-interrupted { background:#eceff3; color:#4b5563; }
 .st-skipped { background:#f3f4f6; color:#6b7280; font-style:italic; }
 .st-noisy { background:#fff1d6; color:#7a4a00; font-style:italic; }
-.tag-unsafe { background:#fde2e2; color:#b42318; }
+.tag-unsafe { background:#fde2e2; color:#b42318; } .tag-unsearched { background:#eef0f3; color:#4b5563; }
 .hero { background:linear-gradient(135deg,#1f2a44,#2f4a7a); color:#fff; border-radius:14px;
   padding:18px 22px; margin:18px 0; box-shadow:0 6px 18px rgba(31,42,68,.18); }
 .hero.bad { background:#7a1f1f; }

@@ -44,7 +44,7 @@ def marks(s: Standing, choice: Choice) -> dict:
     against = choice.against_baseline(s)
     return {"pareto": s.pareto, "best": s.best, "leader": choice.leader is s, "baseline": s.record.baseline,
             "tier": s.tier, "tiers": [name for name, t in choice.tiers.items() if t is s],
-            "noisy": s.noisy, "unsafe": s.unsafe,
+            "noisy": s.noisy, "unsafe": s.unsafe, "unsearched": list(s.record.unsearched) or None,
             "speed": {"value": s.speed, "unit": choice.unit, "runs": s.runs, "cv": s.cv, "noise": s.noise}
             if s.speed else None,
             "vs_baseline": against.__dict__ if against else None,
@@ -76,14 +76,18 @@ def flat(choice: Choice) -> list[dict]:
         r = s.record
         m = marks(s, choice)
         row = {"number": r.number, "status": r.status,
-               **{k: m[k] for k in ("baseline", "pareto", "best", "leader", "tier", "noisy")}, "tiers": " ".join(m["tiers"])}
+               **{k: m[k] for k in ("baseline", "pareto", "best", "leader", "tier", "noisy", "unsafe")},
+               "unsearched": " ".join(r.unsearched) or None, "tiers": " ".join(m["tiers"])}
         row.update({f"config.{k}": v for k, v in r.config.items()})
         step = r.timing.get("step_s") or {}
         figure, versus = m["speed"] or {}, m["vs_baseline"] or {}  # JSON's figures: none for a row that has no speed
         row.update(speed=figure.get("value"), speed_unit=figure.get("unit"), runs=figure.get("runs"),
                    speed_cv=figure.get("cv"), vs_baseline=versus.get("ratio"),
                    vs_baseline_spread=versus.get("spread"), vs_baseline_paired=versus.get("paired"),
-                   tie=versus.get("tie"), throughput=r.throughput, tokens_per_s=r.tokens_per_s,
+                   vs_baseline_bound=versus.get("bound"), tie=versus.get("tie"),
+                   # runs side by side wholly apart: this config's slowest (or fastest) and your fastest (or slowest)
+                   vs_baseline_apart_this=(versus.get("apart") or (None, None))[0],
+                   vs_baseline_apart_yours=(versus.get("apart") or (None, None))[1], throughput=r.throughput, tokens_per_s=r.tokens_per_s,
                    peak_memory=r.peak_memory, step_s=step.get("median"), step_cv=step.get("cv"),
                    compile_s=r.timing.get("compile_s"), tflops=r.flops.get("tflops"), mfu=r.flops.get("mfu"),
                    peak_allocated=r.memory.get("peak_allocated"), peak_reserved=r.memory.get("peak_reserved"),
