@@ -36,8 +36,11 @@ PATIENCE = 5
 without a better best."""
 COMPILE_TOP = 2
 """Compile modes are tried on the best eager config, and on up to this many while compile keeps winning."""
-SLOW_CUT = 0.5
-"""A trial under this share of the best so far's samples/s after two windows stops measuring there."""
+SLOW_CUT = 0.7
+"""A trial under this share of the best so far's samples/s after two windows (the faster) stops measuring
+there: were the best's figure 10% high and this one's 10% low (pareto.MAX_NOISE, the most noise a figure
+counts), it would still be at 0.86 of the best. At half, the quickstart's batch-768 probe (0.68 of the
+best, 6.8 s steps) ran its third window and its memory breakdown, 16 of its 62 s."""
 WARM_SLOW_CUT = 0.25
 """...and an eager one under this share in its first warm-up step, before any window: a single step,
 so a wider margin (a compiled config's second step may still be compiling)."""
