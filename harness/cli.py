@@ -293,10 +293,10 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
     if study.get_trials(deepcopy=False):  # a resume: the study's own space, device and budget
         spec = ledger.resumed(spec, study, device, hardware)
         if unsearched := ledger.mark_unsearched(study, spec):
+            values = ", ".join(sorted({v for values in unsearched.values() for v in values}))
             err.print(f"note: {'trial' if len(unsearched) == 1 else 'trials'} {', '.join(f'#{n}' for n in unsearched)} "
-                      f"measured {'a value' if len(unsearched) == 1 else 'values'} the spec no longer searches "
-                      f"({', '.join(sorted({v for values in unsearched.values() for v in values}))}): kept as "
-                      "measured, never chosen as best", markup=False, highlight=False, soft_wrap=True)
+                      f"measured {values}, which this sweep does not search (the spec's search, on this machine): "
+                      "kept as measured, never chosen as best", markup=False, highlight=False, soft_wrap=True)
         if changed := ledger.measuring_changes(spec, study):
             err.print(f"note: this run measures trials otherwise than the study's first ({'; '.join(changed)}): its "
                       "figures are ranked with theirs; start a new study with --study NAME to keep them apart",

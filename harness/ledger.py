@@ -240,18 +240,29 @@ def baseline_config(study: optuna.Study) -> dict | None:
 
 
 def mark_unsearched(study: optuna.Study, spec: Spec) -> dict[str, list[str]]:
-    """Record, for a resume, each measured config's values the spec no longer searches (a list narrowed,
-    a range cut): `bench apply best` must not write back a compile=default the user took out of the
-    search. Your config is exempt: it is measured as it is, inside the search or not. Written whole at
-    every sweep, so a value put back is searched (and choosable) again. Returns trial number -> values."""
+    """Record, for a resume, each measured config this sweep does not search (a list narrowed, a knob taken
+    out of the search, another effective_batch, an nproc this machine cannot run): `bench apply best` must
+    not write back a compile=default the user took out. Your config is exempt: it is measured as it is,
+    inside the search or not. Written whole at every sweep, so a value put back is choosable again.
+    Returns trial number -> the config's `knob=value`s the search does not hold."""
     unsearched = {}
-    for t in study.get_trials(deepcopy=False):
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         config = t.user_attrs.get("config")
-        if config and not t.user_attrs.get("baseline") and (knobs := spec.unheld(config)):
-            unsearched[str(t.number)] = [f"{knob}={config[knob]}" for knob in knobs]
+        measured = (t.user_attrs.get("record") or {}).get("status") == record.OK and not not_run_itself(t)
+        if measured and config and not t.user_attrs.get("baseline") and not spec.contains(config):
+            unsearched[str(t.number)] = unsearched_values(spec, config)
     if unsearched or study.user_attrs.get("unsearched"):
         study.set_user_attr("unsearched", unsearched)
     return unsearched
+
+
+def unsearched_values(spec: Spec, config: dict) -> list[str]:
+    """`knob=value` for each value of `config` the spec's search does not make: unheld, or other than the
+    config its searched values make (a knob no longer searched, a derived accumulation)."""
+    made = spec.config({name: config.get(name) for name in spec.search})
+    unheld = set(spec.unheld(config))
+    return [f"{k}={v}" for k, v in config.items() if k in unheld or made.get(k, v) != v] or \
+        [f"{k}={v}" for k, v in config.items()]
 
 
 def enqueue_baseline(study: optuna.Study, spec: Spec, config: dict) -> None:

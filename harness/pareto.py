@@ -596,7 +596,7 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
     tiers = {name: kept(pick([r for r in usable if fits(r, h)], objective, cap), h) for name, h in TIERS.items()}
     against = versus(leader, base, objective) if leader is not None and base in ok and leader is not base else None
     best = kept(leader, headroom)
-    front = {r.number for r in pareto_front(safe, objective)}
+    front = {r.number for r in pareto_front(searched, objective)}
 
     standings = {r.number: Standing(record=r, speed=speed(r, objective), runs=figure_runs(r, objective),
                                     noise=noise(r, objective), cv=spread(r, objective), noisy=r in ok and noisy(r),
@@ -628,10 +628,9 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
 
 
 def unsearched_words(s: Standing) -> str:
-    """"compile=default is no longer in the spec's search"."""
+    """"compile=default is not in the search as last swept" (taken out of the spec since it was measured)."""
     values = s.record.unsearched
-    return (f"{', '.join(values)} {'is' if len(values) == 1 else 'are'} no longer in the spec's search "
-            "(as of the study's last sweep)")
+    return f"{', '.join(values)} {'is' if len(values) == 1 else 'are'} not in the search as last swept"
 
 
 def _not_kept_because(choice: Choice) -> str:
@@ -680,7 +679,8 @@ def _with_why(choice: Choice, unpaid: set) -> Choice:
         why.append(f"trial {s.number} is faster ({s.speed:.1f} {unit}) but not chosen: {s.unsafe}")
     if choice.unsearched_fastest:
         s = choice.unsearched_fastest
-        why.append(f"trial {s.number} is faster ({s.speed:.1f} {unit}) but not chosen: {unsearched_words(s)}")
+        said = f"is faster ({s.speed:.1f} {unit}) but" if choice.best else f"({s.speed:.1f} {unit}) is"
+        why.append(f"trial {s.number} {said} not chosen: {unsearched_words(s)}")
     if choice.passed_over:
         why.append(passed_over_words(choice))
     for p in choice.paybacks:

@@ -625,14 +625,20 @@ class Sweep:
         if best is None:
             return None
         # raced and still unconfirmed (a run crashed or ran out of memory): not a config to act on, nor to race again
-        to_do = self.runs_to_do(fits)
-        fits = [r for r in fits if not pareto.confirmed(r) and to_do[r["number"]]]
+        fits = [r for r in fits if not pareto.confirmed(r) and self.race_left(r)]
         open_ = [r for r in fits if pareto.prefer([best, r], objective, capacity) is r]
         choice = None if open_ else pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, objective)
         if choice is not None and choice.kept:
             base = next(r for r in rows if r["number"] == choice.baseline.number)
             open_ = [r for r in fits if pareto.faster(r, base, objective)]
         return max(open_, key=lambda r: pareto.speed(r, objective), default=None)
+
+    def race_left(self, row: dict) -> int:
+        """Runs of `row`'s race not yet done: CONFIRM_ROUNDS rounds from the first it ran in (a challenger's
+        start after your config's rounds; counted from round 0, a challenger whose run failed was raced again
+        and again, and the next one never)."""
+        first = min((k for n, k, _ in ledger.confirm_slots(self.study.user_attrs) if n == row["number"]), default=0)
+        return self.runs_to_do([row], range(first, first + CONFIRM_ROUNDS))[row["number"]]
 
     def candidates(self, rows: list[dict]) -> list[dict]:
         """The rows the report's choice may pick as best (harness.pareto.Choice.candidates: a compile

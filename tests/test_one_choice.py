@@ -109,6 +109,7 @@ def test_the_csv_carries_runs_wholly_apart_as_json_does(project):
     assert (grid[1]["vs_baseline_apart_this"], grid[1]["vs_baseline_apart_yours"]) == ("164.5", "152.1")
     assert grid[1]["vs_baseline_bound"] == str(rows[1]["vs_baseline"]["bound"])
 
+
 def test_the_live_line_says_why_a_single_faster_run_is_not_best(project):
     """A one-run 130 against a confirmed median of 100: the live output named #0 best and said nothing."""
     make_study(project, [({"batch_size": 8, "precision": "fp32"}, 100.0, 2.0, {}),
@@ -233,22 +234,27 @@ def test_a_config_whose_loss_rose_is_never_best_but_shown_as_fastest_but_unsafe(
 def test_a_config_with_a_value_the_spec_no_longer_searches_is_never_best_in_any_view(project):
     """bf16-true won; the user took it out of the spec's search and swept again: `bench apply best` still
     wrote bf16-true into their config."""
-    make_study(project, CLEAR[:2] + [({"batch_size": 32, "precision": "bf16-true"}, 190.0, 3.0, {})], {})
+    make_study(project, CLEAR[:2] + [({"batch_size": 32, "precision": "bf16-true"}, 190.0, 3.0, {}),
+                                      ({"batch_size": 16, "precision": "fp32", "compile": "default"}, 90.0, 3.0, {})], {})
     narrowed = specs.load(write_spec(project, "one", memory={"budget": "10GiB", "headroom": 0.1}, search={
         "batch_size": [8, 16, 32, 64], "precision": ["fp32", "bf16-mixed"], "compile": ["off", "default"]}))
     study = ledger.load(stores.open_storage(None, project / "results", "one"), "one")
     assert ledger.mark_unsearched(study, narrowed) == {"2": ["precision=bf16-true"]}
     table, page, rows, grid, dry = views(project)
     assert [r["number"] for r in rows if r["best"]] == [1] and rows[2]["unsearched"] == ["precision=bf16-true"]
-    said = "trial 2 is faster (190.0 samples/s) but not chosen: precision=bf16-true is no longer in the spec's search"
+    said = "trial 2 is faster (190.0 samples/s) but not chosen: precision=bf16-true is not in the search as last swept"
     assert said in table and said in html.unescape(page) and "tag-unsearched" in \
         (project / "results" / "one" / "report.html").read_text()
-    assert [r["unsearched"] for r in grid] == ["", "", "precision=bf16-true"] and grid[1]["best"] == "True"
+    assert [r["unsearched"] for r in grid] == ["", "", "precision=bf16-true", ""] and grid[1]["best"] == "True"
     assert "trial 1:" in dry and "bf16-true" not in dry.split("---")[0]
     assert "never chosen as best: precision=bf16-true" in flat(bench("apply", "2", "--dry-run").output)
     widened = specs.load(write_spec(project, "one", memory={"budget": "10GiB", "headroom": 0.1}, search={
         "batch_size": [8, 16, 32, 64], "precision": ["fp32", "bf16-mixed", "bf16-true"], "compile": ["off", "default"]}))
     assert ledger.mark_unsearched(study, widened) == {}  # put back: searched, and choosable, again
+    no_compile = specs.load(write_spec(project, "one", memory={"budget": "10GiB", "headroom": 0.1}, search={
+        "batch_size": [8, 16, 32, 64], "precision": ["fp32", "bf16-mixed", "bf16-true"]}))
+    assert ledger.mark_unsearched(study, no_compile) == {"3": ["compile=default"]}  # a knob no longer searched
+    ledger.mark_unsearched(study, widened)
     assert [r["number"] for r in json.loads(bench("report", "--format", "json").output) if r["best"]] == [2]
 
 
@@ -471,6 +477,6 @@ def test_a_resume_with_a_value_taken_out_of_the_search_says_so_and_chooses_among
     faulty_spec(tmp_path, "narrowed", ["none"], trials=3, search={"batch_size": [8, 16], "fault": ["none"]})
     second = bench("sweep", path, "--device", "cpu")
     assert second.exit_code == 0, second.output
-    assert "measured a value the spec no longer searches (batch_size=32): kept as measured, never chosen" \
-        in flat(second.output), second.output
+    assert "note: trial #2 measured batch_size=32, which this sweep does not search (the spec's search, on this " \
+           "machine): kept as measured, never chosen as best" in flat(second.output), second.output
     assert [b for _, b in best()] == [16]

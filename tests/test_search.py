@@ -375,6 +375,37 @@ def test_confirmation_alternates_who_runs_first_and_races_a_challenger_beside_yo
     assert pareto.choose(rows, spec.memory_budget, spec.headroom).best.number == challenger
 
 
+
+def test_a_challenger_whose_run_beside_your_config_failed_is_not_raced_again_and_the_next_one_is(tmp_path):
+    """Raced in rounds 2-3, a challenger whose run ran out of memory still had rounds 0-1 "to do": it was
+    named again, nothing ran, and 8 bf16 (10.4 throughout) was never raced."""
+    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32", "bf16-mixed"])
+    seen, notes = {}, []
+
+    def drifting(config):
+        rec = landscape({**config, "checkpointing": "none"})
+        key = (config["batch_size"], config["precision"])
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] > 1 and key == (16, "fp32"):
+            return {"status": "oom", "throughput": None, "peak_memory": None}
+        if seen[key] > 1 and config["batch_size"] == 16:
+            rec["throughput"] = 9.0
+        return rec
+
+    class Notes(studies.Progress):
+        def note(self, message):
+            notes.append(message)
+
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    ledger.enqueue_baseline(study, spec, spec.config({"batch_size": 8, "precision": "fp32"}))
+    runner = Runner(drifting)
+    studies.Sweep(spec, study, "cpu", tmp_path, 4, None, Notes(), runner=runner).run()
+    rows = ledger.rows_of(study)
+    number = {(r["config"]["batch_size"], r["config"]["precision"]): r["number"] for r in rows}
+    assert sum(n.startswith(f"#{number[(16, 'fp32')]} ran faster once") for n in notes) == 1, notes
+    assert seen[(8, "bf16-mixed")] == 3  # raced in its turn
+    assert pareto.choose(rows, spec.memory_budget, spec.headroom).best.number == number[(8, "bf16-mixed")]
+
 def test_the_race_confirms_what_the_choice_can_pick_not_a_compile_that_never_pays_back(tmp_path):
     """The quickstart on a CPU: compile ran 5% faster once but would take a million steps to pay for its
     compile, so the choice can never pick it. The race confirmed it anyway, left the fastest eager
