@@ -227,7 +227,7 @@ class Choice:
     unsafe_fastest: Standing | None = None
     """The fastest config faster than best whose loss rose beyond chance."""
     unsearched_fastest: Standing | None = None
-    """The fastest config faster than best with a value the spec no longer searches (Record.unsearched)."""
+    """The fastest config faster than best with a value the last sweep did not search (Record.unsearched)."""
     passed_over: Standing | None = None
     """The fastest candidate measured faster than the leader yet not chosen: within the noise of it
     where memory is scarce (the lighter wins), or one run against the leader's confirmed runs."""

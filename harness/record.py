@@ -110,8 +110,8 @@ class Record:
     log: str | None = None
     """The trial's log file."""
     unsearched: tuple[str, ...] = ()
-    """`knob=value` for each of its values the spec no longer searched at the study's last sweep (the
-    parent's, harness.ledger.mark_unsearched): measured, never chosen as best."""
+    """`knob=value` for each of its values the study's last sweep did not search (taken out of the spec
+    since; the parent's, harness.ledger.mark_unsearched): measured, never chosen as best."""
     repeats: tuple[Run, ...] = ()
     """The config's confirmation runs, interleaved with the baseline's (study attribute `repeats`)."""
     extra: dict = field(default_factory=dict)

@@ -87,7 +87,8 @@ def flat(choice: Choice) -> list[dict]:
                    vs_baseline_bound=versus.get("bound"), tie=versus.get("tie"),
                    # runs side by side wholly apart: this config's slowest (or fastest) and your fastest (or slowest)
                    vs_baseline_apart_this=(versus.get("apart") or (None, None))[0],
-                   vs_baseline_apart_yours=(versus.get("apart") or (None, None))[1], throughput=r.throughput, tokens_per_s=r.tokens_per_s,
+                   vs_baseline_apart_yours=(versus.get("apart") or (None, None))[1],
+                   throughput=r.throughput, tokens_per_s=r.tokens_per_s,
                    peak_memory=r.peak_memory, step_s=step.get("median"), step_cv=step.get("cv"),
                    compile_s=r.timing.get("compile_s"), tflops=r.flops.get("tflops"), mfu=r.flops.get("mfu"),
                    peak_allocated=r.memory.get("peak_allocated"), peak_reserved=r.memory.get("peak_reserved"),
