@@ -318,19 +318,23 @@ def test_a_grid_measures_every_config_even_above_an_oom(tmp_path):
     assert not [r for r in ledger.rows_of(sweep.study) if r["status"] == "skipped"]
 
 
-def test_a_single_run_faster_than_the_confirmed_best_is_confirmed_too(tmp_path):
-    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32", "bf16-mixed"])
-    seen = {}
-
-    def drifting(config):  # both batch-16 configs ran fast once, then slower; 8 bf16 runs 10.4 throughout
+def drifting(seen: dict):
+    """Both batch-16 configs run fast once (20.8 and 16.0), then slower (9.0, 8.0); 8 bf16 runs 10.4 throughout.
+    `seen` counts each (batch, precision)'s runs."""
+    def table(config):
         rec = landscape({**config, "checkpointing": "none"})
         key = (config["batch_size"], config["precision"])
         seen[key] = seen.get(key, 0) + 1
         if seen[key] > 1 and config["batch_size"] == 16:
             rec["throughput"] = {"bf16-mixed": 9.0, "fp32": 8.0}[config["precision"]]
         return rec
+    return table
 
-    sweep = sweep_for(spec, tmp_path, Runner(drifting), total=4, baseline={"batch_size": 8, "precision": "fp32"})
+
+def test_a_single_run_faster_than_the_confirmed_best_is_confirmed_too(tmp_path):
+    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32", "bf16-mixed"])
+    seen = {}
+    sweep = sweep_for(spec, tmp_path, Runner(drifting(seen)), total=4, baseline={"batch_size": 8, "precision": "fp32"})
     sweep.run()
     rows = ledger.rows_of(sweep.study)
     by_config = {(r["config"]["batch_size"], r["config"]["precision"]): r for r in rows}
@@ -340,23 +344,12 @@ def test_a_single_run_faster_than_the_confirmed_best_is_confirmed_too(tmp_path):
     assert pareto.choose(rows, spec.memory_budget, spec.headroom).best.number == challenger["number"]
 
 
-
 def test_confirmation_alternates_who_runs_first_and_races_a_challenger_beside_your_config(tmp_path):
     """Rounds ran A B A B, so the leader always ran first; and a challenger's rounds 0-1 were read side by
     side with your config's rounds 0-1, run minutes before beside the leader. Now A B B A, and the
     challenger runs rounds of its own with your config."""
     spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32", "bf16-mixed"])
-    seen = {}
-
-    def drifting(config):  # the batch-16 configs ran fast once, then slower; 8 bf16 runs 10.4 throughout
-        rec = landscape({**config, "checkpointing": "none"})
-        key = (config["batch_size"], config["precision"])
-        seen[key] = seen.get(key, 0) + 1
-        if seen[key] > 1 and config["batch_size"] == 16:
-            rec["throughput"] = {"bf16-mixed": 9.0, "fp32": 8.0}[config["precision"]]
-        return rec
-
-    runner = Runner(drifting)
+    runner = Runner(drifting({}))
     sweep = sweep_for(spec, tmp_path, runner, total=4, baseline={"batch_size": 8, "precision": "fp32"})
     sweep.run()
     rows = ledger.rows_of(sweep.study)
