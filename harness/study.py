@@ -536,7 +536,7 @@ class Sweep:
                 try:
                     self.mark([s for s in slots[done + 1:] if s[1] not in broken],
                               {"state": "claimed", "worker": worker_id(), "at": time.time()})
-                    made = self.confirmation_run(row, round_, rounds.stop)  # ^ the later runs' claims kept fresh for other hosts
+                    made = self.confirmation_run(row, round_, rounds)  # ^ the later runs' claims kept fresh for other hosts
                 except BaseException:
                     # stopped: the runs not made are free to run again, and so are those of the stopped run's
                     # round made before it, so that the round runs again side by side
@@ -550,7 +550,7 @@ class Sweep:
         for row, round_ in slots:
             self.study.set_user_attr(ledger.confirm_key(row["number"], round_), state)
 
-    def confirmation_run(self, row: dict, round_: int, of: int) -> bool:
+    def confirmation_run(self, row: dict, round_: int, rounds: range) -> bool:
         """One claimed confirmation run, made and recorded; False where its child was stopped from
         outside (its trial server killed), and nothing is recorded."""
         try:
@@ -565,7 +565,10 @@ class Sweep:
         self.study.set_user_attr(ledger.confirm_key(row["number"], round_), {"state": "done", "run": run})
         value = pareto.speed(run, self.spec.objective) if run["throughput"] else None  # the unit trials are told in
         speed = f"{value:.1f} {self.spec.objective}/s" if value else (rec.get("error") or {}).get("message", "")
-        self.progress.note(f"  #{row['number']} confirmation run {round_ + 1} of {of}: "
+        # counted among this config's own runs: a challenger's rounds 2-3 are its runs 1 and 2, not "3 of 4"
+        before = len(ledger.confirmation_runs(self.study.user_attrs).get(str(row["number"]), [])) - 1
+        earlier = before - sum(k < round_ for k in rounds)  # its runs made before this race
+        self.progress.note(f"  #{row['number']} confirmation run {before + 1} of {earlier + len(rounds)}: "
                            f"{run['status']} {speed}".rstrip())
         return True
 

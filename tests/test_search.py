@@ -396,6 +396,9 @@ def test_a_challenger_whose_run_beside_your_config_failed_is_not_raced_again_and
     rows = ledger.rows_of(study)
     number = {(r["config"]["batch_size"], r["config"]["precision"]): r["number"] for r in rows}
     assert sum(n.startswith(f"#{number[(16, 'fp32')]} ran faster once") for n in notes) == 1, notes
+    runs = [n.split(":")[0].strip() for n in notes if "confirmation run" in n]  # counted among each config's own runs
+    assert runs[4:8] == [f"#{number[(16, 'fp32')]} confirmation run 1 of 2", f"#{number[(8, 'fp32')]} confirmation run 3 of 4",
+                         f"#{number[(8, 'fp32')]} confirmation run 4 of 4", f"#{number[(16, 'fp32')]} confirmation run 2 of 2"]
     assert seen[(8, "bf16-mixed")] == 3  # raced in its turn
     assert pareto.choose(rows, spec.memory_budget, spec.headroom).best.number == number[(8, "bf16-mixed")]
 
