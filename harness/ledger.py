@@ -261,8 +261,8 @@ def unsearched_values(spec: Spec, config: dict) -> list[str]:
     config its searched values make (a knob no longer searched, a derived accumulation)."""
     made = spec.config({name: config.get(name) for name in spec.search})
     unheld = set(spec.unheld(config))
-    return [f"{k}={v}" for k, v in config.items() if k in unheld or made.get(k, v) != v] or \
-        [f"{k}={v}" for k, v in config.items()]
+    differ = [f"{k}={v}" for k, v in config.items() if k in unheld or k not in made or made[k] != v]
+    return differ or [f"no {k}" for k in made if k not in config]  # a knob the spec now sets that it never had
 
 
 def enqueue_baseline(study: optuna.Study, spec: Spec, config: dict) -> None:

@@ -605,14 +605,16 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
                                     tier=next((n for n, t in tiers.items() if t is r), None))
                  for r in recs}
     at = standings.get
-    faster_unsafe = [r for r in steady if unsafe.get(r.number) and fits(r, headroom)
-                     and (best is None or faster(r, best, objective))]
-    fastest_unsafe = max(faster_unsafe, key=lambda r: speed(r, objective), default=None)
+
+    def fastest_over_best(rows):
+        """The fastest of `rows` that fits and beats best beyond the noise: a faster config shown as not chosen."""
+        over = [r for r in rows if fits(r, headroom) and (best is None or faster(r, best, objective))]
+        return max(over, key=lambda r: speed(r, objective), default=None)
+    fastest_unsafe = fastest_over_best([r for r in steady if unsafe.get(r.number)])
+    unsearched_fastest = fastest_over_best([r for r in safe if r.unsearched])
     outran = [r for r in usable if fits(r, headroom) and leader is not None and r is not best
               and speed(r, objective) > speed(leader, objective)]
     passed_over = max(outran, key=lambda r: speed(r, objective), default=None)
-    faster_unsearched = [r for r in safe if r.unsearched and fits(r, headroom) and (best is None or faster(r, best, objective))]
-    unsearched_fastest = max(faster_unsearched, key=lambda r: speed(r, objective), default=None)
     choice = Choice(objective=objective, rows=tuple(standings.values()),
                     best=at(best.number) if best else None, leader=at(leader.number) if leader else None,
                     baseline=at(base.number) if base else None, versus=against, capacity=cap,
