@@ -465,9 +465,9 @@ def outcome(rec: dict, objective: str = "samples") -> str:
         if t.get("compile_s"):
             line += f" (compile {t['compile_s']:.0f}s)"
         if t.get("cut_short"):
-            warm = t.get("cut_at") == "1 warm-up step"
-            line += (f", {t.get('cut_at', '2 windows')}: under "
-                     f"{studies.WARM_SLOW_CUT if warm else studies.SLOW_CUT:.0%} of the best so far")
+            share = {"1 warm-up step": studies.WARM_SLOW_CUT,
+                     "1 long warm-up step": studies.LONG_WARM_SLOW_CUT}.get(t.get("cut_at"), studies.SLOW_CUT)
+            line += f", {t.get('cut_at', '2 windows')}: under {share:.0%} of the best so far"
         if pareto.noisy(rec):
             line += f" — noisy: its windows disagree beyond {pareto.NOISY_CV:.0%} CV, not ranked"
         if rec.get("busy"):

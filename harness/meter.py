@@ -46,10 +46,13 @@ class Meter:
 
         With `warm_slow_below` (samples/s), a first warm-up step under it ends the trial's timing
         there: a 20 s bf16 step on a CPU without bf16 kernels would otherwise run three more times
-        before two windows could cut it. That step (the second of the trial, past the first step's
-        one-off work) is then its only timing, and the first steps' peak its peak."""
+        before two windows could cut it. A step of `long_warm_step_s` or more is judged against the
+        higher `long_warm_slow_below`. That step (the second of the trial, past the first step's one-off
+        work) is then its only timing, and the first steps' peak its peak."""
         steps = int(self.settings.get("warmup_steps", 2))
         cut = float(self.settings.get("warm_slow_below") or 0)
+        long_cut = float(self.settings.get("long_warm_slow_below") or 0)
+        long_s = float(self.settings.get("long_warm_step_s", math.inf))
         t0 = measure.now(self.device)
         for i in range(steps):
             if i == steps - 1:
@@ -59,11 +62,13 @@ class Meter:
             self.hb.beat("warmup", i + 1)
             if i == 0 and steps > 1 and cut:
                 step_s = self.across_ranks(measure.now(self.device) - t_step)
-                if samples_per_step / step_s < cut:
+                long = step_s >= long_s and long_cut > cut
+                bar = long_cut if long else cut
+                if samples_per_step / step_s < bar:
                     self.cut_step_s, steps = step_s, 1
-                    self.timing.update(cut_at="1 warm-up step", cut_short=(
-                        f"{samples_per_step / step_s:.1f} samples/s in its first warm-up step, under the "
-                        f"sweep's cut of {cut:.1f}: not timed further; its peak is its first steps'"))
+                    self.timing.update(cut_at="1 long warm-up step" if long else "1 warm-up step", cut_short=(
+                        f"{samples_per_step / step_s:.1f} samples/s in its first warm-up step ({step_s:.1f} s), "
+                        f"under the sweep's cut of {bar:.1f}: not timed further; its peak is its first steps'"))
                     break
         if not steps:
             self.footprint.steady_window()

@@ -44,6 +44,14 @@ best, 6.8 s steps) ran its third window and its memory breakdown, 16 of its 62 s
 WARM_SLOW_CUT = 0.25
 """...and an eager one under this share in its first warm-up step, before any window: a single step,
 so a wider margin (a compiled config's second step may still be compiling)."""
+LONG_WARM_STEP_S = 2.0
+LONG_WARM_SLOW_CUT = 0.55
+"""...or under this share where that step took LONG_WARM_STEP_S or more. A first warm-up step that
+long ran 0.89-1.13x its trial's windows' median in 33 of the 34 such eager trials of the recorded
+landscapes (shorter ones reach 1.8x), so such a trial is at most 0.62 of the best, under SLOW_CUT; the
+34th, a transformers Trainer's 2.6 s step, 1.46x, would be at 0.80, still a measurement, if a less
+precise one. The quickstart's far probes (batch 640-768, 7-9 s steps at 0.45-0.61 of the best, their
+warm-up steps 0.97-0.99x their windows) then run 2 steps, not 5: about 20 s of their 45-55."""
 CONFIRM_TOP = 1
 CONFIRM_ROUNDS = 2
 """Before a sweep ends, the leading config and the baseline run again this many times, interleaved."""
@@ -436,6 +444,8 @@ class Sweep:
             job["measure"] = dict(job["measure"], slow_below=SLOW_CUT * best["throughput"])
             if config.get("compile", "off") == "off":
                 job["measure"]["warm_slow_below"] = WARM_SLOW_CUT * best["throughput"]
+                job["measure"].update(long_warm_slow_below=LONG_WARM_SLOW_CUT * best["throughput"],
+                                      long_warm_step_s=LONG_WARM_STEP_S)
         if self.results is not None:
             folder = study_dir(self.results, self.spec.study)
             digest = hashlib.sha256(repr(search.key(config)).encode()).hexdigest()[:16]

@@ -200,6 +200,26 @@ def test_an_eager_config_far_under_the_best_stops_after_one_warm_up_step_and_say
     assert ", cv -, " in cli.outcome(cut) and "1 warm-up step: under 25% of the best so far" in cli.outcome(cut)
 
 
+def test_a_long_warm_up_step_is_judged_against_the_higher_bar_and_a_short_one_is_not(tmp_path):
+    """`long_warm_slow_below` applies only where the first warm-up step took `long_warm_step_s` or
+    more: the same trial, the same bars, cut or timed in full by that step's length alone."""
+    config = {"batch_size": 8, "accumulation": 1, "precision": "fp32", "checkpointing": "none", "compile": "off"}
+
+    def run(long_s: float) -> dict:
+        measure = dict(FAST, warmup_steps=2, slow_below=1e-9, warm_slow_below=1e-9, long_warm_slow_below=1e9,
+                       long_warm_step_s=long_s)
+        job = {"workload": TINY_EMBER, "config": config, "device": "cpu", "memory_budget": None,
+               "measure": measure, "seed": 0}
+        return launch.run(job, launch.Limits(60, 30), Path(tmp_path) / f"trial-{long_s}.log")
+
+    cut, full = run(0.0), run(1e9)  # every step is "long" / none is
+    assert cut["status"] == "ok" and cut["timing"]["cut_at"] == "1 long warm-up step"
+    assert cut["timing"]["windows"] == 0 and cut["loss"]["steps"] == 2
+    assert ", 1 long warm-up step: under 55% of the best so far" in cli.outcome(cut)
+    assert full["status"] == "ok" and "cut_short" not in full["timing"] and full["timing"]["windows"] >= 2
+    assert full["timing"]["warmup_steps"] == 2
+
+
 # ---- what counts as out of memory (harness.errors) ------------------------------------------------------
 
 @pytest.mark.parametrize("library", ["cublas", "cudnn", "nccl"])

@@ -553,10 +553,15 @@ def test_a_trial_is_told_the_cuts_under_the_best_so_far_but_never_a_confirmation
     # the quickstart's far probe ran at 0.68 of the best: out of the race at 10% noise on either figure
     assert 0.68 * 8.0 < studies.SLOW_CUT * 8.0 < (1 - pareto.MAX_NOISE) / (1 + pareto.MAX_NOISE) * 8.0
     assert sweep.job(config, 1)["measure"]["warm_slow_below"] == pytest.approx(studies.WARM_SLOW_CUT * 8.0)
+    # a long warm-up step is judged against a higher bar, the quickstart's far probe (0.45 of the best) under it
+    long = sweep.job(config, 1)["measure"]
+    assert long["long_warm_slow_below"] == pytest.approx(studies.LONG_WARM_SLOW_CUT * 8.0)
+    assert 0.45 * 8.0 < long["long_warm_slow_below"] < studies.SLOW_CUT * 8.0 and long["warm_slow_below"] < 0.45 * 8.0
+    assert long["long_warm_step_s"] == studies.LONG_WARM_STEP_S
     assert "slow_below" not in sweep.job(config, 1, repeat=True)["measure"]
-    assert "warm_slow_below" not in sweep.job(config, 1, repeat=True)["measure"]
+    assert not {"warm_slow_below", "long_warm_slow_below"} & set(sweep.job(config, 1, repeat=True)["measure"])
     compiled = sweep.job({**config, "compile": "default"}, 1)["measure"]  # its second step may still compile
-    assert "slow_below" in compiled and "warm_slow_below" not in compiled
+    assert "slow_below" in compiled and not {"warm_slow_below", "long_warm_slow_below"} & set(compiled)
 
 
 @pytest.mark.parametrize("spec_path", sorted((ROOT / "benchmarks" / "landscapes").glob("*.yaml")), ids=lambda p: p.stem)
