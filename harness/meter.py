@@ -46,13 +46,14 @@ class Meter:
 
         With `warm_slow_below` (samples/s), a first warm-up step under it ends the trial's timing
         there: a 20 s bf16 step on a CPU without bf16 kernels would otherwise run three more times
-        before two windows could cut it. A step of `long_warm_step_s` or more is judged against the
-        higher `long_warm_slow_below`. That step (the second of the trial, past the first step's one-off
+        before two windows could cut it. Where `warm_slow_below` is set, a step of `long_warm_step_s` or
+        more is judged against the higher `long_warm_slow_below` instead. That step (the second of the trial, past the first step's one-off
         work) is then its only timing, and the first steps' peak its peak."""
         steps = int(self.settings.get("warmup_steps", 2))
         cut = float(self.settings.get("warm_slow_below") or 0)
         long_cut = float(self.settings.get("long_warm_slow_below") or 0)
-        long_s = float(self.settings.get("long_warm_step_s", math.inf))
+        long_s = self.settings.get("long_warm_step_s")
+        long_s = math.inf if long_s is None else float(long_s)  # 0 is a bar: every step is long
         t0 = measure.now(self.device)
         for i in range(steps):
             if i == steps - 1:

@@ -48,10 +48,12 @@ LONG_WARM_STEP_S = 2.0
 LONG_WARM_SLOW_CUT = 0.55
 """...or under this share where that step took LONG_WARM_STEP_S or more. A first warm-up step that
 long ran 0.89-1.13x its trial's windows' median in 33 of the 34 such eager trials of the recorded
-landscapes (shorter ones reach 1.8x), so such a trial is at most 0.62 of the best, under SLOW_CUT; the
-34th, a transformers Trainer's 2.6 s step, 1.46x, would be at 0.80, still a measurement, if a less
-precise one. The quickstart's far probes (batch 640-768, 7-9 s steps at 0.45-0.61 of the best, their
-warm-up steps 0.97-0.99x their windows) then run 2 steps, not 5: about 20 s of their 45-55."""
+landscapes (each recorded with one warm-up step; shorter steps reach 1.8x), so such a trial is at most
+0.62 of the best, under SLOW_CUT. The 34th, a transformers Trainer's 2.6 s step at 1.46x, says a
+Trainer trial at up to 0.80 of the best may be cut so, its figure then up to 30% low: still under
+the 0.82 that could tie the best within the noise (pareto.MAX_NOISE either way). The quickstart's far
+probes (batch 640-768, 7-9 s steps at 0.45-0.61 of the best, their warm-up steps 0.97-0.99x their
+windows) under it run 2 steps, not 5: batch 640 fp32 took 23 s, 47 s when cut after two windows."""
 CONFIRM_TOP = 1
 CONFIRM_ROUNDS = 2
 """Before a sweep ends, the leading config and the baseline run again this many times, interleaved."""
