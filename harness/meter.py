@@ -46,9 +46,10 @@ class Meter:
 
         With `warm_slow_below` (samples/s), a first warm-up step under it ends the trial's timing
         there: a 20 s bf16 step on a CPU without bf16 kernels would otherwise run three more times
-        before two windows could cut it. Where `warm_slow_below` is set, a step of `long_warm_step_s` or
-        more is judged against the higher `long_warm_slow_below` instead. That step (the second of the trial, past the first step's one-off
-        work) is then its only timing, and the first steps' peak its peak."""
+        before two windows could cut it. Where `warm_slow_below` is set, a step of `long_warm_step_s`
+        or more is judged against the higher `long_warm_slow_below` instead. That step (the second of
+        the trial, past the first step's one-off work) is then its only timing, and the first steps'
+        peak its peak."""
         steps = int(self.settings.get("warmup_steps", 2))
         cut = float(self.settings.get("warm_slow_below") or 0)
         long_cut = float(self.settings.get("long_warm_slow_below") or 0)
