@@ -96,9 +96,10 @@ def priors(device: str, rows: list[dict]) -> dict:
     """The device's usual effects (`PRIORS`), with what its trials measured of it: on a CPU, how much
     faster bf16 autocast runs a layer there (env.cpu_bf16_speedup), else whether it has bf16
     instructions at all (env.cpu_bf16). A layer that runs bf16 slower says a step will too; one that
-    runs it faster does not say a step gains: the casts and the ops autocast leaves in fp32 take it
-    back (on the EPYC the layer measured 1.37x and 2.21x while the steps of the same space ran
-    0.90x and 0.99x fp32), so the model then expects no change until a bf16 trial says."""
+    runs it faster says only that a step may gain, and by how much it does not: the casts and the ops
+    autocast leaves in fp32 take some or all of it back. On one EPYC the layer measured 1.7-2.2x and
+    steps ran 0.99x (emberformer), 1.35x (a U-Net) and 1.37x (the gpt stand-in) fp32, so the model
+    then starts at no change, give or take MEASURED_TAU, and the first bf16 trial says."""
     if device.startswith("cuda"):
         return PRIORS["cuda"]
     speedups = [r["env"]["cpu_bf16_speedup"] for r in rows if (r.get("env") or {}).get("cpu_bf16_speedup")]

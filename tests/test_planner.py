@@ -199,8 +199,8 @@ def test_on_a_cpu_the_bf16_speedup_its_trials_measured_decides_whether_bf16_is_t
 def test_on_a_cpu_a_layer_that_runs_bf16_faster_does_not_promise_a_faster_step():
     """On the EPYC of 2026-11-26 and 2026-12-02 the layer ran bf16 1.37x and 2.21x faster than fp32, and
     the steps of the same emberformer space 0.90x and 0.99x (median over its batches): the prior took
-    the layer's figure, and the search spent its second and third configs on bf16. A slower layer
-    still sets the prior (the test above); a faster one leaves it at no change."""
+    the layer's figure, 2.6 of its sds off. A slower layer still sets the prior (the test above); a
+    faster one leaves it at no change, for the first bf16 trial to move."""
     plan, first = quickstart_on_a_cpu(171.3, 0.036)
     for layer in (1.37, 2.21):
         rows = [{**first, "env": {"cpu_bf16": True, "cpu_bf16_speedup": layer}}]
