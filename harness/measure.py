@@ -375,7 +375,8 @@ def cpu_bf16_speedup(width: int = 512, rows: int = 64, repeats: int = 5) -> floa
     """How much faster a linear layer's forward and backward run under bf16 autocast than in fp32 on
     this CPU (fp32 time / bf16 time, the best of `repeats` each; ~20 ms): above 1 where the CPU has
     fast bf16 kernels (AMX, some AVX-512 bf16 parts), below where autocast's casts cost more than its
-    kernels save. CPUs with the same bf16 flags differ here, so the planner's prior is this, not the flags."""
+    kernels save. CPUs with the same bf16 flags differ here, so the planner's prior is this
+    where under 1 (a faster layer leaves it at no change: harness.model.priors), not the flags."""
     layer = torch.nn.Linear(width, width)
     x = torch.randn(rows, width, requires_grad=True)
 

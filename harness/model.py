@@ -37,7 +37,7 @@ EFFECT_TAU = 0.7
 MEASURED_TAU = 0.3
 """Prior spread of an effect measured on the machine itself (a layer's bf16 speed-up on the CPU): a
 workload's own mix of operations moves it by about a third either way (0.56-0.93x fp32 on one host
-whose layer measured 0.6-0.7x)."""
+whose layer measured 0.6-0.7x); where the layer runs bf16 faster, the spread around no change."""
 RECOMPUTE_TAU = 0.15
 """Prior spread of checkpointing's cost per sample on a CPU: it recomputes the forward in the backward,
 about a third of a step, so 1.1-1.5x and never faster (every CPU landscape: 1.07-1.67x, one 2.1x). Left
@@ -97,9 +97,10 @@ def priors(device: str, rows: list[dict]) -> dict:
     faster bf16 autocast runs a layer there (env.cpu_bf16_speedup), else whether it has bf16
     instructions at all (env.cpu_bf16). A layer that runs bf16 slower says a step will too; one that
     runs it faster says only that a step may gain, and by how much it does not: the casts and the ops
-    autocast leaves in fp32 take some or all of it back. On one EPYC the layer measured 1.7-2.2x and
-    steps ran 0.99x (emberformer), 1.35x (a U-Net) and 1.37x (the gpt stand-in) fp32, so the model
-    then starts at no change, give or take MEASURED_TAU, and the first bf16 trial says."""
+    autocast leaves in fp32 take some or all of it back. Decided on the emberformer space on an EPYC
+    (layer 1.37x and 2.21x, steps 0.90x and 0.99x fp32); a U-Net and the gpt stand-in recorded there
+    after it ran 1.35x and 1.37x, about one MEASURED_TAU above no change. So the model starts at no
+    change, give or take MEASURED_TAU, and the first bf16 trial says."""
     if device.startswith("cuda"):
         return PRIORS["cuda"]
     speedups = [r["env"]["cpu_bf16_speedup"] for r in rows if (r.get("env") or {}).get("cpu_bf16_speedup")]

@@ -185,7 +185,7 @@ def test_on_a_cpu_the_bf16_speedup_its_trials_measured_decides_whether_bf16_is_t
     """Two CPUs with the same bf16 flags: on the Intel host of 2026-11-25 bf16-mixed ran 0.56-0.93x fp32
     in four landscapes (a layer measured 0.6-0.7x), on the EPYC of 2026-11-23 up to 1.28x. Each trial
     measures the layer on its CPU (env.cpu_bf16_speedup); after one fp32 trial, the planner tries bf16
-    next only where it measured faster, and a fitted bf16 effect starts at the measured one where it is
+    next only where it did not measure slower, and a fitted bf16 effect starts at the measured one where it is
     slower (a faster layer: the test below)."""
     plan, first = quickstart_on_a_cpu(171.3, 0.036)
     slow = [{**first, "env": {"cpu_bf16": True, "cpu_bf16_speedup": 0.6}}]
@@ -199,7 +199,7 @@ def test_on_a_cpu_the_bf16_speedup_its_trials_measured_decides_whether_bf16_is_t
 def test_on_a_cpu_a_layer_that_runs_bf16_faster_does_not_promise_a_faster_step():
     """On the EPYC of 2026-11-26 and 2026-12-02 the layer ran bf16 1.37x and 2.21x faster than fp32, and
     the steps of the same emberformer space 0.90x and 0.99x (median over its batches): the prior took
-    the layer's figure, 2.6 of its sds off. A slower layer still sets the prior (the test above); a
+    the layer's figure, 1.4 and 2.7 of its sds off. A slower layer still sets the prior (the test above); a
     faster one leaves it at no change, for the first bf16 trial to move."""
     plan, first = quickstart_on_a_cpu(171.3, 0.036)
     for layer in (1.37, 2.21):
