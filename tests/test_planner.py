@@ -395,10 +395,11 @@ def test_a_real_sweep_with_high_auto_finds_the_wall_and_closes_in_on_it(project,
     fits = [r["config"]["batch_size"] for r in rows if r["status"] == "ok" and r["peak_memory"] <= usable]
     walls = [r["config"]["batch_size"] for r in rows if r["status"] in ("oom", "skipped")
              or (r["status"] == "ok" and r["peak_memory"] > usable)]
-    assert walls, f"the search never reached the memory wall: {[(r['status'], r['config']['batch_size'], r['peak_memory']) for r in rows]}"
+    seen = [(r["status"], r["config"]["batch_size"], r["peak_memory"]) for r in rows]
+    assert walls, f"the search never reached the memory wall: {seen}"
     largest = max(fits)
     wall = min((w for w in walls if w > largest), default=None)
-    assert wall is not None, f"fits {sorted(fits)}, walls {sorted(walls)}: {[(r['status'], r['config']['batch_size'], r['peak_memory']) for r in rows]}"
+    assert wall is not None, f"fits {sorted(fits)}, walls {sorted(walls)}: {seen}"
     assert largest > 64  # beyond the old list's top
     refined = [b for b in fits + walls if b & (b - 1)]  # not a power of two
     # closer than the powers of two alone bracket it (on a busy machine the path there varies, the bracket not)
