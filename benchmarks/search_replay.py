@@ -1,6 +1,7 @@
 """How many distinct configs does a search measure before it finds the best? Replayed on a recorded landscape.
 
     python benchmarks/search_replay.py LANDSCAPE.json [--seeds 20] [--budget 450MiB] [--headroom 0.1] [--json]
+    python benchmarks/search_replay.py LANDSCAPE.json --final [--trials 12] [--seeds 20]
 
 LANDSCAPE.json is `bench report --format json` of a study where every config of a space was
 measured once (`sampler: grid`). bench's own sweep (harness.study.Sweep: the same sampler, skips,
@@ -11,6 +12,14 @@ p90, over seeds, of distinct configs measured until one within 2% of the best fe
 and the median of the seconds the recorded trials took until then (repeats included; a recorded
 trial ran every step, so a config bench would now cut short counts in full).
 Skipped configs are not measured; a skip of a config that did fit in the landscape is an error.
+
+`--final` scores what a user gets instead: bench's sweep as `bench sweep` runs it (`--trials auto`,
+capped at `--trials`, the quickstart's 12 by default; confirmation included), where every run of a
+config, confirmation runs too, is one of its recorded grid passes drawn at random (a config recorded
+in one pass repeats its figure). The final answer is read as `bench report`/`apply` read it
+(harness.pareto.choose) and scored by its merged figure / the best feasible config's merged figure
+(0 where it does not fit). Plain TPE and random get the same number of runs, their answer read the
+same way, as in search_eval.py.
 """
 from __future__ import annotations
 
@@ -47,7 +56,7 @@ def load(path: Path, budget: int | None, headroom: float | None, objective: str 
     kind = info.get("device") or next(((r.get("memory") or {}).get("kind") for r in rows if (r.get("memory") or {}).get("kind")), "cpu")
     return {"rows": rows, "table": table, "budget": budget, "headroom": headroom, "objective": objective,
             "device": "cuda" if str(kind).startswith("cuda") else "cpu",
-            "usable": usable, "target": best * (1 - WITHIN), "fits": {search.key(r["config"]) for r in fits}}
+            "usable": usable, "best": best, "target": best * (1 - WITHIN), "fits": {search.key(r["config"]) for r in fits}}
 
 
 def spec_for(land: dict, path: Path, seed: int, trials: int) -> specs.Spec:
@@ -89,8 +98,7 @@ def run_bench(land: dict, path: Path, seed: int) -> tuple[int, float, list]:
     grid = len(land["rows"])
     spec = spec_for(land, path, seed, trials=grid)
     study = ledger.create(spec, optuna.storages.InMemoryStorage(), land["device"])
-    base = next((r["config"] for r in land["rows"] if r.get("baseline")), land["rows"][0]["config"])
-    ledger.enqueue_baseline(study, spec, base)
+    ledger.enqueue_baseline(study, spec, baseline_config(land))
     counter = Counter(land)
     with tempfile.TemporaryDirectory() as results:  # the claim lock's folder; nothing else is written
         sweep = studies.Sweep(spec, study, land["device"], Path(results), grid, None, auto=False, runner=counter)
@@ -102,15 +110,104 @@ def run_bench(land: dict, path: Path, seed: int) -> tuple[int, float, list]:
     return counter.hit_at or grid, counter.hit_s or counter.seconds, wrong
 
 
-def run_tpe(land: dict, seed: int) -> tuple[int, float]:
+VIEW_FIELDS = ("baseline", "best", "leader", "pareto", "tier", "tiers", "noisy", "unsafe", "unsearched", "speed",
+               "vs_baseline", "passes", "passes_cv", "repeats")
+"""What `bench report --format json` adds to a record: the study's view of it, not the measurement."""
+
+
+def drawn(row: dict, rng: random.Random) -> dict:
+    """One run of a recorded config: one of its recorded passes, drawn at random, as a fresh record."""
+    rec = {k: v for k, v in row.items() if k not in VIEW_FIELDS}
+    if not row.get("passes"):
+        return json.loads(json.dumps(rec))
+    run = rng.choice(row["passes"])
+    ok = run["status"] == "ok"
+    rec.update(status=run["status"], throughput=run["throughput"] if ok else None, peak_memory=run["peak_memory"])
+    if isinstance(rec.get("tokens_per_s"), dict):
+        rec["tokens_per_s"] = dict(rec["tokens_per_s"], median=run["tokens_per_s"]) if ok else None
+    if not ok and not rec.get("error"):
+        rec["error"] = {"type": run["status"].upper(), "message": "a recorded pass of this config"}
+    return json.loads(json.dumps(rec))
+
+
+class Draws:
+    """The final-answer runner: every run of a config draws one of its recorded passes; counts the runs."""
+
+    def __init__(self, land: dict, seed: int):
+        self.land, self.rng, self.count = land, random.Random(seed), 0
+
+    def __call__(self, config: dict, number: int = 0, repeat: bool = False) -> dict:
+        self.count += 1
+        row = self.land["table"].get(search.key(config))
+        if row is None:  # a gap in the grid
+            return {"status": "error", "throughput": None, "peak_memory": None,
+                    "error": {"type": "NotRecorded", "message": "not in the landscape"}}
+        return drawn(row, self.rng)
+
+
+def quality(land: dict, config: dict | None) -> float:
+    """The answer's merged figure / the best feasible config's (0 where it does not fit, or no answer)."""
+    k = search.key(config) if config else None
+    if k not in land["fits"]:
+        return 0.0
+    return pareto.single(land["table"][k], land["objective"]) / land["best"]
+
+
+def answer(land: dict, rows: list[dict]) -> dict | None:
+    """The config `bench report` / `bench apply best` would take from these rows."""
+    best = pareto.choose(rows, land["budget"], land["headroom"], land["objective"]).best
+    return dict(best.config) if best else None
+
+
+def final_bench(land: dict, path: Path, seed: int, trials: int) -> tuple[float, int]:
+    spec = spec_for(land, path, seed, trials)
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), land["device"])
+    ledger.enqueue_baseline(study, spec, baseline_config(land))
+    draws = Draws(land, seed)
+    with tempfile.TemporaryDirectory() as results:
+        studies.Sweep(spec, study, land["device"], Path(results), trials, None, auto=True, runner=draws).run()
+    return quality(land, answer(land, ledger.rows_of(study))), draws.count
+
+
+def final_optuna(land: dict, seed: int, runs: int, kind: str) -> float:
+    """Plain Optuna at `runs` runs from your config: every run a trial, a config that does not fit told 0."""
+    names, choices, by_params = grid_params(land)
+    sampler = optuna.samplers.TPESampler(seed=seed) if kind == "tpe" else optuna.samplers.RandomSampler(seed=seed)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.enqueue_trial({k: baseline_config(land)[k] for k in names})
+    draws, rows = Draws(land, seed), []
+    for number in range(runs):
+        trial = study.ask()
+        config = by_params.get(tuple(trial.suggest_categorical(k, choices[k]) for k in names))
+        if config is None:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            continue
+        rec = {**draws(config, number), "config": config, "number": number}
+        rows.append(rec)
+        fits = rec["status"] == "ok" and (not land["usable"] or rec["peak_memory"] <= land["usable"])
+        study.tell(trial, pareto.single(rec, land["objective"]) if fits else 0.0)
+    return quality(land, answer(land, rows))
+
+
+def baseline_config(land: dict) -> dict:
+    return next((r["config"] for r in land["rows"] if r.get("baseline")), land["rows"][0]["config"])
+
+
+def grid_params(land: dict) -> tuple[list, dict, dict]:
+    """The knobs the landscape varies, the values of each, and the config of each combination recorded."""
     configs = [r["config"] for r in land["rows"]]
     names = [k for k in configs[0] if len({repr(c[k]) for c in configs}) > 1]
     choices = {k: sorted({c[k] for c in configs}, key=repr) for k in names}
-    by_params = {tuple(c[k] for k in names): c for c in configs}
+    return names, choices, {tuple(c[k] for k in names): c for c in configs}
+
+
+def run_tpe(land: dict, seed: int) -> tuple[int, float]:
+    names, choices, by_params = grid_params(land)
+    grid = len(land["rows"])
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
     counter = Counter(land)
-    for _ in range(len(configs) * 20):
-        if counter.hit_at or len(counter.seen) >= len(configs):
+    for _ in range(grid * 20):
+        if counter.hit_at or len(counter.seen) >= grid:
             break
         trial = study.ask()
         config = by_params.get(tuple(trial.suggest_categorical(k, choices[k]) for k in names))
@@ -120,7 +217,7 @@ def run_tpe(land: dict, seed: int) -> tuple[int, float]:
         rec = counter(config, trial.number)
         fits = search.key(config) in land["fits"]
         study.tell(trial, pareto.single(rec, land["objective"]) or 0.0 if fits else 0.0)
-    return counter.hit_at or len(configs), counter.hit_s or counter.seconds
+    return counter.hit_at or grid, counter.hit_s or counter.seconds
 
 
 def run_random(land: dict, seed: int) -> tuple[int, float]:
@@ -148,11 +245,15 @@ def main() -> None:
     ap.add_argument("--budget", help="memory budget, e.g. 450MiB (default: the study's)")
     ap.add_argument("--headroom", type=float)
     ap.add_argument("--objective", choices=("samples", "tokens"))
+    ap.add_argument("--final", action="store_true", help="score the final answer, runs drawn from the recorded passes")
+    ap.add_argument("--trials", type=int, default=12, help="with --final: the sweep's cap (the quickstart's 12)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore")
     land = load(args.landscape, parse_size(args.budget, "--budget") if args.budget else None, args.headroom, args.objective)
+    if args.final:
+        return final_main(args, land)
     results, wrong = {"bench": [], "tpe": [], "random": []}, []
     for seed in range(args.seeds):
         n, seconds, bad = run_bench(land, args.landscape, seed)
@@ -173,6 +274,29 @@ def main() -> None:
     if args.json:
         print(json.dumps(out))
     sys.exit(1 if wrong else 0)
+
+
+def final_main(args, land: dict) -> None:
+    scores: dict[str, list[float]] = {"bench": [], "tpe": [], "random": []}
+    runs = []
+    for seed in range(args.seeds):
+        q, n = final_bench(land, args.landscape, seed, args.trials)
+        scores["bench"].append(q)
+        runs.append(n)
+        for kind in ("tpe", "random"):
+            scores[kind].append(final_optuna(land, seed, n, kind))
+    passes = statistics.median(len(r.get("passes") or [None]) for r in land["rows"])
+    out = {"grid": len(land["rows"]), "passes": passes, "runs_median": statistics.median(runs), "runs_max": max(runs),
+           **{k: {"median": statistics.median(v), "p10": sorted(v)[int(0.1 * (len(v) - 1))],
+                  "mean": statistics.fmean(v)} for k, v in scores.items()}}
+    print(f"{args.landscape.name}: {out['grid']} configs, runs drawn from {passes:g} recorded pass(es) each, "
+          f"{args.seeds} seeds, cap {args.trials} trials; the final answer's merged figure / the best feasible's")
+    print("| search | median | p10 | mean |\n|---|---|---|---|")
+    for name in scores:
+        print(f"| {name} | {out[name]['median']:.3f} | {out[name]['p10']:.3f} | {out[name]['mean']:.3f} |")
+    print(f"runs (bench's, the others given as many): median {out['runs_median']:g}, max {out['runs_max']}")
+    if args.json:
+        print(json.dumps(out))
 
 
 if __name__ == "__main__":

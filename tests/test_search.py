@@ -298,6 +298,55 @@ def test_merged_passes_give_each_config_its_median_and_the_replay_reads_them(tmp
     assert replay.returncode == 0 and json.loads(replay.stdout.strip().splitlines()[-1])["grid"] == 16
 
 
+def test_a_final_replay_run_is_one_recorded_pass_of_its_config_and_not_the_report_s_view(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import random
+    import search_replay
+    row = {"number": 3, "config": {"batch_size": 8}, "status": "ok", "throughput": 100.0, "peak_memory": 50 * MiB,
+           "baseline": True, "best": True, "tier": "best", "passes_cv": 0.1, "tokens_per_s": {"median": 900.0},
+           "passes": [{"status": "ok", "throughput": 90.0, "peak_memory": 49 * MiB, "tokens_per_s": 810.0},
+                      {"status": "ok", "throughput": 100.0, "peak_memory": 50 * MiB, "tokens_per_s": 900.0},
+                      {"status": "oom", "throughput": None, "peak_memory": None, "tokens_per_s": None}]}
+    rng = random.Random(0)
+    runs = [search_replay.drawn(row, rng) for _ in range(60)]
+    assert {r["throughput"] for r in runs} == {90.0, 100.0, None}  # every pass drawn, nothing else
+    assert all(r["tokens_per_s"]["median"] == r["throughput"] * 9 for r in runs if r["status"] == "ok")
+    oom = next(r for r in runs if r["status"] == "oom")
+    assert oom["peak_memory"] is None and oom["tokens_per_s"] is None and oom["error"]["type"] == "OOM"
+    assert not any(k in r for r in runs for k in ("baseline", "best", "tier", "passes", "passes_cv"))
+    assert row["passes"][2]["status"] == "oom" and row["throughput"] == 100.0  # the landscape is not changed
+
+
+def test_the_final_replay_scores_the_config_bench_report_would_apply(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import search_replay
+    spec = make_spec(tmp_path)
+    reports = []
+    for scale in (1.0, 1.02, 0.98):  # three passes, 2% apart
+        rows = [{"number": n, **landscape(c), "config": c, "baseline": n == 0} for n, c in enumerate(specs.all_configs(spec))]
+        for r in rows:
+            r["throughput"] = r["throughput"] * scale if r["throughput"] else None
+        reports.append(tmp_path / f"p{scale}.json")
+        reports[-1].write_text(json.dumps(rows))
+    out = tmp_path / "merged.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "landscape_merge.py"), str(out), *map(str, reports),
+                    "--budget", "100MiB"], check=True, capture_output=True, timeout=120, cwd=ROOT)
+    replay = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_replay.py"), str(out), "--final",
+                             "--seeds", "3", "--trials", "12", "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert replay.returncode == 0, replay.stderr[-2000:]
+    result = json.loads(replay.stdout.strip().splitlines()[-1])
+    # the best that fits under 90 MiB: bf16-mixed batch 32 with checkpointing (58 MiB, 33.3/s); batch 32
+    # without it runs over the memory, so an answer that ignored the wall would score 0
+    assert result["bench"]["median"] == 1.0 and result["passes"] == 3
+    assert result["runs_median"] > 3  # confirmation runs count: your config and the leader run again
+    assert all(0.0 <= result[k]["p10"] <= result[k]["median"] <= 1.0 for k in ("tpe", "random"))
+    land = search_replay.load(out, None, None, None)
+    config = {"batch_size": 8, "precision": "fp32", "checkpointing": "none", "accumulation": 1, "compile": "off"}
+    assert search_replay.quality(land, config) == pytest.approx(8 / (32 * 1.3 * 0.8))  # merged figure / the best's
+    assert search_replay.quality(land, {**config, "batch_size": 32}) == 0.0  # out of memory: no answer at all
+    assert search_replay.quality(land, None) == 0.0
+
+
 def test_busy_counts_other_processes_on_the_gpu_and_not_on_a_cpu():
     quiet = {"steal": 0.0, "total": 100.0, "gpu_processes": 0}
     assert busy.verdict(quiet, {**quiet, "total": 200.0, "gpu_processes": 2})["gpu_processes"] == 2
