@@ -74,6 +74,17 @@ def spec_for(land: dict, path: Path, seed: int, trials: int) -> specs.Spec:
     return specs.build(raw, path, None, ())
 
 
+VIEW_FIELDS = ("baseline", "best", "leader", "pareto", "tier", "tiers", "noisy", "unsafe", "unsearched", "speed",
+               "vs_baseline", "passes", "passes_cv", "repeats")
+"""What `bench report --format json` adds to a record: the study's view of it, not the measurement."""
+
+
+def as_recorded(row: dict) -> dict:
+    """A recorded config as a fresh trial's record: without the report's view of it, and without the
+    recording's own confirmation runs (`repeats`), which the replayed sweep never ran."""
+    return json.loads(json.dumps({k: v for k, v in row.items() if k not in VIEW_FIELDS}))
+
+
 class Counter:
     """The replay runner: looks a trial up, counts distinct configs, notes when the target was reached."""
 
@@ -91,7 +102,7 @@ class Counter:
             speed = pareto.single(rec, self.land["objective"])
             if self.hit_at is None and k in self.land["fits"] and speed >= self.land["target"]:
                 self.hit_at, self.hit_s = len(self.seen), self.seconds
-        return json.loads(json.dumps(rec))
+        return as_recorded(rec)
 
 
 def run_bench(land: dict, path: Path, seed: int) -> tuple[int, float, list]:
@@ -110,16 +121,11 @@ def run_bench(land: dict, path: Path, seed: int) -> tuple[int, float, list]:
     return counter.hit_at or grid, counter.hit_s or counter.seconds, wrong
 
 
-VIEW_FIELDS = ("baseline", "best", "leader", "pareto", "tier", "tiers", "noisy", "unsafe", "unsearched", "speed",
-               "vs_baseline", "passes", "passes_cv", "repeats")
-"""What `bench report --format json` adds to a record: the study's view of it, not the measurement."""
-
-
 def drawn(row: dict, rng: random.Random) -> dict:
     """One run of a recorded config: one of its recorded passes, drawn at random, as a fresh record."""
-    rec = {k: v for k, v in row.items() if k not in VIEW_FIELDS}
+    rec = as_recorded(row)
     if not row.get("passes"):
-        return json.loads(json.dumps(rec))
+        return rec
     run = rng.choice(row["passes"])
     ok = run["status"] == "ok"
     rec.update(status=run["status"], throughput=run["throughput"] if ok else None, peak_memory=run["peak_memory"])
@@ -127,7 +133,7 @@ def drawn(row: dict, rng: random.Random) -> dict:
         rec["tokens_per_s"] = dict(rec["tokens_per_s"], median=run["tokens_per_s"]) if ok else None
     if not ok and not rec.get("error"):
         rec["error"] = {"type": run["status"].upper(), "message": "a recorded pass of this config"}
-    return json.loads(json.dumps(rec))
+    return rec
 
 
 class Draws:

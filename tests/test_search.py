@@ -298,12 +298,13 @@ def test_merged_passes_give_each_config_its_median_and_the_replay_reads_them(tmp
     assert replay.returncode == 0 and json.loads(replay.stdout.strip().splitlines()[-1])["grid"] == 16
 
 
-def test_a_final_replay_run_is_one_recorded_pass_of_its_config_and_not_the_report_s_view(monkeypatch):
+def test_a_replayed_run_is_one_recorded_pass_of_its_config_and_not_the_report_s_view(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     import random
     import search_replay
     row = {"number": 3, "config": {"batch_size": 8}, "status": "ok", "throughput": 100.0, "peak_memory": 50 * MiB,
            "baseline": True, "best": True, "tier": "best", "passes_cv": 0.1, "tokens_per_s": {"median": 900.0},
+           "repeats": [{"status": "ok", "throughput": 500.0}],  # the recording sweep's confirmation, not the replay's
            "passes": [{"status": "ok", "throughput": 90.0, "peak_memory": 49 * MiB, "tokens_per_s": 810.0},
                       {"status": "ok", "throughput": 100.0, "peak_memory": 50 * MiB, "tokens_per_s": 900.0},
                       {"status": "oom", "throughput": None, "peak_memory": None, "tokens_per_s": None}]}
@@ -313,8 +314,13 @@ def test_a_final_replay_run_is_one_recorded_pass_of_its_config_and_not_the_repor
     assert all(r["tokens_per_s"]["median"] == r["throughput"] * 9 for r in runs if r["status"] == "ok")
     oom = next(r for r in runs if r["status"] == "oom")
     assert oom["peak_memory"] is None and oom["tokens_per_s"] is None and oom["error"]["type"] == "OOM"
-    assert not any(k in r for r in runs for k in ("baseline", "best", "tier", "passes", "passes_cv"))
+    assert not any(k in r for r in runs for k in ("baseline", "best", "tier", "passes", "passes_cv", "repeats"))
     assert row["passes"][2]["status"] == "oom" and row["throughput"] == 100.0  # the landscape is not changed
+    # the first-hit replay's lookup too: a one-pass landscape's recorded confirmation runs once made the
+    # replayed study believe your config was confirmed (emberformer-cpu-20: 9 configs to the best, not 4)
+    land = {"table": {search.key(row["config"]): row}, "objective": "samples", "fits": set(), "target": 1e9}
+    looked_up = search_replay.Counter(land)(row["config"], 0)
+    assert looked_up["throughput"] == 100.0 and "repeats" not in looked_up and "baseline" not in looked_up
 
 
 def test_the_final_replay_scores_the_config_bench_report_would_apply(tmp_path, monkeypatch):
