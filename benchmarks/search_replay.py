@@ -294,7 +294,7 @@ def final_main(args, land: dict) -> None:
     passes = statistics.median(len(r.get("passes") or [None]) for r in land["rows"])
     out = {"grid": len(land["rows"]), "passes": passes, "runs_median": statistics.median(runs), "runs_max": max(runs),
            **{k: {"median": statistics.median(v), "p10": sorted(v)[int(0.1 * (len(v) - 1))],
-                  "mean": statistics.fmean(v)} for k, v in scores.items()}}
+                  "mean": statistics.fmean(v), "each": v} for k, v in scores.items()}}
     print(f"{args.landscape.name}: {out['grid']} configs, runs drawn from {passes:g} recorded pass(es) each, "
           f"{args.seeds} seeds, cap {args.trials} trials; the final answer's merged figure / the best feasible's")
     print("| search | median | p10 | mean |\n|---|---|---|---|")
