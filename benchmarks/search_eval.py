@@ -8,10 +8,10 @@ score is the FINAL ANSWER: the config `bench report`/`bench apply` would choose 
 (harness.pareto.choose over the rows), its true (noise-free) throughput / the true best feasible
 config's, where the true best is over every whole batch size from 4 up (not only the ladder of
 `high: auto`). Side by side at the same number of runs as bench used on that seed: plain Optuna TPE,
-Optuna's GPSampler, random sampling (their answer read the same way), and the largest batch that
-fits at the user's knobs (Lightning's `scale_batch_size(mode="binsearch")` and accelerate's
-`find_executable_batch_size`: double from the user's batch until it does not fit, then bisect;
-its own number of runs).
+Optuna's GPSampler, random sampling (your config enqueued first and marked, their answer read the
+same way), and the largest batch that fits at the user's knobs (Lightning's
+`scale_batch_size(mode="binsearch")` and accelerate's `find_executable_batch_size`: double from the
+user's batch until it does not fit, then bisect; its own number of runs).
 
 The generator (assumptions and ranges; all uniform unless said):
 - space: batch_size {low: 4, high: auto}, precision fp32/tf32/bf16-mixed/fp16-mixed, checkpointing
@@ -41,6 +41,7 @@ import argparse
 import json
 import math
 import multiprocessing
+import os
 import random
 import statistics
 import sys
@@ -51,7 +52,7 @@ from pathlib import Path
 
 import optuna
 
-from harness import ledger, pareto, spec as specs, study as studies
+from harness import busy, ledger, pareto, spec as specs, study as studies, zygote
 
 GiB = 2**30
 CARD = 80 * GiB
@@ -195,7 +196,7 @@ def run_optuna(seed: int, runs: int, kind: str) -> dict | None:
         trial = study.ask()
         config = {"batch_size": ladder[trial.suggest_int("batch_size", 0, len(ladder) - 1)],
                   **{k: trial.suggest_categorical(k, SEARCH[k]) for k in ("precision", "checkpointing", "compile", "accumulation")}}
-        rec = {**land.run(config), "config": config, "number": number}
+        rec = {**land.run(config), "config": config, "number": number, "baseline": number == 0}  # your config, enqueued
         rows.append(rec)
         ok = rec["status"] == "ok" and rec["peak_memory"] <= CARD * (1 - HEADROOM)
         trial.set_user_attr("over", 0.0 if ok else 1.0)
@@ -262,6 +263,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1, help="landscapes evaluated at once (processes)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    os.environ.setdefault(busy.WAIT_ENV, "0")  # nothing is launched: no host to wait for, no trial server to start
+    os.environ.setdefault(zygote.ENV_SWITCH, zygote.FRESH)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore")
     only = args.only.split(",")

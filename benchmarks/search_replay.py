@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -34,7 +35,8 @@ from pathlib import Path
 
 import optuna
 
-from harness import ledger, pareto, search, spec as specs, study as studies
+import search_eval
+from harness import busy, ledger, pareto, search, spec as specs, study as studies, zygote
 from harness.units import parse_size
 
 WITHIN = 0.02
@@ -77,6 +79,9 @@ def spec_for(land: dict, path: Path, seed: int, trials: int) -> specs.Spec:
 VIEW_FIELDS = ("baseline", "best", "leader", "pareto", "tier", "tiers", "noisy", "unsafe", "unsearched", "speed",
                "vs_baseline", "passes", "passes_cv", "repeats")
 """What `bench report --format json` adds to a record: the study's view of it, not the measurement."""
+GAP = {"status": "error", "throughput": None, "peak_memory": None,
+       "error": {"type": "NotRecorded", "message": "not in the landscape"}}
+"""A config the grid did not record."""
 
 
 def as_recorded(row: dict) -> dict:
@@ -94,8 +99,7 @@ class Counter:
 
     def __call__(self, config: dict, number: int, repeat: bool = False) -> dict:
         k = search.key(config)
-        rec = self.land["table"].get(k) or {"status": "error", "throughput": None, "peak_memory": None,  # a gap in the grid
-                                             "error": {"type": "NotRecorded", "message": "not in the landscape"}}
+        rec = self.land["table"].get(k) or GAP
         self.seconds += (rec.get("timing") or {}).get("trial_wall_s") or 0.0
         if k not in self.seen:
             self.seen.append(k)
@@ -128,11 +132,11 @@ def drawn(row: dict, rng: random.Random) -> dict:
         return rec
     run = rng.choice(row["passes"])
     ok = run["status"] == "ok"
-    rec.update(status=run["status"], throughput=run["throughput"] if ok else None, peak_memory=run["peak_memory"])
-    if isinstance(rec.get("tokens_per_s"), dict):
-        rec["tokens_per_s"] = dict(rec["tokens_per_s"], median=run["tokens_per_s"]) if ok else None
-    if not ok and not rec.get("error"):
-        rec["error"] = {"type": run["status"].upper(), "message": "a recorded pass of this config"}
+    tokens = {**(rec.get("tokens_per_s") or {}), "median": run["tokens_per_s"]} if ok and run["tokens_per_s"] else None
+    rec.update(status=run["status"], throughput=run["throughput"] if ok else None, peak_memory=run["peak_memory"],
+               tokens_per_s=tokens)
+    # the row's first pass may have failed where this one ran, or the other way round
+    rec["error"] = None if ok else rec.get("error") or {"type": run["status"].upper(), "message": "a recorded pass"}
     return rec
 
 
@@ -145,10 +149,7 @@ class Draws:
     def __call__(self, config: dict, number: int = 0, repeat: bool = False) -> dict:
         self.count += 1
         row = self.land["table"].get(search.key(config))
-        if row is None:  # a gap in the grid
-            return {"status": "error", "throughput": None, "peak_memory": None,
-                    "error": {"type": "NotRecorded", "message": "not in the landscape"}}
-        return drawn(row, self.rng)
+        return drawn(row, self.rng) if row else as_recorded(GAP)
 
 
 def quality(land: dict, config: dict | None) -> float:
@@ -166,6 +167,7 @@ def answer(land: dict, rows: list[dict]) -> dict | None:
 
 
 def final_bench(land: dict, path: Path, seed: int, trials: int) -> tuple[float, int]:
+    """bench's sweep as `bench sweep` runs it, on drawn runs: (its answer's quality, the runs it took)."""
     spec = spec_for(land, path, seed, trials)
     study = ledger.create(spec, optuna.storages.InMemoryStorage(), land["device"])
     ledger.enqueue_baseline(study, spec, baseline_config(land))
@@ -175,27 +177,33 @@ def final_bench(land: dict, path: Path, seed: int, trials: int) -> tuple[float, 
     return quality(land, answer(land, ledger.rows_of(study))), draws.count
 
 
-def final_optuna(land: dict, seed: int, runs: int, kind: str) -> float:
-    """Plain Optuna at `runs` runs from your config: every run a trial, a config that does not fit told 0."""
+def optuna_rows(land: dict, seed: int, runs: int, kind: str) -> list[dict]:
+    """Plain Optuna's `runs` measured trials, your config first (marked, as the report marks it), a config
+    that does not fit told 0. A combination the grid did not record (accumulation follows the batch under
+    an effective batch) is told FAIL and costs no run."""
     names, choices, by_params = grid_params(land)
     sampler = optuna.samplers.TPESampler(seed=seed) if kind == "tpe" else optuna.samplers.RandomSampler(seed=seed)
     study = optuna.create_study(direction="maximize", sampler=sampler)
-    study.enqueue_trial({k: baseline_config(land)[k] for k in names})
+    base = baseline_config(land)
+    study.enqueue_trial({k: base[k] for k in names})
     draws, rows = Draws(land, seed), []
-    for number in range(runs):
+    for _ in range(runs * 50):
+        if len(rows) == runs:
+            break
         trial = study.ask()
         config = by_params.get(tuple(trial.suggest_categorical(k, choices[k]) for k in names))
         if config is None:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             continue
-        rec = {**draws(config, number), "config": config, "number": number}
+        rec = {**draws(config), "config": config, "number": len(rows), "baseline": not rows}
         rows.append(rec)
         fits = rec["status"] == "ok" and (not land["usable"] or rec["peak_memory"] <= land["usable"])
-        study.tell(trial, pareto.single(rec, land["objective"]) if fits else 0.0)
-    return quality(land, answer(land, rows))
+        study.tell(trial, (pareto.single(rec, land["objective"]) or 0.0) if fits else 0.0)
+    return rows
 
 
 def baseline_config(land: dict) -> dict:
+    """Your config: the one the recording measured first as the baseline."""
     return next((r["config"] for r in land["rows"] if r.get("baseline")), land["rows"][0]["config"])
 
 
@@ -259,7 +267,8 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     land = load(args.landscape, parse_size(args.budget, "--budget") if args.budget else None, args.headroom, args.objective)
     if args.final:
-        return final_main(args, land)
+        final_main(args, land)
+        return
     results, wrong = {"bench": [], "tpe": [], "random": []}, []
     for seed in range(args.seeds):
         n, seconds, bad = run_bench(land, args.landscape, seed)
@@ -283,6 +292,9 @@ def main() -> None:
 
 
 def final_main(args, land: dict) -> None:
+    """`--final`: each search's answer quality over the seeds, at bench's runs."""
+    os.environ.setdefault(busy.WAIT_ENV, "0")  # nothing is launched: no host to wait for, no trial server to start
+    os.environ.setdefault(zygote.ENV_SWITCH, zygote.FRESH)
     scores: dict[str, list[float]] = {"bench": [], "tpe": [], "random": []}
     runs = []
     for seed in range(args.seeds):
@@ -290,11 +302,10 @@ def final_main(args, land: dict) -> None:
         scores["bench"].append(q)
         runs.append(n)
         for kind in ("tpe", "random"):
-            scores[kind].append(final_optuna(land, seed, n, kind))
+            scores[kind].append(quality(land, answer(land, optuna_rows(land, seed, n, kind))))
     passes = statistics.median(len(r.get("passes") or [None]) for r in land["rows"])
     out = {"grid": len(land["rows"]), "passes": passes, "runs_median": statistics.median(runs), "runs_max": max(runs),
-           **{k: {"median": statistics.median(v), "p10": sorted(v)[int(0.1 * (len(v) - 1))],
-                  "mean": statistics.fmean(v), "each": v} for k, v in scores.items()}}
+           **{k: {**search_eval.summary(v), "each": v} for k, v in scores.items()}}
     print(f"{args.landscape.name}: {out['grid']} configs, runs drawn from {passes:g} recorded pass(es) each, "
           f"{args.seeds} seeds, cap {args.trials} trials; the final answer's merged figure / the best feasible's")
     print("| search | median | p10 | mean |\n|---|---|---|---|")
