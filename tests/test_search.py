@@ -303,7 +303,8 @@ def test_a_replayed_run_is_one_recorded_pass_of_its_config_and_not_the_report_s_
     import random
     import search_replay
     row = {"number": 3, "config": {"batch_size": 8}, "status": "ok", "throughput": 100.0, "peak_memory": 50 * MiB,
-           "error": {"type": "OverBudget", "message": "the first pass's"}, "baseline": True, "best": True, "tier": "best", "passes_cv": 0.1, "tokens_per_s": {"median": 900.0},
+           "error": {"type": "OverBudget", "message": "the first pass's"}, "tokens_per_s": {"median": 900.0},
+           "baseline": True, "best": True, "tier": "best", "passes_cv": 0.1,
            "repeats": [{"status": "ok", "throughput": 500.0}],  # the recording sweep's confirmation, not the replay's
            "passes": [{"status": "ok", "throughput": 90.0, "peak_memory": 49 * MiB, "tokens_per_s": 810.0},
                       {"status": "ok", "throughput": 100.0, "peak_memory": 50 * MiB, "tokens_per_s": 900.0},
