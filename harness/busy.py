@@ -58,20 +58,41 @@ def verdict(before: dict, after: dict) -> dict | None:
 
 def now(device: str = "cpu", sample_s: float = SAMPLE_S) -> dict | None:
     """Right now, with no trial of ours running: None when quiet; else the cores other processes keep
-    busy (over `sample_s`), the steal and the GPU's other processes."""
+    busy (over `sample_s`), the steal and the GPU's other processes. Our own processes are not others:
+    the warm trial server importing torch as the sweep starts is the sweep itself."""
     cores = os.cpu_count() or 1
-    before = psutil.cpu_times()
+    ours_before, before = own_cpu_s(), psutil.cpu_times()
     time.sleep(sample_s)
-    after = psutil.cpu_times()
+    after, ours_after = psutil.cpu_times(), own_cpu_s()
     span = sum(after) - sum(before)
     idle = (after.idle - before.idle) + (getattr(after, "iowait", 0.0) - getattr(before, "iowait", 0.0))
-    used = max(span - idle, 0.0) / span * cores if span > 0 else 0.0
+    ours = sum(max(t - ours_before.get(pid, 0.0), 0.0) for pid, t in ours_after.items())
+    used = others_cores(span - idle, ours, span, cores)
     steal = (getattr(after, "steal", 0.0) - getattr(before, "steal", 0.0)) / span if span > 0 else 0.0
     gpu = gpu_processes(device)
     if used <= OTHERS_CORES and steal <= MAX_STEAL and not gpu:
         return None
     return {"load1": round(os.getloadavg()[0], 2), "cores": cores, "busy_cores": round(used, 2),
             "steal": round(steal, 3), "gpu_processes": gpu}
+
+
+def others_cores(used_s: float, ours_s: float, span_s: float, cores: int) -> float:
+    """Cores in use by other processes: CPU seconds used on all cores, less ours, over `span_s` CPU
+    seconds of all cores."""
+    return max(used_s - ours_s, 0.0) / span_s * cores if span_s > 0 else 0.0
+
+
+def own_cpu_s() -> dict[int, float]:
+    """CPU seconds so far of this process and every process under it, by pid."""
+    me = psutil.Process()
+    seconds = {}
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:  # ended between the listing and the look
+            continue
+        seconds[proc.pid] = times.user + times.system
+    return seconds
 
 
 def describe(flag: dict) -> str:
