@@ -178,8 +178,10 @@ QUICK_ENV = "BENCH_QUICK"
 
 
 def quick(spec):
-    """BENCH_QUICK=N: a smoke run of a spec, as the README test runs every command: at most N trials, a
-    built-in workload's tiny preset, about a second of measuring per trial. Its numbers are not the real ones."""
+    """BENCH_QUICK=N: a smoke run of a spec (`bench sweep`, `bench trial`), as the README test runs every
+    command: at most N trials, a built-in workload's tiny preset (unless `--preset` says otherwise),
+    about a second of measuring per trial, and no searched compile (a cold compile is a minute on a
+    CPU). Its numbers are not the real ones."""
     value = os.environ.get(QUICK_ENV)
     if not value:
         return spec
@@ -187,7 +189,10 @@ def quick(spec):
         raise UserError(f"{QUICK_ENV}={value!r}: give the number of trials of a quick smoke run (e.g. 3), or unset it")
     measure = replace(spec.measure, warmup_steps=1, window_s=0.05, min_windows=2, max_windows=3, max_seconds=1.0)
     workload = {**spec.workload, "preset": "tiny"} if "name" in spec.workload else spec.workload
-    return replace(spec, trials=min(spec.trials, int(value)), measure=measure, workload=workload)
+    search = dict(spec.search)
+    if "off" in getattr(search.get("compile"), "choices", ()):
+        search["compile"] = replace(search["compile"], choices=("off",))
+    return replace(spec, trials=min(spec.trials, int(value)), measure=measure, workload=workload, search=search)
 
 
 def device_spec(spec, device: str):
@@ -315,7 +320,7 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
     out.print(f"[bold]bench sweep[/bold] {escape(spec.study)}: {escape(specs.workload_label(spec.workload))} "
               f"on {device}, {spec.space_size()} configs in the space, up to {total} trial{'s' if total > 1 else ''} → {escape(where)}")
     if os.environ.get(QUICK_ENV):
-        out.print(f"{QUICK_ENV} is set: a quick smoke run (tiny preset, short measurements), not numbers to act on")
+        out.print(f"{QUICK_ENV} is set: a quick smoke run (tiny preset, short measurements, no compile), not numbers to act on")
     if spec.memory_budget:
         out.print(f"memory budget {size(spec.memory_budget)}, headroom {spec.headroom:.0%}")
         warn_budget_above_device(spec.memory_budget, device)
@@ -490,7 +495,7 @@ def outcome(rec: dict, objective: str = "samples") -> str:
 @user_errors
 def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset):
     """Run one config of SPEC and print its JSON record on stdout."""
-    spec = specs.load(spec_path, scenario)
+    spec = quick(specs.load(spec_path, scenario))
     if preset is not None:  # `--preset ""` is a preset named nothing, not the spec's
         spec = specs.with_preset(spec, preset)
     if memory_budget:

@@ -522,3 +522,20 @@ def test_a_trials_progress_line_is_in_the_objectives_unit():
            "timing": {"step_s": {"cv": 0.01}, "trial_wall_s": 3}}
     assert cli.outcome(rec, "tokens").startswith("ok: 1600.0 tokens/s, peak 1.0 MiB")
     assert cli.outcome(rec).startswith("ok: 12.5 samples/s")
+
+
+def test_a_quick_smoke_run_compiles_nothing_and_keeps_a_fixed_compile(tmp_path, monkeypatch):
+    """BENCH_QUICK's second trial was a cold compile (54 s of the README walk's 59 s quickstart): a smoke
+    run leaves a searched compile out, but not a compile the spec pins."""
+    from harness import cli, spec as specs
+    from tests.conftest import ROOT
+    monkeypatch.setenv("BENCH_QUICK", "2")
+    searched = specs.load(ROOT / "sweeps" / "emberformer.yaml")
+    assert len(searched.search["compile"].choices) > 1
+    quick = cli.quick(searched)
+    assert quick.search["compile"].choices == ("off",) and quick.trials == 2
+    assert quick.workload["preset"] == "tiny" and quick.measure.max_seconds == 1.0
+    pinned = tmp_path / "pinned.yaml"
+    pinned.write_text((ROOT / "sweeps" / "emberformer.yaml").read_text().replace("compile: [off, default]",
+                                                                                 "compile: [default]"))
+    assert cli.quick(specs.load(pinned)).fixed["compile"] == "default"

@@ -3,8 +3,9 @@ sections works as written, in a fresh copy of the repository: in order (each exi
 reverse in another fresh copy (each succeeds, or refuses in one line with exit 2, never a traceback).
 
 What is not executed: `pip install` (checked instead: the target folder is a project and its extras
-exist) and the test command itself. BENCH_QUICK=2 turns every sweep into a smoke run (tiny preset,
-two trials, ~1 s of measuring each), which keeps this test near a minute on a quiet 2-core box.
+exist) and the test command itself. BENCH_QUICK=2 turns every sweep and trial into a smoke run (tiny
+preset, two trials, ~1 s of measuring each, no compile), which keeps this test near a minute on a quiet
+2-core box.
 Blocks fenced ```sh need what a CI box lacks (GPUs, a database host, Slurm): they are shown, not run
 here; tests/test_postgres.py runs the PostgreSQL path against a real server.
 """
