@@ -468,7 +468,8 @@ class Sweep:
 
     # -- confirmation ------------------------------------------------------------------------------
     def confirm(self) -> None:
-        """Re-measure the leader and the baseline in fresh processes, interleaved (A B B A); then each
+        """Re-measure the leader and the baseline in fresh processes, interleaved (A B B A), or your config
+        alone where it leads (one lucky run of it must not be the bar the others lose to); then each
         config that would win over the confirmed best if its single run held (at most CHALLENGERS), with
         the baseline again: a race, so best is never beaten by an unconfirmed run and no run is spent on a
         clear loser."""
@@ -477,8 +478,8 @@ class Sweep:
         leaders = sorted(fits, key=lambda r: -pareto.speed(r, self.spec.objective))[:CONFIRM_TOP]
         base = next((r for r in rows if r.get("baseline") and r["status"] == record.OK), None)
         chosen = leaders + ([base] if base and all(base["number"] != r["number"] for r in leaders) else [])
-        if not chosen or chosen == [base] or (base is None and len(fits) < 2):
-            return  # your config leads, or one config fits: no choice among configs to confirm
+        if not chosen or (len(fits) < 2 and (base is None or chosen == [base])):
+            return  # one config fits: no choice among configs to confirm
         # alone where your config did not run ok (or has no trial): nothing to run it side by side with
         rounds = self.rounds_for(chosen, CONFIRM_ROUNDS)
         to_do = self.runs_to_do(chosen, rounds)

@@ -740,6 +740,25 @@ def test_a_leader_that_ties_only_because_the_rounds_disagree_runs_two_more_round
     assert seen[(8, "fp32")] == 5
 
 
+def test_your_config_leading_on_one_lucky_run_is_confirmed_and_then_raced(tmp_path):
+    """Your config's single run (14.0) led a config at 13.0, so nothing was confirmed and the sweep kept
+    your config on that one run (2 of 460 recorded replays stopped so). Now your config is confirmed as any
+    leader is: its 10.0s put its median under 13.0, which is then raced beside it and wins. A real lead
+    (15.0 every run) stays, with nothing raced."""
+    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32", "bf16-mixed"])
+    table, seen = wide_tie_table([14.0, 10.0, 10.0, 10.0, 10.0])
+    sweep = sweep_for(spec, tmp_path, Runner(table), total=4, baseline={"batch_size": 8, "precision": "fp32"})
+    sweep.run()
+    assert seen[(8, "fp32")] == 5 and seen[(16, "bf16-mixed")] == 3  # yours: the trial, 2 alone, 2 beside it
+    choice = sweep.choice()
+    assert not choice.kept and choice.best.number == choice_leader(sweep)
+    table, seen = wide_tie_table([15.0])
+    sweep = sweep_for(spec, tmp_path / "real", Runner(table), total=4, baseline={"batch_size": 8, "precision": "fp32"})
+    sweep.run()
+    assert seen[(8, "fp32")] == 3 and seen[(16, "bf16-mixed")] == 1
+    assert sweep.choice().best.number == sweep.choice().baseline.number
+
+
 def test_a_tie_the_rounds_still_cannot_tell_says_sweep_again_on_a_quiet_machine(tmp_path):
     spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32", "bf16-mixed"])
     # every other round disturbed, your config's runs on both sides of the leader's 13.0 (were they all
