@@ -255,6 +255,12 @@ def summary(values: list[float]) -> dict:
             "mean": statistics.fmean(ordered)}
 
 
+def nothing_launched() -> None:
+    """A replayed sweep launches no trial: no host to wait for quiet, no trial server to start."""
+    os.environ.setdefault(busy.WAIT_ENV, "0")
+    os.environ.setdefault(zygote.ENV_SWITCH, zygote.FRESH)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="1000-1099", help="a range, e.g. 0-99 (tuning) or 1000-1099 (reported)")
@@ -263,8 +269,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1, help="landscapes evaluated at once (processes)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    os.environ.setdefault(busy.WAIT_ENV, "0")  # nothing is launched: no host to wait for, no trial server to start
-    os.environ.setdefault(zygote.ENV_SWITCH, zygote.FRESH)
+    nothing_launched()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore")
     only = args.only.split(",")

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import sys
@@ -36,7 +35,7 @@ from pathlib import Path
 import optuna
 
 import search_eval
-from harness import busy, ledger, pareto, search, spec as specs, study as studies, zygote
+from harness import ledger, pareto, search, spec as specs, study as studies
 from harness.units import parse_size
 
 WITHIN = 0.02
@@ -293,8 +292,7 @@ def main() -> None:
 
 def final_main(args, land: dict) -> None:
     """`--final`: each search's answer quality over the seeds, at bench's runs."""
-    os.environ.setdefault(busy.WAIT_ENV, "0")  # nothing is launched: no host to wait for, no trial server to start
-    os.environ.setdefault(zygote.ENV_SWITCH, zygote.FRESH)
+    search_eval.nothing_launched()
     scores: dict[str, list[float]] = {"bench": [], "tpe": [], "random": []}
     runs = []
     for seed in range(args.seeds):

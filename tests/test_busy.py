@@ -129,6 +129,20 @@ def test_our_own_processes_are_not_others():
     assert busy.others_cores(used_s=0.2, ours_s=0.5, span_s=2.0, cores=2) == 0.0  # a child's CPU from before the look
 
 
+def test_now_takes_what_it_counts_as_ours_out_of_others(monkeypatch):
+    """The wiring: a core spun by another process is others' work, until `own_cpu_s` says the same CPU
+    time was ours (staged: far more than the look lasted), and then none of it is."""
+    pid = spinning(detached=True)
+    looks = iter([{1: 0.0}, {1: 1000.0}])
+    monkeypatch.setattr(busy, "own_cpu_s", lambda: next(looks))
+    try:
+        time.sleep(0.3)
+        flag = busy.now("cpu", sample_s=0.5)
+    finally:
+        os.kill(pid, 9)
+    assert flag is None or flag["busy_cores"] == 0.0  # steal or a GPU may still flag it; cores in use may not
+
+
 def test_run_again_on_a_quiet_machine_measures_again_what_a_busy_one_spoiled(tmp_path, monkeypatch):
     """The advice "run the same command again when the machine is quiet" once measured nothing: the
     resume found every trial measured. Now the busy trial runs again in a new one, which says why."""
