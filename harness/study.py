@@ -643,7 +643,7 @@ class Sweep:
         # raced and still unconfirmed (a run crashed or ran out of memory): not a config to act on, nor to race again
         fits = [r for r in fits if not pareto.confirmed(r) and self.race_left(r)]
         open_ = [r for r in fits if pareto.prefer([best, r], objective, capacity) is r]
-        choice = None if open_ else pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, objective)
+        choice = None if open_ else self.choice(rows)
         if choice is not None and choice.kept:
             base = next(r for r in rows if r["number"] == choice.baseline.number)
             open_ = [r for r in fits if pareto.faster(r, base, objective)]
@@ -900,9 +900,11 @@ class Sweep:
         return out
 
     def choice(self, rows: list[dict] | None = None) -> pareto.Choice:
-        """The choice `bench report` makes of the study as it stands."""
+        """The choice `bench report` makes of the study as it stands (a compile judged against the run
+        the apply target describes, as the report judges it)."""
         rows = ledger.rows_of(self.study) if rows is None else rows
-        return pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, self.spec.objective)
+        return pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, self.spec.objective,
+                             run_steps=self.run_steps)
 
     def best_as_reported(self, number: int | None = None) -> tuple[dict | None, str | None]:
         """The row `bench report` would call best now, and the report's reason where trial `number` (just
@@ -919,7 +921,7 @@ class Sweep:
     def leader_so_far(self) -> dict | None:
         """The leading config's row: the planner's bar and the slow cut's (ties with your config do not matter here)."""
         rows = ledger.rows_of(self.study)
-        leader = pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, self.spec.objective).leader
+        leader = self.choice(rows).leader
         return next((r for r in rows if leader is not None and r["number"] == leader.number), None)
 
 

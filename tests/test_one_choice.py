@@ -49,6 +49,13 @@ def make_study(project, trials, repeats, name="one", **spec_overrides):
     return project
 
 
+def live_sweep(project, name="one") -> studies.Sweep:
+    """The study as a sweep resuming it sees it."""
+    spec = specs.load(project / f"{name}.yaml")
+    study = ledger.create(spec, stores.open_storage(None, project / "results", name), "cpu")
+    return studies.Sweep(spec, study, "cpu", project / "results", 0, None)
+
+
 def bench(*args, **env):
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False, env=env)
 
@@ -329,6 +336,8 @@ def test_compile_is_chosen_only_where_it_pays_back_within_the_run_the_target_des
     table = flat(bench("report", COLUMNS="200").output)
     rows = json.loads(bench("report", "--format", "json").output)
     assert [r["number"] for r in rows if r["best"]] == [chosen]
+    sweep = live_sweep(project)  # the sweep's own bar (its live "best so far", the race, the slow cut) is the same
+    assert sweep.choice().best.number == chosen and sweep.leader_so_far()["number"] == chosen
     assert "pays for itself after 2,2" in table
     if max_steps is None:  # the example config says max_epochs 50, and nothing about an epoch's length
         assert "an assumed run of 10,000 steps (config.yaml says trainer.max_epochs 50 but not how many " \
