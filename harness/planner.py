@@ -280,14 +280,13 @@ class Planner:
         return speed / twin_speed, f"{knob}={value} {words}: {speed / twin_speed - 1:+.0%} over {against}"
 
     def needed_to_fit(self, config: dict, knob: str, other, rows: list[dict], fitted: model.Fit) -> bool:
-        """Would `config` with `knob` at `other` not fit? Measured (a config with that value, at this batch
-        or larger, was over the memory) or, where nothing says, as the model predicts it."""
+        """Would `config` with `knob` at `other` not fit? Measured (its memory family was over the memory
+        at this batch or a smaller one) or, where nothing says, as the model predicts it. Another family's
+        wall says nothing: fp32 out of memory at batch 256 does not stop bf16 at 128."""
         if not self.usable:
             return False
         twin = {**config, knob: other}
-        over = [r for r in rows if r["config"].get(knob) == other and r["config"]["batch_size"] >= config["batch_size"]
-                and r.get("status") in ("ok", "diverged", "oom", "skipped")]
-        if any(not search.fits(r, self.usable) for r in over):
+        if search.above_wall(twin, rows, self.usable):
             return True
         return bool(self.fit_chance([twin], rows, fitted.predict([twin]))[0] < 0.5)
 

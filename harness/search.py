@@ -52,7 +52,9 @@ def holds_gradients(config: dict) -> bool:
 
 
 def walled(r: dict, usable: float | None) -> bool:
-    return r["status"] in ("oom", "skipped") or bool(r["status"] == "ok" and usable and r["peak_memory"] > usable)
+    """Known not to fit: out of memory, skipped as sure to be, or ran (a diverged run too) over the usable memory."""
+    return r["status"] in ("oom", "skipped") or bool(r["status"] in ("ok", "diverged") and usable
+                                                     and (r.get("peak_memory") or 0) > usable)
 
 
 def frontier(kin: list[dict], usable: float | None, config: dict | None = None) -> tuple[int | None, int | None]:

@@ -543,6 +543,34 @@ def test_why_does_not_say_a_knob_lets_a_batch_fit_where_memory_was_no_limit():
     assert line.startswith("precision=bf16-mixed saves") and "fit" not in line, line
 
 
+def test_only_its_own_family_s_wall_says_a_knob_lets_a_batch_fit():
+    """fp32 out of memory at batch 256 was taken as proof that bf16 at 128 needs checkpointing to fit,
+    and why said "checkpointing ... lets batch 128 fit" where bf16 without it is predicted at 356 MiB of 900."""
+    def cfg(b, p, c):
+        return {"batch_size": b, "precision": p, "checkpointing": c, "compile": "off", "accumulation": 1}
+
+    def ran(n, config, speed, peak_mib, status="ok"):
+        return {"number": n, "status": status, "config": config, "throughput": speed,
+                "peak_memory": peak_mib and peak_mib * MiB, "timing": {"step_s": {"cv": 0.01}}}
+    rows = [ran(0, cfg(16, "fp32", "none"), 100, 164), ran(1, cfg(256, "fp32", "none"), None, None, "oom"),
+            ran(2, cfg(16, "bf16-mixed", "none"), 200, 132), ran(3, cfg(64, "bf16-mixed", "none"), 260, 228),
+            ran(4, cfg(128, "bf16-mixed", "full"), 300, 151)]
+    plan = planner.Planner([cfg(b, p, c) for b in (16, 32, 64, 128, 256) for p in ("fp32", "bf16-mixed")
+                            for c in ("none", "full")], usable=900 * MiB, limit=1000 * MiB, device="cuda")
+    best, fitted = rows[4], plan.fit(rows)
+    assert not plan.needed_to_fit(best["config"], "checkpointing", "none", rows, fitted)
+    assert "fit" not in plan.why(rows, best), plan.why(rows, best)
+    walled = rows + [ran(5, cfg(128, "bf16-mixed", "none"), None, None, "oom")]  # its own family's wall does
+    assert plan.needed_to_fit(best["config"], "checkpointing", "none", walled, plan.fit(walled))
+
+
+def test_a_run_that_diverged_over_the_usable_memory_is_a_wall():
+    rows = [{"number": 0, "status": "diverged", "config": {"batch_size": 64, "precision": "fp32"}, "throughput": 9.0,
+             "peak_memory": 600 * MiB}]
+    assert search.above_wall({"batch_size": 128, "precision": "fp32"}, rows, 500 * MiB)
+    assert not search.above_wall({"batch_size": 128, "precision": "fp32"}, rows, 700 * MiB)
+
+
 def test_a_knob_faster_at_the_same_batch_is_credited_against_that_batch_not_the_best_without_it():
     """The quickstart: "precision=bf16-mixed saves 4% per sample: +140% over the best without it (#0,
     batch_size=8 ...)" for a best at batch 128 x 2: the batch bought the +140%, not bf16."""
