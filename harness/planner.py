@@ -224,13 +224,17 @@ class Planner:
         fits = self.candidates(rows)
         fitted = self.fit(rows)
         speed = pareto.speed(best, self.objective)
-        reasons = [reason for level in fitted.levels if (reason := self.knob_reason(level, best, rows, fits, fitted))]
+        # a knob is a reason only where best is faster than what it is compared with
+        reasons = [reason for level in fitted.levels
+                   if (reason := self.knob_reason(level, best, rows, fits, fitted)) and reason[0] > 1]
         batch, family = best["config"]["batch_size"], search.speed_family(best["config"], False)
         kin = [r for r in rows if search.speed_family(r["config"], False) == family]
         above_batch = [r for r in kin if r["config"]["batch_size"] > batch]
         smaller = [r for r in kin if r["config"]["batch_size"] < batch and r in fits]
         larger = [r for r in above_batch if r in fits]
         if not reasons and not smaller:
+            if any(pareto.speed(r, self.objective) > speed for r in fits):
+                return None  # best won a tie (lighter, or confirmed): the choice's own words say why
             return f"#{best['number']} is the fastest config measured that fits"
         below = max(smaller, key=lambda r: r["config"]["batch_size"], default=None)
         gain, line = max(reasons, default=(0.0, ""), key=lambda x: x[0])
@@ -240,7 +244,9 @@ class Planner:
         if not larger:
             over = any(not search.fits(r, self.usable) and r.get("status") in ("ok", "diverged", "oom", "skipped")
                        for r in above_batch)
-            return f"batch {batch} is the largest of its family {'that fits' if over else 'measured'}: {words}"
+            # a larger batch that ran noisy, timed out or failed was measured, just not ranked
+            scope = "that fits" if over else "that ran steadily" if above_batch else "measured"
+            return f"batch {batch} is the largest of its family {scope}: {words}"
         above = min(larger, key=lambda r: r["config"]["batch_size"])
         gain = speed / pareto.speed(above, self.objective) - 1
         if gain > 0:
@@ -259,7 +265,9 @@ class Planner:
         if best["config"].get(knob) != value or not without:
             return None
         alt = max(without, key=lambda r: pareto.speed(r, self.objective))
-        batch, other = best["config"]["batch_size"], alt["config"][knob]
+        batch, other = best["config"]["batch_size"], alt["config"].get(knob)
+        if other is None:  # a config from before the knob was searched (a resume's baseline)
+            return None
         effect = fitted.effects()[level]
         # it cuts activations, best's batch is larger than alt's, and without it that batch would not fit
         lets_fit = effect["A"] < ACTIVATION_CUT and batch > alt["config"]["batch_size"] \

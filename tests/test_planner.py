@@ -448,7 +448,8 @@ def test_why_does_not_call_a_batch_the_largest_that_fits_when_a_larger_one_fit_a
     unmeasured = rows[1:]
     assert plan.why(unmeasured, plan.best(unmeasured)) == "batch 40 is the largest of its family measured: +20% over batch 32"
     noisy = [dict(rows[0], timing={"step_s": {"cv": 0.6}}), *rows[1:]]  # ran and fit, windows disagreeing
-    assert plan.why(noisy, plan.best(noisy)) == "batch 40 is the largest of its family measured: +20% over batch 32"
+    assert plan.why(noisy, plan.best(noisy)) == \
+        "batch 40 is the largest of its family that ran steadily: +20% over batch 32"  # 224 was measured, not ranked
     tied = [dict(rows[0], throughput=205.0), *rows[1:]]  # chosen within the noise of a larger batch, on less memory
     plan = planner.Planner([r["config"] for r in rows], usable=1.26 * 2**30, limit=1.4 * 2**30, device="cpu")
     assert plan.best(tied)["number"] == 6
@@ -562,6 +563,33 @@ def test_only_its_own_family_s_wall_says_a_knob_lets_a_batch_fit():
     assert "fit" not in plan.why(rows, best), plan.why(rows, best)
     walled = rows + [ran(5, cfg(128, "bf16-mixed", "none"), None, None, "oom")]  # its own family's wall does
     assert plan.needed_to_fit(best["config"], "checkpointing", "none", walled, plan.fit(walled))
+
+
+def test_why_claims_no_win_that_best_did_not_measure():
+    """Best chosen from a tie on scarce memory (the lighter bf16 at 100 beside fp32 at 103) was said to
+    be "the fastest config measured that fits" on a CPU and "saves 59% per sample: -3% over #0" on a GPU."""
+    def cfg(b, p):
+        return {"batch_size": b, "precision": p, "checkpointing": "none", "compile": "off", "accumulation": 1}
+    rows = [{"number": n, "status": "ok", "config": cfg(4, p), "throughput": speed, "peak_memory": peak * MiB,
+             "timing": {"step_s": {"cv": 0.03}}} for n, p, speed, peak in [(0, "fp32", 103, 800), (1, "bf16-mixed", 100, 790)]]
+    for device in ("cpu", "cuda"):
+        plan = planner.Planner([cfg(b, p) for b in (4, 8) for p in ("fp32", "bf16-mixed")], usable=900 * MiB,
+                               limit=1000 * MiB, device=device)
+        best = plan.best(rows)
+        assert best["number"] == 1 and plan.why(rows, best) is None, plan.why(rows, best)
+    alone = rows[1:]  # measured alone, it is the fastest
+    assert plan.why(alone, plan.best(alone)) == "#1 is the fastest config measured that fits"
+
+
+def test_why_survives_a_trial_from_before_a_knob_was_searched():
+    """A resume whose spec added precision: the old baseline's config has no precision (a KeyError at
+    the sweep's end, where the study keeps the model's words)."""
+    rows = [{"number": n, "status": "ok", "config": config, "throughput": speed, "peak_memory": 300 * MiB,
+             "timing": {"step_s": {"cv": 0.01}}}
+            for n, config, speed in [(0, {"batch_size": 8}, 100.0), (1, {"batch_size": 8, "precision": "bf16-mixed"}, 200.0)]]
+    plan = planner.Planner([{"batch_size": b, "precision": p} for b in (8, 16) for p in ("fp32", "bf16-mixed")],
+                           usable=None, limit=None, device="cuda")
+    assert plan.why(rows, plan.best(rows)) == "#1 is the fastest config measured that fits"
 
 
 def test_a_run_that_diverged_over_the_usable_memory_is_a_wall():
