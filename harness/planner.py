@@ -44,6 +44,8 @@ SHOWN = 5
 """Predicted configs a study keeps for its report."""
 ACTIVATION_CUT = 0.9
 """A knob value that keeps under this share of the activations is one that can let a batch fit."""
+AS_MEASURED = "is faster as measured"
+"""Why a knob value wins when the fit gives it no effect worth a figure."""
 
 
 def normal_cdf(z):
@@ -275,6 +277,8 @@ class Planner:
         words = self.effect_words(effect, batch, lets_fit)
         if not words:
             return None
+        if words != AS_MEASURED:  # its per-sample and activation figures are the model's, not a measurement
+            words += " (fitted)"
         speed = pareto.speed(best, self.objective)
         if lets_fit:
             gain = speed / pareto.speed(alt, self.objective)
@@ -316,7 +320,7 @@ class Planner:
             words.append(f"{cost}lets batch {batch} fit (activations x{effect['A']:.2f})")
         elif said and per_sample > 0:
             return None  # slower per sample, and memory was no limit: the gain is some other knob's
-        return " and ".join(words) or "is faster as measured"
+        return " and ".join(words) or AS_MEASURED
 
 
 def over_dataset(row: dict) -> int | None:
