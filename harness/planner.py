@@ -172,6 +172,8 @@ class Planner:
             fit, wall = search.frontier(kin.get(name, []), self.usable, config)
             if fit is not None and config["batch_size"] <= fit:
                 chance[i] = 1.0
+            elif wall is not None and config["batch_size"] >= wall:  # measured over: the fit's line does not overrule it
+                chance[i] = 0.0
             elif wall is not None and config["batch_size"] > wall // 2 and not some_fit[name]:
                 # nothing of this family fits yet: halve from its wall, as the finders do (where it fits
                 # without accumulation, the model's held gradients say whether accumulating fits too)

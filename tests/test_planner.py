@@ -592,6 +592,23 @@ def test_why_survives_a_trial_from_before_a_knob_was_searched():
     assert plan.why(rows, plan.best(rows)) == "#1 is the fastest config measured that fits"
 
 
+def test_a_batch_measured_over_the_memory_lets_a_saver_run_it_whatever_the_fit_says():
+    """fp32 batch 64 ran at 461 MiB of 460 usable; the smooth fit put it at 459.5, a coin flip to fit, so
+    checkpointing at 64, the only way to run that batch, was held to be a needless memory saver."""
+    def cfg(b, c):
+        return {"batch_size": b, "precision": "fp32", "checkpointing": c, "compile": "off", "accumulation": 1}
+    rows = [{"number": n, "status": "ok", "config": cfg(b, "none"), "throughput": 1000 * b / (8 + b),
+             "peak_memory": (461 if b == 64 else 200 + 4 * b) * MiB, "timing": {"step_s": {"cv": 0.01}}}
+            for n, b in enumerate((4, 8, 16, 32, 64))]
+    plan = planner.Planner([cfg(b, c) for b in (4, 8, 16, 32, 64, 128) for c in ("none", "full")],
+                           usable=460 * MiB, limit=500 * MiB, device="cuda")
+    fitted, twin = plan.fit(rows), cfg(64, "none")
+    assert plan.fit_chance([twin], rows, fitted.predict([twin]))[0] == 0.0
+    open_ = plan.open_configs(rows)
+    needed = dict(zip((search.key(c) for c in open_), plan.saver_needed(open_, rows, fitted)))
+    assert needed[search.key(cfg(64, "full"))]
+
+
 def test_a_run_that_diverged_over_the_usable_memory_is_a_wall():
     rows = [{"number": 0, "status": "diverged", "config": {"batch_size": 64, "precision": "fp32"}, "throughput": 9.0,
              "peak_memory": 600 * MiB}]
