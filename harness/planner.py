@@ -95,10 +95,10 @@ class Planner:
         return open_[int(np.argmax(scored["acquisition"]))]
 
     def open_configs(self, rows: list[dict], include=lambda config: True) -> list[dict]:
-        """Configs not measured, not proven over the memory, not above half a batch of their family that
-        ran past the trial timeout (the step-time prediction that let it run was wrong, so halve, as the
-        finders do at a wall: stepping down one rung at a time cost three timeouts in a row), under any
-        batch larger than the dataset, and within TRUST x the largest batch that ran:
+        """Configs not measured, not proven over the memory, not above half the samples a step of their
+        family took where it ran past the trial timeout (the step-time prediction that let it run was
+        wrong, so halve, as the finders do at a wall: stepping down one rung at a time cost three
+        timeouts in a row), under any batch larger than the dataset, and within TRUST x the largest batch that ran:
         extrapolating a line a hundredfold is a guess, and a step that takes minutes is a lost trial."""
         measured = {search.key(r["config"]) for r in rows}
         ran = [r["config"]["batch_size"] for r in rows if r.get("status") in ("ok", "diverged")]
@@ -112,7 +112,7 @@ class Planner:
             mine = kin.get(search.memory_family(c), [])
             if (include(c) and c["batch_size"] <= reach and search.key(c) not in measured
                     and search.skip_reason(c, mine, self.usable) is None and not search.above_wall(c, mine, self.usable)
-                    and not any(r.get("status") == "timeout" and r["config"]["batch_size"] < 2 * c["batch_size"]
+                    and not any(r.get("status") == "timeout" and step_samples(r["config"]) < 2 * step_samples(c)
                                 for r in mine)):
                 out.append(c)
         return out
@@ -144,7 +144,7 @@ class Planner:
         (with no speed measured yet the model has no scale to say)."""
         if not self.max_step_s or self.objective != "samples" or not pareto.measured(rows, self.objective):
             return np.ones(len(configs))
-        samples = np.array([c["batch_size"] * c.get("accumulation", 1) for c in configs], dtype=float)
+        samples = np.array([step_samples(c) for c in configs], dtype=float)
         slow = np.exp(scored["speed"] - SLOW_END * np.minimum(scored["speed_sd"], SLOW_SD_CAP))
         return (samples / slow <= self.max_step_s).astype(float)
 
@@ -323,6 +323,11 @@ class Planner:
         elif said and per_sample > 0:
             return None  # slower per sample, and memory was no limit: the gain is some other knob's
         return " and ".join(words) or AS_MEASURED
+
+
+def step_samples(config: dict) -> int:
+    """Samples an optimizer step takes: what a step's time, and so a trial's timeout, grows with."""
+    return config["batch_size"] * config.get("accumulation", 1)
 
 
 def over_dataset(row: dict) -> int | None:

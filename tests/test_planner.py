@@ -296,6 +296,18 @@ def test_after_a_timeout_its_family_is_proposed_only_at_half_that_batch_or_less(
     assert {c["batch_size"] for c in plan.open_configs(rows)} == {256, 512}
 
 
+def test_after_a_timeout_a_step_of_as_many_samples_through_accumulation_is_not_proposed():
+    """Batch 64 timed out; 32 x 4 is 128 samples an optimizer step, twice the work of the step that ran
+    out of time, and stayed open because only the batch was compared."""
+    configs = [{**c, "batch_size": b, "accumulation": a} for c in space(batches=(4,))[:1]
+               for b in (16, 32, 64) for a in (1, 2, 4)]
+    timed_out = next(c for c in configs if c["batch_size"] == 64 and c["accumulation"] == 1)
+    rows = [row(0, configs[0]), {"number": 1, "status": "timeout", "config": timed_out, "throughput": None,
+                                 "peak_memory": None, "error": {"type": "Timeout", "message": "exceeded 180s"}}]
+    plan = planner.Planner(configs, usable=2**40, limit=2**40, device="cpu")
+    assert {(c["batch_size"], c["accumulation"]) for c in plan.open_configs(rows)} == {(16, 2), (32, 1)}
+
+
 def test_trials_auto_stops_on_the_models_rule(tmp_path):
     raw = {"study": "auto", "workload": {"name": "emberformer"}, "trials": 40,
            "search": {"batch_size": [4, 8, 16, 32, 64, 128], "precision": ["fp32", "bf16-mixed"],
