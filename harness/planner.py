@@ -207,7 +207,7 @@ class Planner:
         scored = self.score(open_, rows, self.fit(rows))
         likely, shown = [], set()
         for i in np.argsort(-scored["speed"]):  # the fastest likely fit of each family, not five batches of one
-            family = search.speed_family(open_[i], False)
+            family = search.speed_family(open_[i])
             if scored["fit"][i] >= 0.5 and family not in shown and len(likely) < SHOWN:
                 likely.append(i)
                 shown.add(family)
@@ -231,8 +231,8 @@ class Planner:
         # a knob is a reason only where best is faster than what it is compared with
         reasons = [reason for level in fitted.levels
                    if (reason := self.knob_reason(level, best, rows, fits, fitted)) and reason[0] > 1]
-        batch, family = best["config"]["batch_size"], search.speed_family(best["config"], False)
-        kin = [r for r in rows if search.speed_family(r["config"], False) == family]
+        batch, family = best["config"]["batch_size"], search.speed_family(best["config"])
+        kin = [r for r in rows if search.speed_family(r["config"]) == family]
         above_batch = [r for r in kin if r["config"]["batch_size"] > batch]
         smaller = [r for r in kin if r["config"]["batch_size"] < batch and r in fits]
         larger = [r for r in above_batch if r in fits]
@@ -285,7 +285,7 @@ class Planner:
         if lets_fit:
             gain = speed / pareto.speed(alt, self.objective)
             return gain, f"{knob}={value} {words}: {gain - 1:+.0%} over the best without it " \
-                         f"(#{alt['number']}, {describe(alt['config'])})"
+                         f"(#{alt['number']}, {search.describe(alt['config'])})"
         twin = {**best["config"], knob: other}
         measured = next((r for r in fits if r["config"] == twin), None)
         twin_speed = pareto.speed(measured, self.objective) if measured else float(np.exp(fitted.predict([twin])["speed"][0]))
@@ -353,7 +353,3 @@ def searched(rows: list[dict]) -> list[dict]:
     """Rows that say something about a config: everything but trials still running or interrupted."""
     return [r for r in rows if r.get("config") and "batch_size" in r["config"]
             and r.get("status") not in ("running", "interrupted")]
-
-
-def describe(config: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in config.items())

@@ -35,10 +35,14 @@ def memory_family(config: dict) -> tuple:
     return tuple(sorted((k, repr(v)) for k, v in config.items() if k not in ("batch_size", "accumulation")))
 
 
-def speed_family(config: dict, derived_accumulation: bool) -> tuple:
-    """Configs that differ only in batch size (and the accumulation an effective batch derives from it)."""
-    drop = {"batch_size"} | ({"accumulation"} if derived_accumulation else set())
-    return tuple(sorted((k, repr(v)) for k, v in config.items() if k not in drop))
+def speed_family(config: dict) -> tuple:
+    """Configs that differ only in batch size."""
+    return tuple(sorted((k, repr(v)) for k, v in config.items() if k != "batch_size"))
+
+
+def describe(config: dict) -> str:
+    """`batch_size=32 precision=fp32 ...`, as every view and message names a config."""
+    return " ".join(f"{k}={v}" for k, v in config.items())
 
 
 def fits(r: dict, usable: float | None) -> bool:

@@ -750,7 +750,7 @@ class Sweep:
             if not dropped:
                 return
         dropped = [f"{knob} {config[knob]}" for knob in dropped]
-        self.progress.note(f"trial {trial.number} not run: {', '.join(dropped) or report_config(config)} is no longer "
+        self.progress.note(f"trial {trial.number} not run: {', '.join(dropped) or search.describe(config)} is no longer "
                            "in the spec's search space (the study queued or drew it before the spec changed)")
 
     def tell_skipped(self, trial, config: dict, skip: dict) -> None:
@@ -758,7 +758,7 @@ class Sweep:
         reports never show it as a measurement and it is never chosen."""
         self.tell(trial, {"status": record.SKIPPED, "config": config, "throughput": None, "peak_memory": None,
                           "number": trial.number, "error": None, "skip": skip})
-        self.progress.note(f"trial {trial.number} skipped: {report_config(config)}: {skip['reason']} "
+        self.progress.note(f"trial {trial.number} skipped: {search.describe(config)}: {skip['reason']} "
                            f"(from trial{'s' if len(skip['from']) > 1 else ''} {', '.join(map(str, skip['from']))})")
 
     def enqueue_unmeasured(self, number: int) -> None:
@@ -936,10 +936,6 @@ def cpu_step_limit(spec: Spec) -> float:
 
 def usable_memory(spec: Spec) -> float | None:
     return spec.memory_budget * (1 - spec.headroom) if spec.memory_budget else None
-
-
-def report_config(config: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in config.items())
 
 
 def confirmation_words(to_do: dict[int, int]) -> str:

@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness import busy, failures, knobs, pareto, record
+from harness.search import describe
 from harness.pareto import Choice, Standing
 from harness.report import _time
 from harness.units import fixed, size
@@ -475,10 +476,6 @@ def compile_lines(choice: Choice) -> list[str]:
                   else f"{-1000 * p.saved_s_per_step:.1f} ms/step slower")
         lines.append(f"compile: trial {p.trial} spent {p.compile_s:.1f}s compiling, {effect} vs trial {p.eager}: {verdict}")
     return lines
-
-
-def describe(config: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in config.items())
 
 
 def signed_size(delta: float) -> str:
