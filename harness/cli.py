@@ -7,6 +7,7 @@ import functools
 import io
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -686,11 +687,33 @@ def refuse_own_file(path: Path, spec_path: str | None, spec, storage: str | None
     if option == "--to" and target.is_file() and not apply.written_by_apply(target):
         raise UserError(f"--to {path}: that file exists and bench apply did not write it (no "
                         f"`{apply.PROVENANCE_MARK}` header); write the config to a new file, or remove that one first")
-    if option == "--out" and target.is_file() and target.suffix.lower() not in SUFFIX_FORMATS:
-        raise UserError(f"{option} {path}: that file exists and is not a report (a report replaces only "
-                        f"{', '.join(sorted(SUFFIX_FORMATS))} files); write the report to another file")
+    if option == "--out" and target.is_file() and target.stat().st_size and not written_by_report(target):
+        raise UserError(f"{option} {path}: that file exists and is not a report bench wrote (a README.md or a "
+                        "package.json is yours); write the report to another file, or remove that one first")
     if not target.parent.is_dir():
         raise UserError(f"{option} {path}: folder {target.parent} does not exist; create it, or write {writes} elsewhere")
+
+
+def written_by_report(path: Path) -> bool:
+    """Whether an existing file holds what `bench report` writes in its kind (by suffix): --out replaces
+    only that, never a README.md or a config.json that happens to have a report's suffix."""
+    kind = SUFFIX_FORMATS.get(path.suffix.lower())
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    if kind == "html":
+        return "<title>bench report:" in text
+    if kind == "csv":
+        return text.startswith("number,status,")
+    if kind == "json":
+        try:
+            rows = json.loads(text)
+        except ValueError:
+            return False
+        return isinstance(rows, list) and all(isinstance(r, dict) and {"number", "status"} <= r.keys() for r in rows)
+    first = text.lstrip().partition("\n")[0]  # the table's title, or its narrow form's header
+    return kind == "table" and bool(re.match(r"study .+: \S+ vs peak memory|values: # marks ", first))
 
 
 def study_folder_holding(target: Path, results: Path) -> Path | None:

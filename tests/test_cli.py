@@ -149,12 +149,31 @@ def test_report_out_names_its_kind_by_its_suffix_and_a_format_that_disagrees_is_
     assert "best: trial" in (tmp_path / "r.md").read_text()
 
 
+def test_report_out_replaces_an_earlier_report_and_never_a_file_of_yours(swept, tmp_path):
+    """`bench report --out README.md` replaced the project's README with the table: any existing .md,
+    .json, .csv or .html counted as a report."""
+    folder, _, _ = swept
+    yours = {"README.md": "# my project\n\nGiB = 1024³ bytes, a line that reads like the table's legend\n",
+             "package.json": '{"name": "mine"}\n', "data.csv": "a,b\n1,2\n", "index.html": "<title>mine</title>\n",
+             "notes.txt": "values: mine\n"}
+    for name, text in yours.items():
+        (tmp_path / name).write_text(text)
+        result = in_folder(folder, "report", "--out", tmp_path / name)
+        assert result.exit_code == 2 and "exists and is not a report bench wrote" in result.output, (name, result.output)
+        assert (tmp_path / name).read_text() == text
+    for name in ("r.md", "r.json", "r.csv", "r.html", "wide.txt"):  # bench's own, written again
+        extra = ("--wide",) if name == "wide.txt" else ()
+        for _ in range(2):
+            result = in_folder(folder, "report", *extra, "--out", tmp_path / name)
+            assert result.exit_code == 0, (name, result.output)
+
+
 def test_report_out_writes_through_a_link_and_into_a_device_and_leaves_its_neighbours(swept, tmp_path):
     """--out renamed a temp file over the path: a symlink, a FIFO or /dev/full (as root) became a regular
     file, and the user's own `<out>.tmp` was deleted."""
     folder, _, _ = swept
     real, link, mine = tmp_path / "real.csv", tmp_path / "link.csv", tmp_path / "r.csv.tmp"
-    real.write_text("old\n")
+    real.write_text("number,status,best\n")  # an earlier report
     link.symlink_to(real)
     mine.write_text("mine\n")
     for out in (link, tmp_path / "r.csv"):
