@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 from collections.abc import Mapping
 
 
+LIMITS = {"batch_size": 2**24, "accumulation": 2**20, "nproc": 4096, "num_workers": 1024}
+"""Highest value of an integer knob; any other searched number must be finite and fit in 32 bits."""
+
+
 @dataclass(frozen=True)
 class Knob:
     """One training knob bench knows how to apply to any workload."""

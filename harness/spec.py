@@ -844,15 +844,13 @@ LIMITS = {
     "measure.max_seconds": (0.001, 7 * DAY),
     "measure.loss_tolerance": (0.000001, 1_000_000.0),
 }
-KNOB_LIMITS = {"batch_size": 2**24, "accumulation": 2**20, "nproc": 4096, "num_workers": 1024}
-"""Highest value of an integer knob; any other searched number must be finite and fit in 32 bits."""
 SPEC_KEYS = {"timeout_s": "timeout", "trial_timeout_s": "trial.timeout", "stall_s": "trial.stall",
              "memory_budget": "memory.budget", "headroom": "memory.headroom",
              "effective_batch": "search.accumulation.effective_batch", "measure.window_s": "trial.window"}
 
 
 def check_numbers(spec: Spec, where: str) -> None:
-    """Every number of the spec finite and in range (LIMITS, KNOB_LIMITS): one line naming the field."""
+    """Every number of the spec finite and in range (LIMITS, knobs.LIMITS): one line naming the field."""
     for name, (low, high) in LIMITS.items():
         owner, _, attr = name.rpartition(".")
         value = getattr(spec.measure if owner else spec, attr)
@@ -873,7 +871,7 @@ def check_numbers(spec: Spec, where: str) -> None:
 def check_knob_number(knob: str, value, where: str) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return
-    highest = KNOB_LIMITS.get(knob, 2**31 - 1)
+    highest = knobs.LIMITS.get(knob, 2**31 - 1)
     if not -(2**31) <= value <= highest:  # NaN and infinities fail this too
         raise UserError(f"{where}: {value!r} is out of range; {knob} values must be finite and at most {highest}")
 

@@ -248,11 +248,12 @@ def test_read_current_plain_and_an_unknown_spelling(tmp_path):
         read_current(target_for(file))
 
 
-@pytest.mark.parametrize("value", ['"16"', "16.0", "0", "-8", "true"])
+# 99999999999: the sweep ran it as your config, recorded it, and then refused its own journal
+@pytest.mark.parametrize("value", ['"16"', "16.0", "0", "-8", "true", "99999999999"])
 def test_a_batch_size_bench_cannot_read_says_what_to_write(tmp_path, value):
     file = copy("plain.yaml", tmp_path)
     file.write_text(file.read_text().replace("batch_size: 32", f"batch_size: {value}"))
-    with pytest.raises(UserError, match=r"is not a batch_size bench can read: write a positive whole number"):
+    with pytest.raises(UserError, match=r"is not a batch_size bench can read: write a whole number from 1 to 16,777,216"):
         read_current(target_for(file))
 
 

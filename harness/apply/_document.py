@@ -203,15 +203,15 @@ def _agrees(m: KeyMap, file_value: object, candidate: str) -> bool:
 
 def _checked_knob_value(doc: _Document, knob: str, found: dict[str, object], value: object) -> object:
     choices = knobs.CHOICES.get(knob)
-    if knob in ("batch_size", "accumulation"):
-        valid = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    if knob in ("batch_size", "accumulation"):  # what a study records (spec's check_knob_number), so it can read it back
+        valid = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= knobs.LIMITS[knob]
     else:
         valid = value is not None and (choices is None or value in choices)
     if not valid:
         shown = ", ".join(f"{k}: {json.dumps(v, default=str)}" for k, v in found.items() if v is not ABSENT)
         if knob in ("batch_size", "accumulation"):
-            raise UserError(f"{doc.path}: {shown} is not a {knob} bench can read: write a positive whole number, "
-                            f"unquoted (e.g. 8), or set apply.keys.{knob}: null to leave it out")
+            raise UserError(f"{doc.path}: {shown} is not a {knob} bench can read: write a whole number from 1 "
+                            f"to {knobs.LIMITS[knob]:,}, unquoted (e.g. 8), or set apply.keys.{knob}: null to leave it out")
         raise UserError(f"{doc.path}: cannot tell which {knob} `{shown}` means; map its spelling under "
                         f"apply.keys.{knob}.values, or set apply.keys.{knob}: null to leave it out")
     return value
