@@ -849,6 +849,10 @@ SPEC_KEYS = {"timeout_s": "timeout", "trial_timeout_s": "trial.timeout", "stall_
              "effective_batch": "search.accumulation.effective_batch", "measure.window_s": "trial.window"}
 
 
+MAX_CONFIGS = 1_000_000
+"""The most configs a search space may hold (the planner scores them all before every trial)."""
+
+
 def check_numbers(spec: Spec, where: str) -> None:
     """Every number of the spec finite and in range (LIMITS, knobs.LIMITS): one line naming the field."""
     for name, (low, high) in LIMITS.items():
@@ -864,6 +868,10 @@ def check_numbers(spec: Spec, where: str) -> None:
         if not dim.choices and all(isinstance(v, int) for v in (dim.low, dim.high)) and dim.size() > 1_000_000:
             raise UserError(f"{where}: search.{knob}: the range {dim.low}..{dim.high} holds over a million values; "
                             "narrow it or give a list")
+    counted = [dim.size() for dim in spec.search.values() if dim.choices or isinstance(dim.high, int)]
+    if math.prod(counted) > MAX_CONFIGS:  # the planner predicts every config of the space before each trial
+        raise UserError(f"{where}: search: the space holds {math.prod(counted):,} configs, over {MAX_CONFIGS:,}; "
+                        "narrow an integer range, give a list, or use batch_size: {low: N, high: auto}")
     for knob, value in spec.fixed.items():
         check_knob_number(knob, value, f"{where}: search.{knob}")
 

@@ -133,6 +133,12 @@ BAD_SPECS = {
 # Numbers that are not finite or not in range: each once a traceback, an endless trial or every trial an error.
 GOOD_TEXT = yaml.safe_dump({k: v for k, v in GOOD.items() if k != "trial"}, sort_keys=False)
 BAD_NUMBERS = {
+    # each range under a million, their product 128 million: the sweep hung enumerating it
+    "space_over_a_million_configs": ("search: {batch_size: {low: 1, high: 999999}, accumulation: {low: 1, high: 64}, "
+                                     "precision: [fp32, bf16-mixed]}", "127,999,872 configs", "high: auto"),
+    # the advice listed every divisor up to d_model, one by one: 100 billion of them
+    "d_model_huge_heads_not_dividing": ("workload: {name: emberformer, preset: tiny, params: {d_model: 99999999999}}",
+                                        "heads 2 does not divide d_model 99999999999", "pick heads from 1, 3, 9"),
     "timeout_and_stall_nan": ("trial: {timeout: .nan, stall: .nan}", "trial.timeout", "finite"),
     "stall_nan": ("trial: {stall: .nan}", "trial.stall", "finite"),
     "max_seconds_nan": ("trial: {max_seconds: .nan}", "trial.max_seconds", "finite"),

@@ -92,7 +92,7 @@ class WorkloadInfo:
 
 def heads_divide_d_model(p: dict) -> str | None:
     if p["d_model"] % p["heads"]:
-        fits = [h for h in range(1, p["d_model"] + 1) if p["d_model"] % h == 0 and h <= 64]
+        fits = [h for h in range(1, min(p["d_model"], 64) + 1) if p["d_model"] % h == 0]
         return (f"heads {p['heads']} does not divide d_model {p['d_model']} (each head takes d_model / heads "
                 f"features); pick heads from {', '.join(map(str, fits))}")
     return None
