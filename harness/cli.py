@@ -22,7 +22,7 @@ from rich.text import Text
 from harness import __version__, apply, busy, knobs, launch, ledger, nvml, pareto, report, spec as specs, storage as stores, study as studies
 from harness.errors import UserError
 from harness.record import Record
-from harness.units import parse_duration, parse_size, size
+from harness.units import is_whole, parse_duration, parse_size, size
 from harness.workloads import WORKLOADS
 
 MIN_COLUMNS = 40
@@ -186,7 +186,7 @@ def quick(spec):
     value = os.environ.get(QUICK_ENV)
     if not value:
         return spec
-    if not value.isdigit() or int(value) < 1:
+    if not is_whole(value) or int(value) < 1:
         raise UserError(f"{QUICK_ENV}={value!r}: give the number of trials of a quick smoke run (e.g. 3), or unset it")
     measure = replace(spec.measure, warmup_steps=1, window_s=0.05, min_windows=2, max_windows=3, max_seconds=1.0)
     workload = {**spec.workload, "preset": "tiny"} if "name" in spec.workload else spec.workload
@@ -212,7 +212,7 @@ def resolve_device(device: str) -> str:
         return "cuda:0" if gpus else "cpu"
     if device == "cpu":
         return device
-    if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
+    if device == "cuda" or (device.startswith("cuda:") and is_whole(device[5:])):
         index = int(device[5:]) if ":" in device else 0
         if index >= gpus:
             raise UserError(f"--device {device}: {'no CUDA GPU is visible' if not gpus else f'only {gpus} GPU(s) visible'}; "
@@ -230,7 +230,7 @@ def devices_available(device: str) -> int:
 
 def parse_trials(value: str) -> int:
     low, high = specs.LIMITS["trials"]
-    if not value.isdigit() or not low <= int(value) <= high:
+    if not is_whole(value) or not low <= int(value) <= high:
         raise UserError(f"--trials {value}: give a whole number from {low} to {high:,}, or auto")
     return int(value)
 

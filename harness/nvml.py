@@ -36,7 +36,7 @@ def handle(index: int):
     pynvml.nvmlInit()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     entry = visible.split(",")[index].strip() if visible else str(index)
-    return (pynvml.nvmlDeviceGetHandleByIndex(int(entry)) if entry.isdigit()
+    return (pynvml.nvmlDeviceGetHandleByIndex(int(entry)) if entry.isascii() and entry.isdigit()
             else pynvml.nvmlDeviceGetHandleByUUID(entry))
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from harness.errors import UserError
 from harness.record import OK, Record
-from harness.units import size
+from harness.units import is_whole, size
 
 TIERS = {"safe": 0.25, "balanced": 0.15, "aggressive": 0.05}
 MIN_NOISE = 0.01  # below 1% nobody should care which config is faster
@@ -288,7 +288,7 @@ class Choice:
         """The row `bench apply WHICH [--budget SIZE]` writes: best or a tier (of the choice made again for
         a card of `budget` bytes, where given), or a trial number. A WHICH that names nothing measured is
         the user's error."""
-        if which.isdigit():
+        if is_whole(which):
             if budget:
                 raise UserError(f"trial {which} and --budget {size(budget)}: a trial number names the config "
                                 "itself; drop --budget, or say best or a tier to choose under it")

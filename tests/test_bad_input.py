@@ -66,6 +66,11 @@ def nothing_written(folder: Path) -> bool:
 # ---- spec files -----------------------------------------------------------------------------------
 
 BAD_SPECS = {
+    # `preset:` with nothing after it is null: a TypeError
+    "apply_preset_empty": ("study: s\nworkload: {name: emberformer}\nsearch: {batch_size: [4]}\n"
+                           "apply: {file: c.yaml, preset: }\n", "apply.preset: unknown preset None"),
+    "apply_preset_a_list": ("study: s\nworkload: {name: emberformer}\nsearch: {batch_size: [4]}\n"
+                            "apply: {file: c.yaml, preset: [plain]}\n", "apply.preset: unknown preset ['plain']"),
     "empty": ("", "holds no keys (it is empty, or only comments)"),
     "invalid_yaml": ("study: s\nsearch: {batch_size: [4,\n", "invalid YAML"),
     "not_a_mapping": ("- 1\n- 2\n", "must be a mapping"),
@@ -400,6 +405,8 @@ def test_a_trial_keeps_the_specs_effective_batch(cwd, args, phrase):
     (["--device", "cuda:7"], "--device cuda:7"),
     (["--trials", "0"], "--trials 0: give a whole number from 1 to 1,000,000, or auto"),
     (["--trials", "many"], "--trials many: give a whole number from 1 to 1,000,000, or auto"),
+    (["--trials", "²"], "--trials ²: give a whole number from 1 to 1,000,000, or auto"),  # isdigit() took it
+    (["--device", "cuda:²"], "--device 'cuda:²': use auto, cpu, cuda or cuda:N"),
     (["--trials", "99999999999999999999999"], "--trials 99999999999999999999999: give a whole number from 1"),
     (["--timeout", "garbage"], "--timeout: cannot read duration 'garbage'"),
     (["--timeout", "0s"], "--timeout: duration must be positive"),
@@ -426,6 +433,7 @@ def test_bad_sweep_options(cwd, args, phrase):
     ("BENCH_HEARTBEAT_S", "1" + "0" * 400, "must be 1 s to 604800 s"),  # an OverflowError, then a dead heartbeat thread
     ("BENCH_HEARTBEAT_S", "90x", "BENCH_HEARTBEAT_S='90x': cannot read a duration"),  # said with the journal too
     ("BENCH_STORAGE_RETRY_S", "2 minutes", "BENCH_STORAGE_RETRY_S='2 minutes': cannot read a duration"),
+    ("BENCH_QUICK", "²", "BENCH_QUICK='²': give the number of trials"),
 ])
 def test_a_bad_environment_variable_is_one_line_before_a_study_is_made(cwd, monkeypatch, name, value, phrase):
     """A tester's typos in these gave tracebacks (two at import), and BENCH_QUIET_WAIT's left an empty study."""
@@ -601,6 +609,7 @@ def test_apply_trial_that_is_not_ok(applied):
 def test_apply_what_is_neither_a_tier_nor_a_number(applied):
     folder, _, target = applied
     assert_user_error(bench("apply", "fastest"), "'fastest'", "best, safe, balanced, aggressive or a trial number")
+    assert_user_error(bench("apply", "²"), "'²'", "best, safe, balanced, aggressive or a trial number")
     assert untouched(folder, target)
 
 

@@ -178,9 +178,9 @@ def parse_apply_section(raw: object, base_dir: Path, where: str, *,
         raise UserError(f"{where}: apply.file: {file.name} is neither YAML (.yaml, .yml) nor JSON (.json); "
                         "point it at the training config")
     preset = section.get("preset", "plain")
-    if preset not in PRESETS:
-        raise UserError(f"{where}: apply.preset: unknown preset {preset!r}{_did_you_mean(preset, PRESETS)}; "
-                        f"use one of {', '.join(PRESETS)}")
+    if not isinstance(preset, str) or preset not in PRESETS:  # `preset:` with nothing after it is null
+        hint = _did_you_mean(preset, PRESETS) if isinstance(preset, str) else ""
+        raise UserError(f"{where}: apply.preset: unknown preset {preset!r}{hint}; use one of {', '.join(PRESETS)}")
     keys = dict(PRESETS[preset])
     for knob, entry in _mapping(section.get("keys", {}), f"{where}: apply.keys").items():
         _check_knob_name(knob, known_knobs, f"{where}: apply.keys.{knob}")
