@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import errno
 import importlib.util
 import itertools
 import math
@@ -247,7 +248,17 @@ def load(path: Path | str, scenario: str | None = None) -> Spec:
         check_keys(overrides, [k for k in TOP_KEYS if k not in ("scenarios", "study")],
                    f"{path}: scenarios.{printable(scenario)}")
         raw = deep_merge(raw, overrides)
-    return build(raw, path, scenario, tuple(scenarios))
+    try:
+        return build(raw, path, scenario, tuple(scenarios))
+    except ValueError as exc:  # os and pathlib refuse a NUL in a path before any file is touched
+        if "null byte" not in str(exc):
+            raise
+        raise UserError(f"{path}: a path in the spec holds a NUL character (\\x00); remove it") from None
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        raise UserError(f"{path}: a path in the spec has a name longer than the file system allows "
+                        f"({exc.filename}); shorten it") from None
 
 
 def printable(name) -> str:

@@ -51,6 +51,8 @@ def read_yaml(path: Path, what: str) -> dict:
         raise UserError(f"{path}{where}: invalid YAML ({problem}); fix the syntax") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: cannot read {what} ({exc})") from None
+    except RecursionError:
+        raise UserError(f"{path}: the {what} nests thousands of levels deep; no {what} does, check the file") from None
     if data is None:
         example = "bench's sweeps/emberformer.yaml is an example" if what == "sweep spec" else \
             "write your config's keys in it, or point apply.file at your config"

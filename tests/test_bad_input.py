@@ -66,6 +66,13 @@ def nothing_written(folder: Path) -> bool:
 # ---- spec files -----------------------------------------------------------------------------------
 
 BAD_SPECS = {
+    # tracebacks an attacker found: a ValueError, an OSError and a RecursionError from the standard library
+    "path_with_nul": ('study: s\nworkload: {name: emberformer}\nsearch: {batch_size: [4]}\napply: {file: "c\\u0000.yaml"}\n',
+                      "a path in the spec holds a NUL character"),
+    "path_name_too_long": ("study: s\nworkload: {name: emberformer}\nsearch: {batch_size: [4]}\napply: {file: "
+                           + "a" * 300 + ".yaml}\n", "a name longer than the file system allows"),
+    "nested_thousands_deep": ("study: s\nworkload: {name: emberformer}\nsearch: {batch_size: " + "[" * 5000 + "]" * 5000
+                              + "}\n", "nests thousands of levels deep"),
     # `preset:` with nothing after it is null: a TypeError
     "apply_preset_empty": ("study: s\nworkload: {name: emberformer}\nsearch: {batch_size: [4]}\n"
                            "apply: {file: c.yaml, preset: }\n", "apply.preset: unknown preset None"),

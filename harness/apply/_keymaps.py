@@ -222,7 +222,7 @@ def _plain_data(file: Path) -> dict | None:
     import yaml  # JSON is YAML too
     try:
         data = yaml.safe_load(file.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):  # thousands of levels deep
         return None
     return data if isinstance(data, dict) else None
 
