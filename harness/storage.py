@@ -409,7 +409,32 @@ def record_problem(entry) -> str | None:
     return None
 
 
+def header_problem(name: str, value) -> str | None:
+    """A study header attribute (ledger.create, Sweep.keep_model) of another type than bench writes:
+    the report and apply would fail on it far from its line."""
+    def number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if name == "memory_budget" and not (value is None or (number(value) and isinstance(value, int) and value > 0)):
+        return "memory_budget must be a whole number of bytes, or null"
+    if name == "headroom" and not (number(value) and 0 <= value < 1):
+        return "headroom must be a fraction from 0 to under 1"
+    if name == "objective" and value not in ("samples", "tokens"):
+        return "objective must be samples or tokens"
+    if name in ("spec_path", "spec_relative") and not (value is None or isinstance(value, str)):
+        return f"{name} must be a path"
+    if name == "model":
+        predicted = value.get("predicted", []) if isinstance(value, dict) else None
+        if not (isinstance(predicted, list) and isinstance(value.get("why"), (str, type(None))) and all(
+                isinstance(p, dict) and isinstance(p.get("config"), dict)
+                and all(number(p.get(k)) for k in ("speed", "speed_sd", "peak_memory", "fit_chance", "beat_chance"))
+                for p in predicted)):
+            return "model must hold the search's predictions and its why"
+    return None
+
+
 def bench_attr_problem(name: str, value) -> str | None:
+    if problem := header_problem(name, value):
+        return problem
     if name in ("record", "config") and not isinstance(value, dict):
         return f"{name} must be a mapping"
     if name == "config":

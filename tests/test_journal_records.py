@@ -35,6 +35,11 @@ CRAFTED = {
         "user_attr": {"confirm:0:0": {"state": "done", "run": {"status": "ok", "throughput": float("inf")}}}},
     "superseded trials that are not numbers": {"op_code": 2, "worker_id": "w", "study_id": 0,
                                                "user_attr": {"superseded": ["3"]}},
+    # the study's header, hand-edited: tracebacks in the report and apply, far from the line
+    **{f"a header's {name} of {value!r}": {"op_code": 2, "worker_id": "w", "study_id": 0, "user_attr": {name: value}}
+       for name, value in [("memory_budget", "24GiB"), ("headroom", "x"), ("spec_relative", 5), ("objective", "tokens2"),
+                           ("model", {"predicted": "x"}), ("model", [1, 2]),
+                           ("model", {"predicted": [{"config": {}, "speed": "fast"}]})]},
     # a hand-edited config: `bench apply` divided by it, took a log of it, or wrote it into the user's file
     **{f"a config's batch_size of {v!r}": {"op_code": 8, "worker_id": "w", "trial_id": 0,
                                            "user_attr": {"config": {"batch_size": v, "precision": "fp32"}}}
