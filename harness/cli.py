@@ -712,8 +712,8 @@ def written_by_report(path: Path) -> bool:
         except ValueError:
             return False
         return isinstance(rows, list) and all(isinstance(r, dict) and {"number", "status"} <= r.keys() for r in rows)
-    first = text.lstrip().partition("\n")[0]  # the table's title, or its narrow form's header
-    return kind == "table" and bool(re.match(r"study .+: \S+ vs peak memory|values: # marks ", first))
+    head = " ".join(text.split()[:40])  # the table's title (wrapped where the study's name is long), or its narrow form
+    return kind == "table" and (head.startswith("values: #") or bool(re.match(r"study \S.*: \S+ vs peak memory", head)))
 
 
 def study_folder_holding(target: Path, results: Path) -> Path | None:
