@@ -16,12 +16,12 @@ _DURATION_UNITS = {"": 1, "ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600}
 MAX_SIZE = 2**60
 MIN_SIZE = 2**20
 """Every size parsed is a memory budget, and no model trains in under a MiB."""
+_NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
+
+
 def is_whole(text: str) -> bool:
     """Digits 0-9 only: str.isdigit() also takes "²" and "١", which int() then refuses or reads."""
     return text.isascii() and text.isdigit()
-
-
-_NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
 def parse_size(value: object, where: str) -> int:
