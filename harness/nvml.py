@@ -12,6 +12,8 @@ import os
 
 import psutil
 
+from harness import units
+
 # NVML's clock-event ("throttle") reasons: name -> (bit in nvml.h, what it means). The bits are fixed
 # by the driver ABI, so they are spelled out here rather than looked up under names that changed
 # between nvidia-ml-py releases.
@@ -36,7 +38,7 @@ def handle(index: int):
     pynvml.nvmlInit()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     entry = visible.split(",")[index].strip() if visible else str(index)
-    return (pynvml.nvmlDeviceGetHandleByIndex(int(entry)) if entry.isascii() and entry.isdigit()
+    return (pynvml.nvmlDeviceGetHandleByIndex(int(entry)) if units.is_whole(entry)
             else pynvml.nvmlDeviceGetHandleByUUID(entry))
 
 
