@@ -68,8 +68,10 @@ def user_errors(fn):
 
 
 def say_error(message: str) -> None:
-    """One line on stderr, exit 2. Escaped: the message quotes user input, which is not markup."""
-    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    """One line on stderr, exit 2. Escaped: the message quotes user input, which is not markup, and can
+    hold a line break (a file name may), shown as \\n so the error stays one line."""
+    one_line = message.strip().replace("\r", "\\r").replace("\n", "\\n")
+    err.print(f"[red]error:[/red] {escape(one_line)}", highlight=False, soft_wrap=True)
     sys.exit(2)
 
 
@@ -131,7 +133,7 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
     """Run (or resume) the study of SPEC: short real trials over the search space."""
     fixed_total = None if trials == "auto" else parse_trials(trials)
     device = resolve_device(device)
-    deadline = time.monotonic() + sweep_timeout(timeout) if timeout else None
+    deadline = time.monotonic() + timeout_option(timeout, "timeout_s", "a sweep") if timeout is not None else None
     busy.wait_budget(), stores.heartbeat_s(), stores.retry_s()  # a typo in a BENCH_* variable is said before a study is made
     # a database study writes nothing under the current folder; trial logs only where --results says
     logs = results if not storage or click.get_current_context().get_parameter_source("results").name != "DEFAULT" else None
@@ -155,11 +157,23 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
                   "[bold]bench apply best[/bold] write the best config into your config file)")
 
 
-def sweep_timeout(text: str) -> float:
+def timeout_option(text: str, field: str, what: str) -> float:
+    """--timeout held to the range of the spec's own field; `--timeout ''` is bad input, not the option left out."""
     seconds = parse_duration(text, "--timeout")
-    if seconds < specs.LIMITS["timeout_s"][0]:
-        raise UserError(f"--timeout {text}: a sweep shorter than a second starts no trial; give at least 1s, like 30m")
+    low, high = specs.LIMITS[field]
+    if not low <= seconds <= high:
+        raise UserError(f"--timeout {text}: {what} takes {low:g}s to {high / 86400:g} days; give one in that range, like 30m")
     return seconds
+
+
+def budget_option(text: str | None, flag: str) -> int | None:
+    """A memory size option, held to the spec's memory_budget range; None where it was not given."""
+    if text is None:
+        return None
+    budget = parse_size(text, flag)
+    if budget > specs.LIMITS["memory_budget"][1]:
+        raise UserError(f"{flag} {text}: a memory budget is at most 1024 TiB; give one like 24GiB")
+    return budget
 
 
 def load_specs(path: Path, scenarios: tuple, study_name: str | None, memory_budget: str | None) -> list:
@@ -171,7 +185,7 @@ def load_specs(path: Path, scenarios: tuple, study_name: str | None, memory_budg
     if study_name and len(names) > 1:
         raise UserError("--study names one study, but this spec runs several scenarios; add --scenario NAME")
     loaded = [specs.load(path, name) if name else base for name in names]
-    budget = parse_size(memory_budget, "--memory-budget") if memory_budget else None
+    budget = budget_option(memory_budget, "--memory-budget")
     return [quick(replace(s, study=study_name or s.study, memory_budget=budget or s.memory_budget)) for s in loaded]
 
 
@@ -499,15 +513,16 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
     spec = quick(specs.load(spec_path, scenario))
     if preset is not None:  # `--preset ""` is a preset named nothing, not the spec's
         spec = specs.with_preset(spec, preset)
-    if memory_budget:
-        spec = replace(spec, memory_budget=parse_size(memory_budget, "--memory-budget"))
+    if memory_budget is not None:
+        spec = replace(spec, memory_budget=budget_option(memory_budget, "--memory-budget"))
     device = resolve_device(device)
     spec = device_spec(spec, device)
     config = specs.trial_config(spec, specs.parse_overrides(overrides, spec))
     specs.check_config(config, device, "--set", devices_available(device))
     specs.check_shapes(spec, config, device, "--set")
     specs.check_effective_batch(spec, config)
-    limits = launch.Limits(parse_duration(timeout, "--timeout") if timeout else spec.trial_timeout_s, spec.stall_s)
+    limits = launch.Limits(timeout_option(timeout, "trial_timeout_s", "a trial") if timeout is not None else spec.trial_timeout_s,
+                           spec.stall_s)
     try:  # Ctrl-C, SIGTERM, SIGHUP: the trial's group killed and its folder removed, as in a sweep
         with launch.stop_signals_interrupt():
             rec = launch.run(spec.job(device, config), limits, None)
@@ -761,7 +776,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     rows, info = ledger.rows_of(study), ledger.study_info(study)
     spec = required_spec(info, storage, results, info.get("scenario"))
     choice = study_choice(rows, info, spec)
-    chosen = choice.row_for(which, parse_size(budget, "--budget") if budget else None, name)
+    chosen = choice.row_for(which, budget_option(budget, "--budget"), name)
     if spec.apply is None:
         raise UserError(f"{spec.shown}: has no `apply:` section naming the config file to write; add one")
     row = chosen.record
@@ -788,7 +803,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     due = [p for p, is_due in ((plan, main_due), (profile, profile_due)) if is_due]
     if not dry_run:
         apply.check(*due)  # a read-only file is refused in one line, before a diff that will not be written
-    if which == "best" and not budget and choice.kept:
+    if which == "best" and budget is None and choice.kept:
         out.print(f"keeping your config: {choice.why[0]}", highlight=False, markup=False)
     if row.baseline and plan.changes and to is None:
         out.print(f"{spec.apply.file} no longer holds your config as swept (edited since): the diff below writes "

@@ -137,7 +137,8 @@ def test_refusals_change_nothing(known_study):
     target = known_study / "examples" / "config.yaml"
     before = target.read_bytes()
     for args in (["4"], ["5"], ["99"], ["--budget", "1GiB"], ["fastest"], ["1", "--budget", "9GiB"], ["--to", "typo/x.yaml"],
-                 ["fastest", "--budget", "9GiB"], ["safe", "--budget", "2GiB"]):
+                 ["fastest", "--budget", "9GiB"], ["safe", "--budget", "2GiB"],
+                 ["--budget", ""]):  # `--budget ''` wrote best, as if no budget were given
         result = CliRunner().invoke(main, ["apply", *args])
         assert result.exit_code == 2, (args, result.output)
         assert len(result.output.strip().splitlines()) == 1, result.output

@@ -381,7 +381,11 @@ def test_factory_that_cannot_be_imported_stops_the_sweep(cwd, monkeypatch, modul
     (["--set", "batch_size=99999999999999999999"], "--set batch_size: 99999999999999999999 is out of range"),  # exit 1, a child started
     (["--set", "batch_size=4", "--set", "batch_size=8"], "--set batch_size: given twice"),  # kept the last silently
     (["--timeout", "garbage"], "--timeout"),
+    (["--timeout", ""], "--timeout: cannot read duration ''"),  # ran with the spec's limit, as if not given
+    (["--timeout", "200h"], "--timeout 200h: a trial takes 0.001s to 7 days"),  # ran with no limit to speak of
     (["--memory-budget", "garbage"], "--memory-budget"),
+    (["--memory-budget", ""], "--memory-budget: cannot read size ''"),  # ran under the spec's budget
+    (["--memory-budget", "2048TiB"], "--memory-budget 2048TiB: a memory budget is at most 1024 TiB"),
     (["--memory-budget", "12"], "--memory-budget: size '12' is 12 bytes, too small for any model; write the unit"),
     (["--memory-budget", "900KiB"], "--memory-budget: size '900KiB' is 921,600 bytes, too small for any model; "
                                      "a memory budget is at least 1MiB"),
@@ -417,8 +421,10 @@ def test_a_trial_keeps_the_specs_effective_batch(cwd, args, phrase):
     (["--trials", "99999999999999999999999"], "--trials 99999999999999999999999: give a whole number from 1"),
     (["--timeout", "garbage"], "--timeout: cannot read duration 'garbage'"),
     (["--timeout", "0s"], "--timeout: duration must be positive"),
-    (["--timeout", "0.0001s"], "--timeout 0.0001s: a sweep shorter than a second starts no trial"),
+    (["--timeout", "0.0001s"], "--timeout 0.0001s: a sweep takes 1s to 366 days"),
+    (["--timeout", ""], "--timeout: cannot read duration ''"),  # swept with no time limit
     (["--memory-budget", "garbage"], "--memory-budget: cannot read size 'garbage'"),
+    (["--memory-budget", ""], "--memory-budget: cannot read size ''"),  # swept under the spec's budget
     (["--memory-budget", "0GiB"], "--memory-budget: size must be positive"),
     (["--bogus"], "No such option '--bogus'"),
     (["--scenario", "nope"], "no scenario 'nope'"),
@@ -429,6 +435,13 @@ def test_a_trial_keeps_the_specs_effective_batch(cwd, args, phrase):
 def test_bad_sweep_options(cwd, args, phrase):
     path = write(cwd, "good.yaml", GOOD)
     assert_user_error(bench("sweep", path, *args), phrase)
+    assert nothing_written(cwd)
+
+
+def test_a_line_break_in_a_file_name_keeps_the_error_on_one_line(cwd):
+    """A file name may hold a line break: `bench sweep $'a\\nb.yaml'` said its error on two lines."""
+    assert_user_error(bench("sweep", "a\nb.yaml"), "a\\nb.yaml")
+    assert_user_error(bench("report", "--results", "r\nesults"), "r\\nesults")
     assert nothing_written(cwd)
 
 
