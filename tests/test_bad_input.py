@@ -218,6 +218,11 @@ BAD_NAMES = {
     "study_backquote": ("study: 'a`id`'", "is not a plain name"),
     "study_glob": ("study: 'run*'", "'run*' is not a plain name"),
     "scenario_path": ("scenarios: {'x/../../../y': {trials: 1}}", "scenarios.x/../../../y", "is not a plain name"),
+    # a scenario YAML reads as no string was run, or shown, as the Python value: `null:` ran the spec bare
+    "scenario_null": ("scenarios: {null: {trials: 1}, big: {trials: 2}}", "scenarios: None reads as null in YAML"),
+    "scenario_true": ("scenarios: {true: {trials: 1}}", "scenarios: True reads as a boolean in YAML", "quote the name"),
+    "scenario_date": ("scenarios: {2026-12-04: {trials: 1}}", "reads as a date in YAML"),
+    "scenario_float": ("scenarios: {1.5: {trials: 1}}", "scenarios: 1.5 reads as a number in YAML"),
 }
 
 
