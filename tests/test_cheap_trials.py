@@ -8,7 +8,7 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from harness import launch, report, reuse
+from harness import launch, report, reuse, study as studies
 from harness.cli import main
 from harness import spec as specs
 from tests.conftest import FAULTY_DIR, faulty_spec
@@ -16,9 +16,13 @@ from tests.conftest import FAULTY_DIR, faulty_spec
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
-    """One real sweep: the same build and batch at two accumulations, so the second trial can reuse."""
+    """One real sweep: the same build and batch at two accumulations, so the second trial can reuse.
+    No trial is cut short as slow: a cut trial takes no breakdown, and in CI (a busy 2-core host, load
+    3.1) the second ran at 65 samples/s against the first's 346 and was cut after one window."""
     folder = tmp_path_factory.mktemp("cheap")
     with pytest.MonkeyPatch.context() as mp:
+        for cut in ("SLOW_CUT", "WARM_SLOW_CUT", "LONG_WARM_SLOW_CUT"):
+            mp.setattr(studies, cut, 0.0)
         mp.syspath_prepend(str(FAULTY_DIR))
         mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FAULTY_DIR), os.environ.get("PYTHONPATH")])))
         mp.chdir(folder)
