@@ -131,7 +131,11 @@ class Trial:
         for ref in workloads.user_refs(self.job["workload"]):
             import_factory(ref)
         t0 = time.perf_counter()
-        self.wl = self.build_workload()
+        try:
+            self.wl = self.build_workload()
+        except workloads.NotAWorkload as exc:
+            traceback.print_exc()  # the log the parent's one line points at
+            raise FactoryImportError(str(exc)) from exc
         self.timing["build_s"] = time.perf_counter() - t0
         self.check_knobs()
         self.t_setup = t_setup
@@ -508,7 +512,8 @@ class BatchOverDataset(UserFacingError):
 
 
 class FactoryImportError(UserFacingError):
-    """The workload factory cannot be imported: no config can run, so the parent stops the sweep."""
+    """The workload factory cannot be imported, or returns no Workload: no config can run, so the parent
+    stops the sweep."""
 
 
 def import_factory(factory: str) -> None:

@@ -349,6 +349,9 @@ def test_python_tags_construct_nothing(cwd, tag):
      "ModuleNotFoundError: No module named 'no_such_dependency_xyz' ("),
     ("no_function", "x = 1\n", "AttributeError: module 'no_function' has no attribute 'build'"),
     ("broken_pkg.model", None, "RuntimeError: package init fails ("),
+    # two trials failed alike with a TypeError raised in bench's own file before the sweep stopped
+    ("not_a_workload", "def build(params):\n    return {'model': None}\n",
+     "not_a_workload:build returned dict, not a harness.workloads.Workload; return Workload"),
 ])
 def test_factory_that_cannot_be_imported_stops_the_sweep(cwd, monkeypatch, module, code, phrase):
     """Found out by the first trial (the parent never imports user code); the sweep stops with exit 2,

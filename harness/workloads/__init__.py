@@ -249,9 +249,16 @@ def build(workload: dict) -> Workload:
     else:
         fn = importlib.import_module(WORKLOADS[workload["name"]].module).build
     built = fn(dict(workload.get("params") or {}))
-    if not isinstance(built, Workload):
-        raise TypeError(f"workload factory returned {type(built).__name__}, expected harness.workloads.Workload")
-    return built
+    if isinstance(built, Workload):
+        return built
+    if form or not workload.get("factory"):  # bench's own adapter or built-in workload: bench's bug
+        raise TypeError(f"{form or workload.get('name')} built {type(built).__name__}, not a Workload")
+    raise NotAWorkload(f"{workload['factory']} returned {type(built).__name__}, not a harness.workloads.Workload; "
+                       "return Workload(model=..., dataset=..., loss=...) (the README's `Workload` protocol)")
+
+
+class NotAWorkload(TypeError):
+    """A factory that returns something else: the same for every config, so the sweep stops on it."""
 
 
 def load_factory(path: str) -> Callable[[dict], Workload]:
