@@ -171,8 +171,9 @@ def budget_option(text: str | None, flag: str) -> int | None:
     if text is None:
         return None
     budget = parse_size(text, flag)
-    if budget > specs.LIMITS["memory_budget"][1]:
-        raise UserError(f"{flag} {text}: a memory budget is at most 1024 TiB; give one like 24GiB")
+    most = specs.LIMITS["memory_budget"][1]
+    if budget > most:
+        raise UserError(f"{flag} {text}: a memory budget is at most {most / 1024**4:g} TiB; give one like 24GiB")
     return budget
 
 
