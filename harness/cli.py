@@ -421,7 +421,7 @@ class LiveProgress(studies.Progress):
     def trial_finished(self, number, rec, best, note=None):
         self.stop()
         self.running = None
-        said = outcome(rec, self.spec.objective)
+        said = outcome(rec, self.spec.objective, self.spec.memory_budget)
         self.say(f"    → {said}" if self.headed else f"{self.text}\n    → {said}")
         if best:
             self.say(f"    best so far: #{best['number']} {pareto.speed(best, self.spec.objective):.1f} {self.unit}, "
@@ -475,7 +475,7 @@ class RunningTrial:
                     no_wrap=True, overflow="ellipsis")
 
 
-def outcome(rec: dict, objective: str = "samples") -> str:
+def outcome(rec: dict, objective: str = "samples", budget: int | None = None) -> str:
     status = rec["status"]
     if status in ("ok", "diverged") and rec.get("throughput"):
         t, cv = rec.get("timing") or {}, Record.of(rec).step_cv
@@ -495,6 +495,8 @@ def outcome(rec: dict, objective: str = "samples") -> str:
             line += " — measured on a busy machine"
         return line + (f" — {rec['error']['message']}" if rec.get("error") else "")
     message = " ".join((rec.get("error") or {}).get("message", "").split())  # a C++ error's newlines: one line
+    if status == "oom" and budget:  # torch's own line starts with the whole GPU's free memory, not the cap
+        return f"oom under the {size(budget)} budget: {message[:160]}"
     return f"{status}: {message[:160]}"
 
 
@@ -532,7 +534,7 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
         sys.exit(getattr(exc, "exit_code", 130))
     rec.setdefault("config", config)
     click.echo(json.dumps(rec, indent=1, default=str))
-    click.echo(outcome(rec, spec.objective), err=True)  # the record is for tools; this line is for you
+    click.echo(outcome(rec, spec.objective, spec.memory_budget), err=True)  # the record is for tools; this line is for you
     sys.exit(1 if rec["status"] in ("crash", "error") else 0)
 
 

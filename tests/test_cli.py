@@ -275,6 +275,9 @@ def test_trial_under_a_small_memory_budget_is_a_real_oom(project):
     assert record["status"] == "oom", record
     assert re.search(r"can't allocate memory|out of memory|MemoryError|could not create a primitive",
                      record["error"]["message"] + record["error"]["type"])
+    # torch's CUDA message opens with the whole GPU's free memory (a 24 GiB cap on an H200 read "120 GiB
+    # free"), so the line says which wall it hit
+    assert result.stderr.splitlines()[-1].startswith("oom under the 8.0 MiB budget: "), result.stderr
 
 
 def test_rerunning_a_finished_sweep_runs_nothing_new(swept):
@@ -514,6 +517,7 @@ def test_a_failed_trials_progress_line_is_one_line_whatever_its_error_message():
     from harness import cli
     rec = {"status": "oom", "error": {"type": "MemoryError", "message": "MemoryError: std::bad_alloc\n"}}
     assert cli.outcome(rec) == "oom: MemoryError: std::bad_alloc"
+    assert cli.outcome(rec, budget=24 * 2**30) == "oom under the 24.00 GiB budget: MemoryError: std::bad_alloc"
 
 
 @pytest.mark.parametrize("batch", [32, 16_000_000])  # under --set's 2**24, which refuses before any trial
