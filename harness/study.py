@@ -470,9 +470,9 @@ class Sweep:
     def confirm(self) -> None:
         """Re-measure the leader and the baseline in fresh processes, interleaved (A B B A), or your config
         alone where it leads (one lucky run of it must not be the bar the others lose to); then each
-        config that would win over the confirmed best if its single run held (at most CHALLENGERS), with
-        the baseline again: a race, so best is never beaten by an unconfirmed run and no run is spent on a
-        clear loser."""
+        config that would win over the confirmed best beyond the noise if its single run held (at most
+        CHALLENGERS), with the baseline again: a race, so best is never beaten by an unconfirmed run and
+        no run is spent on a clear loser."""
         rows = ledger.rows_of(self.study)
         fits = self.candidates(rows)
         leaders = sorted(fits, key=lambda r: -pareto.speed(r, self.spec.objective))[:CONFIRM_TOP]
@@ -631,8 +631,8 @@ class Sweep:
 
     def challenger(self) -> dict | None:
         """The fastest unconfirmed fitting config that would be chosen over the confirmed best if its
-        single run held (pareto.prefer: faster than the best's median, or tied with it and lighter
-        where memory is scarce); where the leader ties with your config, which stays, one faster than
+        single run held (pareto.prefer), beyond the noise of either, or tied with it and lighter where
+        memory is scarce; where the leader ties with your config, which stays, one faster than
         your config beyond the noise: ties are not transitive, and confirmed it may be chosen over the tie."""
         objective, rows = self.spec.objective, ledger.rows_of(self.study)
         fits = self.candidates(rows)
@@ -642,7 +642,10 @@ class Sweep:
             return None
         # raced and still unconfirmed (a run crashed or ran out of memory): not a config to act on, nor to race again
         fits = [r for r in fits if not pareto.confirmed(r) and self.race_left(r)]
-        open_ = [r for r in fits if pareto.prefer([best, r], objective, capacity) is r]
+        # beyond the noise of either (a single run a hair over the median is no news on a host whose runs
+        # spread 8-10%: the quickstart raced 20 such), or tied and lighter where memory is scarce
+        open_ = [r for r in fits if pareto.prefer([best, r], objective, capacity) is r
+                 and (pareto.faster(r, best, objective) or not pareto.roomy([best, r], capacity))]
         choice = None if open_ else self.choice(rows)
         if choice is not None and choice.kept:
             base = next(r for r in rows if r["number"] == choice.baseline.number)
