@@ -643,7 +643,7 @@ class Sweep:
         # raced and still unconfirmed (a run crashed or ran out of memory): not a config to act on, nor to race again
         fits = [r for r in fits if not pareto.confirmed(r) and self.race_left(r)]
         # beyond the noise of either (a single run a hair over the median is no news on a host whose runs
-        # spread 8-10%: the quickstart raced 20 such), or tied and lighter where memory is scarce
+        # spread 8-10%, the quickstart raced one such after another), or tied and lighter where memory is scarce
         open_ = [r for r in fits if pareto.prefer([best, r], objective, capacity) is r
                  and (pareto.faster(r, best, objective) or not pareto.roomy([best, r], capacity))]
         choice = None if open_ else self.choice(rows)
