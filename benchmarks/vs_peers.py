@@ -81,11 +81,13 @@ def compare(args) -> list[dict]:
     job = {**spec.job(device, specs.trial_config(spec, PEER_DEFAULTS)), "start": args.start, "peer_oom": args.peer_oom}
     answers = []  # (tool, answer): answer is {"config", "wall_s"} or {"error", ...}
     for peer in ("lightning", "accelerate"):
+        say(f"asking {peer} for its batch size (up to {args.peer_timeout:.0f} s)")
         answer = ask_peer(peer, job, args.peer_timeout)
         answers.append((answer.get("tool", peer + oom_label(job)), answer))
     if args.workload in GUIDE_ADVICE:
         config, source = GUIDE_ADVICE[args.workload]
         answers.append((f"guide: {source}", {"config": config, "wall_s": None}))
+    say(f"bench sweep: up to {args.trials} trials in {args.sweep_timeout:.0f} s")
     try:
         best = sweep_best(spec_path, preset, budget, device, args.trials, args.sweep_timeout, measure,
                           search={"compile": ["off"]} if args.quick else None)
@@ -105,11 +107,17 @@ def compare(args) -> list[dict]:
     return rows
 
 
+def say(line: str) -> None:
+    """Progress on stderr, so a run of several minutes is not silent and stdout stays the table."""
+    print(f"vs_peers: {line}", file=sys.stderr, flush=True)
+
+
 def measure_rounds(spec, device: str, answers: list[dict], rounds: int) -> list[list[dict]]:
     """Each answer's config measured `rounds` times by bench's trial in a fresh process, interleaved
     (every answer once per round), so a drift of the machine falls on all of them alike."""
     runs: list[list[dict]] = [[] for _ in answers]
-    for _ in range(rounds):
+    for k in range(rounds):
+        say(f"measuring every answer: round {k + 1} of {rounds}")
         for i, answer in enumerate(answers):
             if not answer.get("error"):
                 runs[i].append(trial(spec, device, {**PEER_DEFAULTS, **answer["config"]}))

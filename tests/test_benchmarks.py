@@ -119,6 +119,9 @@ def test_vs_peers_measures_every_answer_with_bench_trial_or_says_why_it_failed(t
             assert 1 <= len(r["runs"]) <= 2 and min(r["runs"]) <= r["throughput"] <= max(r["runs"])  # a median of runs
     assert rows[3]["status"] == "ok" and rows[3]["ratio"] == 1.0 and len(rows[3]["runs"]) == 2
     assert "| tool | answer (knobs) |" in done.stdout
+    # minutes of work say where they are, on stderr (an H200 run killed at 144 s had printed nothing)
+    assert "vs_peers: bench sweep: up to 3 trials" in done.stderr and "round 2 of 2" in done.stderr
+    assert "vs_peers:" not in done.stdout
 
 
 @pytest.fixture
