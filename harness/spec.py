@@ -240,8 +240,7 @@ def load(path: Path | str, scenario: str | None = None) -> Spec:
     scenarios = {str(k) if isinstance(k, int) and not isinstance(k, bool) else k: v for k, v in scenarios.items()}
     for name in scenarios:  # `null:`, `true:`, `1.5:` or `2026-12-04:`: YAML kept no name to run or show
         if not isinstance(name, str):
-            kind = {"NoneType": "null", "bool": "a boolean", "float": "a number"}.get(type(name).__name__,
-                                                                                    f"a {type(name).__name__}")
+            kind = {type(None): "null", bool: "a boolean", float: "a number"}.get(type(name), f"a {type(name).__name__}")
             raise UserError(f"{path}: scenarios: {name!r} reads as {kind} in YAML, not a name; quote the name "
                             "as you mean it, e.g. '24gb': {memory: {budget: 24GiB}}")
     if scenario is not None:

@@ -49,11 +49,23 @@ class Runner:
         return dict(self.table(config))
 
 
-def sweep_for(spec, tmp_path, runner, total=None, auto=False, baseline=None):
+class Noted(studies.Progress):
+    """A sweep's notes, kept in `notes` for the test to read."""
+
+    def __init__(self, notes: list):
+        self.notes = notes
+
+    def note(self, message):
+        self.notes.append(message)
+
+
+def sweep_for(spec, tmp_path, runner, total=None, auto=False, baseline=None, notes=None):
+    """A sweep on an in-memory study; its notes appended to `notes` where one is given."""
     study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
     if baseline:
         ledger.enqueue_baseline(study, spec, spec.config(baseline))
-    return studies.Sweep(spec, study, "cpu", tmp_path, total or spec.trials, None, auto=auto, runner=runner)
+    progress = Noted(notes) if notes is not None else studies.Progress()
+    return studies.Sweep(spec, study, "cpu", tmp_path, total or spec.trials, None, progress, auto=auto, runner=runner)
 
 
 def test_enqueued_trials_reach_the_sampler_with_params_and_batch_is_ordinal(tmp_path):
@@ -196,15 +208,11 @@ def sweep_with_one_lucky_run(tmp_path, trials: int) -> tuple:
 
     notes = []
 
-    class Notes(studies.Progress):
-        def note(self, message):
-            notes.append(message)
-
     study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
     ledger.enqueue_baseline(study, spec, spec.config({"batch_size": 4, "precision": "fp32", "checkpointing": "none"}))
     lucky_config = spec.config({"batch_size": 8, "precision": "fp32", "checkpointing": "none"})
     study.enqueue_trial(ledger.sampler_params(spec, lucky_config), user_attrs={"config": lucky_config})
-    studies.Sweep(spec, study, "cpu", tmp_path, spec.trials, None, Notes(), auto=True, runner=Runner(table)).run()
+    studies.Sweep(spec, study, "cpu", tmp_path, spec.trials, None, Noted(notes), auto=True, runner=Runner(table)).run()
     return study, spec, notes
 
 
@@ -434,16 +442,11 @@ def test_a_single_run_within_the_confirmed_best_s_noise_is_not_raced(tmp_path):
                              (8, "bf16-mixed"): 10.4, (8, "fp32"): 8.0}[key]  # the leader: median 20.0, cv 5%
         return rec
 
-    class Notes(studies.Progress):
-        def note(self, message):
-            notes.append(message)
-
-    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
-    ledger.enqueue_baseline(study, spec, spec.config({"batch_size": 8, "precision": "fp32"}))
-    studies.Sweep(spec, study, "cpu", tmp_path, 4, None, Notes(), runner=Runner(table)).run()
+    sweep = sweep_for(spec, tmp_path, Runner(table), total=4, baseline={"batch_size": 8, "precision": "fp32"}, notes=notes)
+    sweep.run()
     assert seen[(16, "bf16-mixed")] == 3 and seen[(16, "fp32")] == 1, seen  # 20.6 is 3% over 20.0: within 10%
     assert not [n for n in notes if "ran faster once" in n], notes
-    rows = ledger.rows_of(study)
+    rows = ledger.rows_of(sweep.study)
     best = pareto.choose(rows, spec.memory_budget, spec.headroom).best
     assert (best.config["batch_size"], best.config["precision"]) == (16, "bf16-mixed")
 
@@ -489,15 +492,10 @@ def test_a_challenger_whose_run_beside_your_config_failed_is_not_raced_again_and
             rec["throughput"] = 9.0
         return rec
 
-    class Notes(studies.Progress):
-        def note(self, message):
-            notes.append(message)
-
-    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
-    ledger.enqueue_baseline(study, spec, spec.config({"batch_size": 8, "precision": "fp32"}))
     runner = Runner(drifting)
-    studies.Sweep(spec, study, "cpu", tmp_path, 4, None, Notes(), runner=runner).run()
-    rows = ledger.rows_of(study)
+    sweep = sweep_for(spec, tmp_path, runner, total=4, baseline={"batch_size": 8, "precision": "fp32"}, notes=notes)
+    sweep.run()
+    rows = ledger.rows_of(sweep.study)
     number = {(r["config"]["batch_size"], r["config"]["precision"]): r["number"] for r in rows}
     assert sum(n.startswith(f"#{number[(16, 'fp32')]} ran faster once") for n in notes) == 1, notes
     runs = [n.split(":")[0].strip() for n in notes if "confirmation run" in n]  # counted among each config's own runs
@@ -752,13 +750,7 @@ def test_a_leader_that_ties_only_because_the_rounds_disagree_runs_two_more_round
     table, seen = wide_tie_table([10.0, 6.0, 10.0, 10.0, 10.1])
     notes = []
 
-    class Notes(studies.Progress):
-        def note(self, message):
-            notes.append(message)
-
-    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
-    ledger.enqueue_baseline(study, spec, spec.config({"batch_size": 8, "precision": "fp32"}))
-    sweep = studies.Sweep(spec, study, "cpu", tmp_path, 4, None, Notes(), runner=Runner(table))
+    sweep = sweep_for(spec, tmp_path, Runner(table), total=4, baseline={"batch_size": 8, "precision": "fp32"}, notes=notes)
     sweep.run()
     assert seen[(8, "fp32")] == 5 and seen[(16, "bf16-mixed")] == 5  # the trial and four rounds each
     assert any(n.startswith(f"#{choice_leader(sweep)} ties with your config only because their runs side by side "
@@ -902,14 +894,9 @@ def test_a_challenger_whose_confirmation_run_failed_does_not_hold_up_the_race(tm
         speed = {(8, "fp32"): 4.0, (16, "bf16-mixed"): 12.0, (16, "fp32"): 11.0, (8, "bf16-mixed"): 10.0}[key]
         return {"status": "ok", "throughput": speed, "peak_memory": 20 * MiB, "timing": {"step_s": {"cv": 0.005}}}
 
-    class Notes(studies.Progress):
-        def note(self, message):
-            notes.append(message)
-
-    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
-    ledger.enqueue_baseline(study, spec, spec.config({"batch_size": 8, "precision": "fp32"}))
-    studies.Sweep(spec, study, "cpu", tmp_path, 4, None, Notes(), runner=Runner(table)).run()
-    rows = ledger.rows_of(study)
+    sweep = sweep_for(spec, tmp_path, Runner(table), total=4, baseline={"batch_size": 8, "precision": "fp32"}, notes=notes)
+    sweep.run()
+    rows = ledger.rows_of(sweep.study)
     by_config = {(r["config"]["batch_size"], r["config"]["precision"]): r for r in rows}
     flaky = by_config[(16, "bf16-mixed")]["number"]
     assert not any(n.startswith(f"#{flaky} ran faster once") for n in notes), notes  # it had its two runs
