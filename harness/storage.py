@@ -82,7 +82,7 @@ def open_storage(url: str | None, results: Path, study: str, say: Callable[[str]
     lock = JournalFileOpenLock(str(path))
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        path.touch()
+        path.open("a").close()  # made if missing, not touched: a refused resume must not become the latest study
         if not os.access(path, os.W_OK):
             raise PermissionError(f"{path} is not writable")
         lock.acquire()  # no other worker of this study appends while the tail is judged (its lock file is a write)
