@@ -1,5 +1,8 @@
 """`bench apply` through the CLI on a study with known trials: best, tiers, --budget, refusals."""
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -388,3 +391,18 @@ def test_report_out_refuses_another_studys_files_a_backup_and_a_file_that_is_not
     out = CliRunner().invoke(main, ["apply", "best", "--study", "known", "--to", str(backup)])
     assert out.exit_code == 2 and "a backup bench apply made" in out.output
     assert backup.read_text() == "data_loader:\n  batch_size: 8\n"
+
+
+@pytest.mark.parametrize("command", [["apply", "best"], ["report"]])
+def test_a_reader_that_leaves_before_the_output_does_not_stop_the_command(known_study, command):
+    """`bench apply best | head -1`: the apply still writes its file and exits 0, with no traceback."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before bench writes its first line: every write to stdout fails
+    try:
+        proc = subprocess.run([sys.executable, "-m", "harness", *command], stdout=write, stderr=subprocess.PIPE,
+                              text=True, cwd=known_study, timeout=300)
+    finally:
+        os.close(write)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    assert batch_in(known_study) == (32 if command[0] == "apply" else 8)
