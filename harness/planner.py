@@ -142,11 +142,21 @@ class Planner:
     def in_time(self, configs: list[dict], rows: list[dict], scored: dict) -> np.ndarray:
         """1 where the config's optimizer step, at the slow end of its predicted speed, is within max_step_s
         (with no speed measured yet the model has no scale to say)."""
-        if not self.max_step_s or self.objective != "samples" or not pareto.measured(rows, self.objective):
+        per_sample = self.per_sample(rows)
+        if not self.max_step_s or per_sample is None:
             return np.ones(len(configs))
-        samples = np.array([step_samples(c) for c in configs], dtype=float)
+        work = np.array([step_samples(c) for c in configs], dtype=float) * per_sample
         slow = np.exp(scored["speed"] - SLOW_END * np.minimum(scored["speed_sd"], SLOW_SD_CAP))
-        return (samples / slow <= self.max_step_s).astype(float)
+        return (work / slow <= self.max_step_s).astype(float)
+
+    def per_sample(self, rows: list[dict]) -> float | None:
+        """What one sample is in the objective's unit: 1, or the tokens a sample measured (the median over
+        the trials that measured both); None before anything is measured."""
+        measured = pareto.measured(rows, self.objective)
+        if self.objective == "samples" or not measured:
+            return 1.0 if measured else None
+        ratios = [pareto.speed(r, "tokens") / pareto.speed(r, "samples") for r in measured if pareto.speed(r, "samples")]
+        return float(np.median(ratios)) if ratios else None
 
     def saver_needed(self, configs: list[dict], rows: list[dict], fitted: model.Fit) -> np.ndarray:
         """0 for a config with a memory saver (checkpointing) whose twin without it is in the space and

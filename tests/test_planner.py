@@ -116,6 +116,24 @@ def test_on_a_cpu_a_trial_is_proposed_only_if_its_step_is_in_time_at_the_slow_en
     assert planner.Planner(sp, usable=None, limit=None, device="cpu", max_step_s=0.001).next(rows) is None  # none in time
 
 
+
+def test_a_tokens_objective_keeps_the_step_time_limit_counted_in_seconds():
+    """With tokens/s as the objective the limit was not checked at all: a CPU sweep of a language model
+    could propose a batch whose step runs past the stall limit. A sample is 128 tokens here, so the
+    limit must pass over exactly what it passes over for samples/s."""
+    sp = space(batches=(4, 8, 16, 32, 64, 128, 256, 512))
+    rows = [row(i, c) for i, c in enumerate(c for c in sp if c["precision"] == "fp32" and c["checkpointing"] == "none"
+                                              and c["batch_size"] in (4, 8, 16))]
+    tokens = [{**r, "tokens_per_s": 128 * r["throughput"]} for r in rows]
+
+    def pick(objective, limit):
+        plan = planner.Planner(sp, usable=None, limit=None, device="cpu", objective=objective, max_step_s=limit)
+        return plan.next(tokens if objective == "tokens" else rows)
+
+    assert pick("tokens", 0.1) == pick("samples", 0.1) and pick("tokens", 0.1)["batch_size"] < 64
+    assert pick("tokens", None)["batch_size"] > 64  # no limit
+    assert pick("tokens", 0.001) is None  # none in time
+
 def test_accumulation_is_not_ruled_out_where_its_family_fits_without_it():
     """"Halve from the wall" is for a family where nothing fits yet. Where batch 64 fits without
     accumulation, batch 50 with it is the model's call (its held gradients), not a certain miss."""
