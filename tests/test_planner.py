@@ -116,7 +116,6 @@ def test_on_a_cpu_a_trial_is_proposed_only_if_its_step_is_in_time_at_the_slow_en
     assert planner.Planner(sp, usable=None, limit=None, device="cpu", max_step_s=0.001).next(rows) is None  # none in time
 
 
-
 def test_a_tokens_objective_keeps_the_step_time_limit_counted_in_seconds():
     """With tokens/s as the objective the limit was not checked at all: a CPU sweep of a language model
     could propose a batch whose step runs past the stall limit. A sample is 128 tokens here, so the
@@ -133,6 +132,7 @@ def test_a_tokens_objective_keeps_the_step_time_limit_counted_in_seconds():
     assert pick("tokens", 0.1) == pick("samples", 0.1) and pick("tokens", 0.1)["batch_size"] < 64
     assert pick("tokens", None)["batch_size"] > 64  # no limit
     assert pick("tokens", 0.001) is None  # none in time
+
 
 def test_accumulation_is_not_ruled_out_where_its_family_fits_without_it():
     """"Halve from the wall" is for a family where nothing fits yet. Where batch 64 fits without
