@@ -82,7 +82,8 @@ def open_storage(url: str | None, results: Path, study: str, say: Callable[[str]
     lock = JournalFileOpenLock(str(path))
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        path.open("a").close()  # made if missing, not touched: a refused resume must not become the latest study
+        if not path.exists():  # made if missing, never touched: a refused resume must not become the latest study
+            path.touch()
         if not os.access(path, os.W_OK):
             raise PermissionError(f"{path} is not writable")
         lock.acquire()  # no other worker of this study appends while the tail is judged (its lock file is a write)
