@@ -119,8 +119,8 @@ def main(debug: bool) -> None:
 @main.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
 @click.option("--trials", default="auto", show_default=True, metavar="N|auto",
-              help="Trials the study should hold; auto stops once the best stops improving, "
-                   "with the spec's `trials` as the cap.")
+              help="Trials the study should hold; auto stops once no config left is predicted to beat "
+                   "the best by more than its noise, with the spec's `trials` as the cap.")
 @click.option("--timeout", "timeout", metavar="DURATION", help="Stop starting trials after this long, e.g. 30m.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--study", "study_name", metavar="NAME", help="Study name (default: the spec's).")

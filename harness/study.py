@@ -96,7 +96,8 @@ class Sweep:
     """() -> a context manager held from ask to claiming a config (storage.claim_lock; default: a host lock)."""
 
     auto: bool = False
-    """--trials auto: stop once the best stops improving and every family's frontier is known."""
+    """--trials auto: stop once no config left is predicted to beat the best by more than its noise (the
+    planner's rule; with another sampler, once the best has not improved in PATIENCE trials)."""
     runner: object = None
     """config -> trial record. The real launcher by default; benchmarks/search_replay.py looks results up."""
 
