@@ -208,7 +208,8 @@ def quick(spec):
     search = dict(spec.search)
     if "off" in getattr(search.get("compile"), "choices", ()):
         search["compile"] = replace(search["compile"], choices=("off",))
-    return replace(spec, trials=min(spec.trials, int(value)), measure=measure, workload=workload, search=search)
+    return replace(spec, trials=min(spec.trials, int(value)), measure=measure, workload=workload, search=search,
+                   smoke=True)
 
 
 def device_spec(spec, device: str):
@@ -335,7 +336,7 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
     where = stores.redact(storage_url) if storage_url else str(stores.study_dir(results, spec.study))
     out.print(f"[bold]bench sweep[/bold] {escape(spec.study)}: {escape(specs.workload_label(spec.workload))} "
               f"on {device}, {spec.space_size()} configs in the space, up to {total} trial{'s' if total > 1 else ''} → {escape(where)}")
-    if os.environ.get(QUICK_ENV):
+    if spec.smoke:
         out.print(f"{QUICK_ENV} is set: a quick smoke run (tiny preset, short measurements, no compile), not numbers to act on")
     if spec.memory_budget:
         out.print(f"memory budget {size(spec.memory_budget)}, headroom {spec.headroom:.0%}")

@@ -98,10 +98,12 @@ def create(spec: Spec, storage, device: str, hardware: str | None = None) -> opt
                  # what the sampler's params index (ordinal knobs are suggested as positions): a resume keeps it
                  "choices": {knob: list(spec.sampled.get(knob, dim.choices)) for knob, dim in spec.search.items()
                              if dim.choices},
-                 "created": datetime.datetime.now().isoformat(timespec="seconds"), "bench": __version__,
-                 "spec_path": str(spec.path)}
+                 "smoke": spec.smoke, "created": datetime.datetime.now().isoformat(timespec="seconds"),
+                 "bench": __version__, "spec_path": str(spec.path)}
         for key, value in attrs.items():
             study.set_user_attr(key, value)
+    elif study.user_attrs.get("smoke", False) != spec.smoke and not study.get_trials(deepcopy=False):
+        study.set_user_attr("smoke", spec.smoke)  # a study with no trial yet is what first runs in it
     return study
 
 
@@ -113,11 +115,19 @@ def resumed(spec: Spec, study: optuna.Study, device: str, hardware: str | None =
     `bench apply best` may have replaced) while its search is the spec's: a value the spec dropped is
     never run (Sweep.set_aside). A new choice, another memory budget, another kind of device or
     another model of it (`hardware`, read as `create` read it; none for studies from before) would mix
-    unlike measurements in one study: that needs a new study. Another objective does too,
+    unlike measurements in one study: that needs a new study, as a smoke run (BENCH_QUICK) beside a
+    real sweep does, either way round. Another objective does too,
     once a trial was measured in the old one; before that it is recorded, the only write here.
     """
     info, name = study.user_attrs, spec.study
     hint = "resume with the study's settings, or start a new study with --study NAME"
+    # a built-in workload's smoke run is another workload (its tiny preset); one's own factory is not
+    if info.get("smoke", False) and not spec.smoke:
+        raise UserError(f"study {name!r} is a BENCH_QUICK smoke run, whose short measurements are not ones to act "
+                        "on; start the real sweep in a new study with --study NAME, or delete the smoke study's folder")
+    if spec.smoke and not info.get("smoke", False):
+        raise UserError(f"study {name!r} holds real measurements, and BENCH_QUICK is set: a smoke run would add its "
+                        "short ones to them; unset BENCH_QUICK, or give the smoke run its own study with --study NAME")
     if info.get("memory_budget") != spec.memory_budget:
         raise UserError(f"study {name!r} measured under memory budget {_budget(info.get('memory_budget'))}, this run "
                         f"asks for {_budget(spec.memory_budget)}; {hint}")

@@ -113,6 +113,9 @@ class Spec:
     """Throughput to maximize: samples/s, or tokens/s (fair when a knob like seq_len changes a sample)."""
     notes: tuple = ()
     """What loading left out of the search (batch sizes that do not divide effective_batch), said before a sweep."""
+    smoke: bool = False
+    """A BENCH_QUICK smoke run (harness.cli.quick): its figures are not ones to act on, so its study is never
+    a real sweep's (harness.ledger.resumed)."""
     sampled: dict = field(default_factory=dict)
     """A resumed study's choices for a knob whose list the spec has since narrowed: Optuna cannot change a
     study's choices, so its sampler keeps drawing (and indexing) from these, while the search is `search`."""
