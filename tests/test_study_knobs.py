@@ -143,7 +143,6 @@ def test_a_resume_with_another_workload_or_objective_is_refused_and_writes_nothi
     assert CliRunner().invoke(main, ["sweep", str(same), "--device", "cpu"]).exit_code == 0  # the same spec resumes
 
 
-
 def test_a_smoke_run_and_a_real_sweep_never_share_a_study(tmp_path, faulty_path, monkeypatch):
     """BENCH_QUICK's second-long measurements of one's own `factory` workload (which, unlike a built-in
     one, keeps its size in a smoke run) went into the real sweep's study, either way round, and were
@@ -163,6 +162,7 @@ def test_a_smoke_run_and_a_real_sweep_never_share_a_study(tmp_path, faulty_path,
     smoke = CliRunner().invoke(main, ["sweep", str(path), "--device", "cpu", "--study", "real"])
     assert smoke.exit_code == 2 and "study 'real' holds real measurements, and BENCH_QUICK is set" in smoke.output
     assert CliRunner().invoke(main, ["sweep", str(path), "--device", "cpu"]).exit_code == 0  # a smoke run resumes its own
+
 
 def test_a_resume_that_narrows_a_knob_to_one_value_measures_the_configs_left(tmp_path, faulty_path, monkeypatch):
     """The sweep counted every measured config against the narrower space: 2 measured at batch 8 made
