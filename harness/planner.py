@@ -254,6 +254,8 @@ class Planner:
         gain, line = max(reasons, default=(0.0, ""), key=lambda x: x[0])
         if below is None or gain >= speed / pareto.speed(below, self.objective):
             return line
+        if pareto.speed(below, self.objective) >= speed:
+            return None  # a smaller batch's one run was faster: best won on its confirmed runs, which the choice says
         words = f"{speed / pareto.speed(below, self.objective) - 1:+.0%} over batch {below['config']['batch_size']}"
         if not larger:
             over = any(not search.fits(r, self.usable) and r.get("status") in ("ok", "diverged", "oom", "skipped")

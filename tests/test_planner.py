@@ -487,6 +487,23 @@ def test_why_does_not_call_a_batch_the_largest_that_fits_when_a_larger_one_fit_a
                                                "faster, within the noise")
 
 
+def test_why_does_not_give_best_a_loss_as_its_reason():
+    """A CPU quickstart confirmed batch 48 x 2 at 207.2 samples/s (median of 3 runs) and chose it over batch
+    40 x 2's single 211.8, then said why: "batch 48 is the largest of its family measured: -2% over batch 40"."""
+    fp32 = {"precision": "fp32", "checkpointing": "none", "compile": "off", "accumulation": 2}
+    runs = [{"status": "ok", "throughput": s, "round": k} for k, s in enumerate((202.2, 217.1))]
+    rows = [{"number": n, "status": "ok", "config": {"batch_size": b, **fp32}, "throughput": speed,
+             "peak_memory": peak * 2**20, "timing": {"step_s": {"cv": 0.013}}}
+            for n, b, speed, peak in [(2, 40, 211.8, 270), (5, 48, 207.2, 320)]]
+    rows[1]["repeats"] = runs
+    plan = planner.Planner([r["config"] for r in rows], usable=0.9 * 24 * 2**30, limit=24 * 2**30, device="cpu")
+    best = plan.best(rows)
+    assert best["number"] == 5 and pareto.confirmed(best)
+    assert plan.why(rows, best) is None  # the choice's own line says why: confirmed runs against one
+    slower = [dict(rows[0], throughput=180.0), rows[1]]
+    assert plan.why(slower, plan.best(slower)) == "batch 48 is the largest of its family measured: +15% over batch 40"
+
+
 def test_a_batch_size_that_does_not_divide_the_effective_batch_is_left_out_with_a_note(tmp_path):
     raw = {"study": "a", "workload": {"name": "emberformer"},
            "search": {"batch_size": [4, 8, 12, 16], "accumulation": {"effective_batch": 32}}}
