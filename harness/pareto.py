@@ -374,6 +374,18 @@ def confirmed(row) -> bool:
     return len(runs_of(row)) > 2
 
 
+def confirming(row) -> bool:
+    """Its confirmation is under way (or was cut short by a kill): runs made, none failed, too few yet.
+    A B B A gives your config its third run while the leader's last is still running."""
+    repeats = Record.of(row).repeats
+    return bool(repeats) and not confirmed(row) and all(r.status == OK for r in repeats)
+
+
+def failed_run(row) -> tuple[int, str] | None:
+    """(1-based place, status) of its first confirmation run that did not measure, or None."""
+    return next(((k + 1, r.status) for k, r in enumerate(Record.of(row).repeats) if r.status != OK), None)
+
+
 def loss_rise(row) -> float | None:
     """How much the loss rose over the trial, as a share of its first value (negative: it fell); None
     where either loss is missing or not finite (a NaN rise would make every comparison with it false)."""
@@ -434,7 +446,7 @@ def pick(candidates: list, objective: str = "samples", capacity: float | None = 
     every tied one leaves the safe tier's headroom of `capacity` free: then memory is not scarce, and
     the faster median wins (0.23 against 0.28 GiB of a 24 GiB budget is no reason to give up 10%)."""
     if any(confirmed(r) for r in candidates):  # once leaders were re-measured, best is decided on the repeats
-        candidates = [r for r in candidates if confirmed(r)]
+        candidates = [r for r in candidates if confirmed(r) or confirming(r)]
     return prefer(candidates, objective, capacity)
 
 
@@ -654,6 +666,10 @@ def passed_over_words(choice: Choice) -> str:
             f"({s.speed:.1f} {unit}, {runs}) but is not chosen: ")
     outranked = confirmed(lead.record) and not confirmed(s.record)
     if outranked and prefer([lead.record, s.record], choice.objective, cap) is s.record:
+        failed = failed_run(s.record)
+        if failed:
+            return head + (f"its confirmation run {failed[0]} ended {failed[1]}, so it did not confirm (best is "
+                           f"decided on configs whose every run measured; see logs/trial-{s.number:04d}-confirm-*.log)")
         return head + f"trial {lead.number} was confirmed by repeated runs and it was not (best is decided on confirmed runs)"
     tie = f"it ties with trial {lead.number} within the noise (±{max(s.noise, lead.noise):.0%}), and "
     if not cap:

@@ -133,12 +133,19 @@ class Sweep:
                     if capped else "searching on")
             self.progress.note(f"confirmation puts the best at {pareto.speed(after, self.spec.objective):.1f} "
                                f"{self.spec.objective}/s (#{after['number']}), not the "
-                               f"{pareto.speed(leader, self.spec.objective):.1f} the search stopped against: {then}")
+                               f"{pareto.speed(leader, self.spec.objective):.1f} the search stopped against"
+                               f"{self.why_the_bar_fell(leader)}: {then}")
             if capped:
                 break
         self.keep_model()
         if self.quiet.closing():
             self.progress.note(self.quiet.closing())
+
+    def why_the_bar_fell(self, leader: dict) -> str:
+        """", as #6's confirmation run 1 ended crash" where a failed run, not slower runs, unseated it."""
+        now = next((r for r in ledger.rows_of(self.study) if r["number"] == leader["number"]), leader)
+        failed = pareto.failed_run(now)
+        return f", as #{leader['number']}'s confirmation run {failed[0]} ended {failed[1]}" if failed else ""
 
     def search(self) -> bool:
         """Measure until the cap, the space or the planner's stop; False at the sweep's time limit."""

@@ -327,3 +327,18 @@ def test_where_no_eager_config_fits_a_slower_compiled_one_lost_on_speed_not_on_a
     del rows[2]["timing"]["compile_s"]
     assert "compiled, but its compile or step time was not recorded, so whether the compile pays back is unknown: " \
            "not chosen: #2" in pareto.choose(rows, 10 * GiB, 0.1).why
+
+
+def test_a_leader_whose_confirmation_is_half_done_is_not_outranked_by_your_config_confirmed_first():
+    """A B B A: once your config's second run is recorded it has three runs and the leader two. A `kill -9`
+    then (or `bench report` from a second terminal) named your config best over a leader 15x faster."""
+    run = lambda t, k: {"status": "ok", "throughput": t, "round": k}  # noqa: E731
+    base = row(0, 185.0, 0.1, baseline=True, repeats=[run(186.0, 0), run(185.5, 1)])
+    lead = row(6, 2839.0, 0.2, repeats=[run(2831.0, 0)])
+    choice = pareto.choose([base, lead], 24 * GiB, 0.1)
+    assert choice.best.number == 6 and choice.passed_over is None
+    # a leader whose confirmation run failed has not confirmed, and the report says which run failed
+    failed = row(6, 2839.0, 0.2, repeats=[run(2831.0, 0), {"status": "crash", "throughput": None, "round": 1}])
+    choice = pareto.choose([base, failed], 24 * GiB, 0.1)
+    assert choice.best.number == 0 and choice.passed_over.number == 6
+    assert "its confirmation run 2 ended crash" in " ".join(choice.why)

@@ -904,6 +904,27 @@ def test_a_challenger_whose_confirmation_run_failed_does_not_hold_up_the_race(tm
     assert pareto.choose(rows, spec.memory_budget, spec.headroom).best.number == by_config[(16, "fp32")]["number"]
 
 
+def test_a_leader_unseated_by_a_failed_confirmation_run_is_said_so(tmp_path):
+    """--trials auto searched on saying "confirmation puts the best at 4.0 (#0), not the 12.0 the search
+    stopped against", though the confirmation measured 12.0: one run of the leader crashed."""
+    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32"])
+    seen, notes = {}, []
+
+    def table(config):
+        seen[config["batch_size"]] = seen.get(config["batch_size"], 0) + 1
+        if config["batch_size"] == 16 and seen[16] == 2:
+            return {"status": "crash", "throughput": None, "peak_memory": None, "error": {"message": "killed by SIGKILL"}}
+        speed = {8: 4.0, 16: 12.0}[config["batch_size"]]
+        return {"status": "ok", "throughput": speed, "peak_memory": 20 * MiB, "timing": {"step_s": {"cv": 0.005}}}
+
+    sweep = sweep_for(spec, tmp_path, Runner(table), total=2, auto=True, baseline={"batch_size": 8, "precision": "fp32"},
+                      notes=notes)
+    sweep.run()
+    lead = next(r["number"] for r in ledger.rows_of(sweep.study) if r["config"]["batch_size"] == 16)
+    said = [n for n in notes if n.startswith("confirmation puts the best at")]
+    assert said and f"as #{lead}'s confirmation run 1 ended crash" in said[0], notes
+
+
 def test_trials_auto_searches_on_with_an_optuna_sampler_too(tmp_path):
     """With `sampler: random` the patience count was not reset: "searching on" was printed and no trial ran."""
     raw = {"study": "s", "workload": {"name": "emberformer"}, "trials": 16, "sampler": "random", "seed": 3,
