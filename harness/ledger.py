@@ -116,8 +116,9 @@ def resumed(spec: Spec, study: optuna.Study, device: str, hardware: str | None =
     never run (Sweep.set_aside). A new choice, another memory budget, another kind of device or
     another model of it (`hardware`, read as `create` read it; none for studies from before) would mix
     unlike measurements in one study: that needs a new study, as a smoke run (BENCH_QUICK) beside a
-    real sweep does, either way round. Another objective does too,
-    once a trial was measured in the old one; before that it is recorded, the only write here.
+    real sweep does, either way round. Another objective does too, once a trial was measured in the
+    old one, and another workload once one ran it; before that the new one is recorded (and the
+    trials that failed before training set aside), the only writes here.
     """
     info, name = study.user_attrs, spec.study
     hint = "resume with the study's settings, or start a new study with --study NAME"
@@ -142,7 +143,17 @@ def resumed(spec: Spec, study: optuna.Study, device: str, hardware: str | None =
                         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))):
         raise UserError(f"study {name!r} optimizes {info['objective']}/s, this run asks for {spec.objective}/s; {hint}")
     changed = workload_changes(info.get("workload"), spec.workload)
-    if changed:
+    if changed and not ran_the_workload(study):
+        # "cannot import faulty:buidl; fix it and re-run": nothing of the old one ran, so nothing to mix
+        study.set_user_attr("workload", json.loads(json.dumps(spec.workload, default=str)))
+        trials = study.get_trials(deepcopy=False)
+        # its trials are set aside: the interrupted ones' configs are queued already, the failed ones' the
+        # sweep queues again (Sweep.retry_what_stopped_the_last_sweep)
+        failed = {t.number for t in trials if t.user_attrs.get("status") == record.ERROR}
+        if failed:
+            study.set_user_attr("stopped_on_error", sorted(set(study.user_attrs.get("stopped_on_error") or []) | failed))
+        supersede(study, [t.number for t in trials if t.user_attrs.get("status") == record.INTERRUPTED])
+    elif changed:
         raise UserError(f"study {name!r} measured another workload ({'; '.join(changed)}): its trials and this "
                         f"run's would not be comparable; {hint}")
     sampled = {knob: tuple(choices) for knob, choices in (info.get("choices") or {}).items()}
@@ -181,6 +192,13 @@ def measuring_changes(spec: Spec, study: optuna.Study) -> list[str]:
 WORKLOAD_IDENTITY = ("name", "preset", "params", "factory", "model", "loss", "batch", "lightning", "hf", "loop")
 """What makes two studies' workloads one: the model, its size and how a step runs (not where it lives
 on disk, nor the training arguments a step does not read)."""
+
+
+def ran_the_workload(study: optuna.Study) -> bool:
+    """A trial of the study got as far as running the workload: it measured, ran out of memory, hung or
+    crashed (not an error in the user's code before it trained, nor a trial stopped from outside)."""
+    return any(t.user_attrs.get("status") not in (None, record.ERROR, record.INTERRUPTED)
+               for t in study.get_trials(deepcopy=False))
 
 
 def workload_changes(stored: dict | None, workload: dict) -> list[str]:

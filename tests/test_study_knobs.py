@@ -436,3 +436,22 @@ def test_a_drawn_config_outside_the_space_for_no_value_of_yours_is_still_said(tm
     sweep = studies.Sweep(spec, study, "cpu", tmp_path, 1, None, Notes())
     sweep.set_aside(study.ask(), {**spec.config({"batch_size": 8}), "accumulation": 3}, drawn=True)
     assert len(notes) == 1 and notes[0].startswith("trial 0 not run: ") and "accumulation=3" in notes[0], notes
+
+
+def test_a_misspelt_factory_fixed_as_the_error_says_runs_in_the_same_study(tmp_path, faulty_path, monkeypatch):
+    """"cannot import faulty:buidl ...; fix it and re-run": the re-run was refused, as the study had
+    "measured another workload", though nothing of it was measured."""
+    monkeypatch.chdir(tmp_path)
+    def typo():
+        return faulty_spec(tmp_path, "s", ["none"], trials=1, workload={"factory": "faulty:buidl", "params": {"fault": "none"}})
+    first = CliRunner().invoke(main, ["sweep", str(typo()), "--device", "cpu"])
+    assert first.exit_code == 2 and "cannot import faulty:buidl" in first.output, first.output
+    fixed = faulty_spec(tmp_path, "s", ["none"], trials=1)
+    again = CliRunner().invoke(main, ["sweep", str(fixed), "--device", "cpu"])
+    assert again.exit_code == 0, again.output
+    shown = CliRunner().invoke(main, ["report", "--format", "json"])
+    rows = json.loads(shown.output)
+    assert [r["status"] for r in rows] == ["ok"], rows  # the interrupted trial of the typo is set aside
+    # once something was measured, the identity holds again
+    typo_again = CliRunner().invoke(main, ["sweep", str(typo()), "--device", "cpu", "--trials", "2"])
+    assert typo_again.exit_code == 2 and "measured another workload" in typo_again.output
