@@ -139,7 +139,10 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
     logs = results if not storage or click.get_current_context().get_parameter_source("results").name != "DEFAULT" else None
     # every scenario is checked against the device before the first trial runs
     specs_to_run = [device_spec(spec, device) for spec in load_specs(spec_path, scenarios, study_name, memory_budget)]
-    choices = [run_sweep(spec, device, fixed_total or spec.trials, deadline, storage, logs, auto=fixed_total is None)
+    started = time.monotonic()  # --timeout, else each spec's own `timeout:`, counts from the command's start
+    choices = [run_sweep(spec, device, fixed_total or spec.trials,
+                         deadline or (started + spec.timeout_s if spec.timeout_s else None),
+                         storage, logs, auto=fixed_total is None)
                for spec in specs_to_run]
     found = [c.best for c in choices]
     if any(report.spoiled(c) for c in choices):  # the report's rule: an answer noise decides is none to apply

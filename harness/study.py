@@ -65,6 +65,11 @@ CHALLENGERS = 2
 RESEARCHES = 1
 """With --trials auto, how many times the search goes on after confirmation lowered the best's figure."""
 CONFIRM_POLL_S = 1.0
+TIME_UP = "sweep time limit reached; re-run the same command to continue"
+
+
+class OutOfTime(Exception):
+    """The sweep's time limit came before a confirmation run was to start: the runs left run on a resume."""
 """How often a worker looks whether another worker's confirmation run is recorded."""
 
 
@@ -122,7 +127,11 @@ class Sweep:
             if not self.search():
                 return
             leader = self.leader_so_far()
-            self.confirm()
+            try:
+                self.confirm()
+            except OutOfTime:
+                self.progress.note(TIME_UP)
+                return
             after = self.leader_so_far()
             if not self.auto or not self.bar_fell(leader, after):
                 break
@@ -151,8 +160,8 @@ class Sweep:
         """Measure until the cap, the space or the planner's stop; False at the sweep's time limit."""
         duplicates_in_a_row, space = 0, self.spec.space_size()
         while self.remaining():
-            if self.deadline and time.monotonic() > self.deadline:
-                self.progress.note("sweep time limit reached; re-run the same command to continue")
+            if self.out_of_time():
+                self.progress.note(TIME_UP)
                 return False
             # only this space's configs: a resume whose spec narrowed a knob to one value keeps the others' trials
             tried = [t for t in self.measured_configs().values() if self.spec.contains(t.user_attrs["config"])]
@@ -475,6 +484,10 @@ class Sweep:
         return rec
 
     # -- confirmation ------------------------------------------------------------------------------
+    def out_of_time(self) -> bool:
+        """No run may start: the sweep's time limit (--timeout, or the spec's timeout) has passed."""
+        return self.deadline is not None and time.monotonic() > self.deadline
+
     def confirm(self) -> None:
         """Re-measure the leader and the baseline in fresh processes, interleaved (A B B A), or your config
         alone where it leads (one lucky run of it must not be the bar the others lose to); then each
@@ -548,6 +561,8 @@ class Sweep:
             if not slots:
                 if not self.confirmation_pending(chosen, rounds):
                     return
+                if self.out_of_time():
+                    raise OutOfTime
                 time.sleep(CONFIRM_POLL_S)  # another worker's runs: their results decide what comes next
                 continue
             broken = set()  # rounds whose run was stopped from outside: they run again whole, in a later claim
@@ -555,6 +570,9 @@ class Sweep:
                 if round_ in broken:
                     continue
                 try:
+                    # a round begun is finished: its runs are read side by side, and half of one is run again whole
+                    if self.out_of_time() and (done == 0 or slots[done - 1][1] != round_):
+                        raise OutOfTime
                     self.mark([s for s in slots[done + 1:] if s[1] not in broken],
                               {"state": "claimed", "worker": worker_id(), "at": time.time()})
                     made = self.confirmation_run(row, round_, rounds)  # ^ the later runs' claims kept fresh for other hosts

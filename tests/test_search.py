@@ -9,6 +9,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -923,6 +924,30 @@ def test_a_leader_unseated_by_a_failed_confirmation_run_is_said_so(tmp_path):
     lead = next(r["number"] for r in ledger.rows_of(sweep.study) if r["config"]["batch_size"] == 16)
     said = [n for n in notes if n.startswith("confirmation puts the best at")]
     assert said and f"as #{lead}'s confirmation run 1 ended crash" in said[0], notes
+
+
+def test_no_confirmation_round_starts_after_the_sweep_s_time_limit_and_a_begun_one_finishes(tmp_path):
+    """--timeout was checked only between trials: a resume after the limit ran the whole confirmation
+    (up to 16 runs, each as long as a trial)."""
+    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32"])
+    notes, repeats = [], []
+    table = lambda config: {"status": "ok", "throughput": float(config["batch_size"]),  # noqa: E731
+                            "peak_memory": 20 * MiB, "timing": {"step_s": {"cv": 0.005}}}
+
+    def runner(config, number, repeat=False):
+        if repeat:
+            repeats.append(number)
+            sweep.deadline = time.monotonic() - 1  # the limit passes during the round's first run
+        return table(config)
+
+    sweep = sweep_for(spec, tmp_path, runner, total=2, baseline={"batch_size": 8, "precision": "fp32"}, notes=notes)
+    sweep.deadline = time.monotonic() + 3600
+    sweep.run()
+    assert len(repeats) == 2 and repeats[0] != repeats[1], repeats  # round 0 finished, round 1 not begun
+    assert notes[-1] == studies.TIME_UP, notes
+    attrs = sweep.study.user_attrs
+    assert sum(isinstance(v, dict) and v.get("state") == "done" for k, v in attrs.items() if k.startswith("confirm:")) == 2
+    assert not any(isinstance(v, dict) and v.get("state") == "claimed" for k, v in attrs.items() if k.startswith("confirm:"))
 
 
 def test_trials_auto_searches_on_with_an_optuna_sampler_too(tmp_path):

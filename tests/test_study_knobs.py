@@ -455,3 +455,14 @@ def test_a_misspelt_factory_fixed_as_the_error_says_runs_in_the_same_study(tmp_p
     # once something was measured, the identity holds again
     typo_again = CliRunner().invoke(main, ["sweep", str(typo()), "--device", "cpu", "--trials", "2"])
     assert typo_again.exit_code == 2 and "measured another workload" in typo_again.output
+
+
+def test_the_spec_s_timeout_limits_the_sweep_as_timeout_does(tmp_path, faulty_path, monkeypatch):
+    """`timeout: 2h` in a spec was read and then ignored: only --timeout stopped a sweep."""
+    monkeypatch.chdir(tmp_path)
+    path = faulty_spec(tmp_path, "s", ["none"], timeout="1s", search={"batch_size": [4, 8, 16], "fault": ["none"]})
+    result = CliRunner().invoke(main, ["sweep", str(path), "--device", "cpu", "--trials", "3"])
+    assert result.exit_code == 0, result.output
+    assert studies.TIME_UP in result.output
+    rows = json.loads(CliRunner().invoke(main, ["report", "--format", "json"]).output)
+    assert len(rows) < 3, rows
