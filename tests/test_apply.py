@@ -1033,3 +1033,36 @@ def test_a_learning_rate_or_a_dataset_length_is_not_another_model_size(tmp_path)
     wider = {**tiny, "params": {**tiny["params"], "d_model": 64}}
     assert "describes model.d_model 32, but preset tiny measured d_model 64" in apply.other_model_size(
         target, wider, {"batch_size"})
+
+
+@pytest.mark.parametrize("text, keys, where", [
+    # the last section lacks a key and a new section is made: both insertions fall at the end of the file
+    ("# training\ntrain:\n  batch_size: 16   # per device\n  grad_accum: 1\n",
+     {"batch_size": "train.batch_size", "precision": "train.amp", "checkpointing": "model.checkpoint"},
+     {"train": {"batch_size": 64, "grad_accum": 1, "amp": "bf16-mixed"}, "model": {"checkpoint": "full"}}),
+    # a mapping whose last entry is a mapping, keys missing at both levels
+    ("a:\n  x: 1\n  b:\n    y: 2\n",
+     {"batch_size": "a.b.batch", "precision": "a.amp", "checkpointing": "a.b.ckpt"},
+     {"a": {"x": 1, "b": {"y": 2, "batch": 64, "ckpt": "full"}, "amp": "bf16-mixed"}}),
+    ("a:\n  x: 1\n  b:\n    y: 2\n",
+     {"batch_size": "a.b.batch", "precision": "a.amp", "checkpointing": "c"},
+     {"a": {"x": 1, "b": {"y": 2, "batch": 64}, "amp": "bf16-mixed"}, "c": "full"}),
+])
+def test_keys_created_at_one_place_land_each_under_its_own_mapping(tmp_path, text, keys, where):
+    """Insertions at one offset were spliced in the wrong order: the key for the last section landed under
+    the new section, and apply stopped with "This is a bench bug" (214 of 1,600 fuzzed configs)."""
+    file = tmp_path / "train.yaml"
+    file.write_text(text)
+    write(plan(target_for(file, keys=keys), {"batch_size": 64, "precision": "bf16-mixed", "checkpointing": "full"},
+               {}, create_keys=True))
+    assert load(file.read_text()) == where
+
+
+def test_a_config_with_cr_only_line_ends_is_refused_in_one_line(tmp_path):
+    """Classic Mac line ends: --create-keys failed its own check, and a stale-comment warning quoted the
+    rest of the file as one comment."""
+    file = tmp_path / "train.yaml"
+    file.write_bytes(b"train:\r  batch_size: 16   # per device\r  grad_accum: 1\r")
+    with pytest.raises(UserError, match=r"train\.yaml: its lines end in CR alone .*convert it to LF"):
+        read_current(target_for(file, keys={"batch_size": "train.batch_size"}))
+    assert file.read_bytes() == b"train:\r  batch_size: 16   # per device\r  grad_accum: 1\r"

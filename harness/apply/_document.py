@@ -40,6 +40,9 @@ def _load_document(path: Path, fmt: str) -> _Document:
     text = _read_text(path)
     bom = BOM if text.startswith(BOM) else ""
     text = text[len(bom):]
+    if "\r" in text and "\n" not in text:  # every edit and comment is found by its line
+        raise UserError(f"{path}: its lines end in CR alone (classic Mac OS), which bench does not edit; convert it "
+                        f"to LF line ends (e.g. `sed -i 's/\\r/\\n/g' {path.name}`) and re-run")
     data = _parse_data(text, fmt, path)
     if data is None:
         raise UserError(f"{path}: the file holds no keys (it is empty, only comments, or null); bench writes into a "

@@ -76,8 +76,16 @@ def _insert_keys(doc: _Document, new_keys: list[tuple[str, object]]) -> list[tup
         node, rest = _deepest_mapping(doc, key)
         _, tree = groups.setdefault(id(node), (node, {}))
         _set(tree, ".".join(rest), value)
+    # deepest mapping first: insertions at one offset (the end of a section that ends the file, or of a
+    # mapping that ends its parent) keep this order in the text (harness.apply._plan._apply_edits)
+    deepest_first = sorted(groups.values(), key=lambda group: -_column(group[0]))
     return [_flow_insertion(doc, node, tree) if node.flow_style else _block_insertion(doc, node, tree)
-            for node, tree in groups.values()]
+            for node, tree in deepest_first]
+
+
+def _column(node: MappingNode) -> int:
+    """How deep a mapping sits: the column of its keys (the root's is 0)."""
+    return node.value[0][0].start_mark.column if node.value else 0
 
 
 def _deepest_mapping(doc: _Document, key: str) -> tuple[MappingNode, list[str]]:

@@ -234,11 +234,12 @@ def _already_implied(doc: _Document, a: _Assignment) -> bool:
 
 def _apply_edits(doc: _Document, edits: list[tuple[_Assignment, object]]) -> str:
     """The edits as (start, end, replacement) splices on the original text, applied from the end
-    backwards so that each splice leaves the offsets of the ones before it valid."""
+    backwards so that each splice leaves the offsets of the ones before it valid; splices at one offset
+    land in the text in their list's order (the later one is applied first)."""
     splices = [_replace_value(doc, a.key, a.value) for a, old in edits if old is not ABSENT]
     splices += _insert_keys(doc, [(a.key, a.value) for a, old in edits if old is ABSENT])
     text = doc.text
-    for start, end, new in sorted(splices, key=lambda s: s[0], reverse=True):
+    for _, (start, end, new) in sorted(enumerate(splices), key=lambda s: (s[1][0], s[0]), reverse=True):
         text = text[:start] + new + text[end:]
     return text
 
