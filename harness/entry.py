@@ -1,6 +1,8 @@
 """The `bench` command's entry point: Ctrl-C while Python imports bench's libraries (optuna, pandas,
 rich, click: most of a second) is one line and exit 130, as it is once a command runs; a reader that
-leaves early (`bench apply best | head -1`) silences the rest of the output, not the command."""
+leaves early (`bench apply best | head -1`) silences the rest of the output, not the command, and so
+does an output that cannot be written (`bench sweep spec.yaml > sweep.log` on a full disk), which is
+said in one line and makes the exit status 2."""
 import os
 import sys
 
@@ -12,19 +14,28 @@ class OutputToAReaderThatMayLeave:
 
     def __init__(self, stream):
         self._stream = stream
+        self.lost: OSError | None = None
+        """Why the output could not be written (not a reader that left: that is the reader's choice)."""
 
     def write(self, text: str) -> int:
         try:
             return self._stream.write(text)
-        except BrokenPipeError:
-            self._reader_left()
+        except OSError as exc:
+            self._cannot_write(exc)
             return len(text)
 
     def flush(self) -> None:
         try:
             self._stream.flush()
-        except BrokenPipeError:
-            self._reader_left()
+        except OSError as exc:
+            self._cannot_write(exc)
+
+    def _cannot_write(self, exc: OSError) -> None:
+        if not isinstance(exc, BrokenPipeError) and self.lost is None:
+            self.lost = exc
+            sys.stderr.write(f"bench: cannot write its output ({exc.strerror or exc}); the rest of it is dropped and "
+                             "the command runs on\n")
+        self._reader_left()
 
     def _reader_left(self) -> None:
         # what is still buffered is flushed into /dev/null, at exit too, instead of failing again
@@ -42,6 +53,12 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted while bench started; nothing was written\n")
         sys.exit(130)
-    if sys.stdout is not None:
-        sys.stdout = OutputToAReaderThatMayLeave(sys.stdout)
-    cli()
+    if sys.stdout is None:
+        cli()
+    out = sys.stdout = OutputToAReaderThatMayLeave(sys.stdout)
+    try:
+        cli()
+    except SystemExit as done:
+        if out.lost is not None and done.code in (0, None):
+            sys.exit(2)  # it did its work, but what it had to say is lost
+        raise

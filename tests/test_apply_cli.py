@@ -406,3 +406,16 @@ def test_a_reader_that_leaves_before_the_output_does_not_stop_the_command(known_
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
     assert batch_in(known_study) == (32 if command[0] == "apply" else 8)
+
+
+@pytest.mark.parametrize("command", [["apply", "best"], ["report"]])
+def test_an_output_that_cannot_be_written_is_said_in_one_line_and_the_command_runs_on(known_study, command):
+    """`bench apply best > out.log` on a full disk: a traceback, exit 1, and the config not written."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "harness", *command], stdout=full, stderr=subprocess.PIPE,
+                              text=True, cwd=known_study, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if not line.startswith("warning:")]  # apply's stale comment
+    assert said == ["bench: cannot write its output (No space left on device); the rest of it is dropped "
+                    "and the command runs on"], proc.stderr
+    assert batch_in(known_study) == (32 if command[0] == "apply" else 8)
