@@ -36,6 +36,9 @@ TOKEN = "BENCH_TRIAL_TOKEN"
 """Environment variable naming one trial: everything the trial starts inherits it (kill_escaped)."""
 LOG_TAIL_BYTES = 256 * 1024  # what is kept of a trial's output; a chatty child cannot fill the disk
 POLL_S = 0.2
+STOPPED_S = 5.0
+"""A gap this long between two of the watch's polls means the watch itself was not running: the whole job
+was stopped (Slurm suspend, docker pause, a laptop asleep), the trial with it."""
 
 
 @dataclass
@@ -253,15 +256,21 @@ def child_module(config: dict) -> str:
 
 
 def watch(proc: subprocess.Popen, limits: Limits, heartbeat: Path, on_beat=None) -> str | None:
-    """Wait for the child; return why we killed it ('timeout', 'stall'), or None if it ended itself."""
-    started = time.monotonic()
+    """Wait for the child; return why we killed it ('timeout', 'stall'), or None if it ended itself. Time the
+    whole job spent stopped counts toward neither limit: the trial did not run either."""
+    started, last, woke = time.monotonic(), (time.monotonic(), time.time()), 0.0
     while not ended(proc, POLL_S):
-        if time.monotonic() - started > limits.timeout_s:
+        now = (time.monotonic(), time.time())
+        stopped = max(now[0] - last[0], now[1] - last[1]) - POLL_S  # a suspended laptop stops the monotonic clock
+        if stopped > min(STOPPED_S, limits.stall_s / 2):
+            started, woke = started + stopped, now[1]
+        last = now
+        if now[0] - started > limits.timeout_s:
             return f"exceeded the trial time limit of {limits.timeout_s:g}s"  # 0.4s, not "0s"
         beat = read_heartbeat(heartbeat)
         if on_beat:
             on_beat(beat)
-        if beat and beat["phase"] in ("warmup", "measure") and time.time() - beat["time"] > limits.stall_s:
+        if beat and beat["phase"] in ("warmup", "measure") and now[1] - max(beat["time"], woke) > limits.stall_s:
             return f"no progress for {limits.stall_s:g}s (stuck after step {beat['step']} of {beat['phase']})"
     return None
 

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -370,3 +371,40 @@ def test_sys_exit_in_the_users_factory_is_an_error_with_its_message(faulty_env, 
     rec = launch.run(spec.job("cpu", specs.trial_config(spec, {})), launch.Limits(TIMEOUT_S, STALL_S), None)
     assert rec["status"] == record.ERROR, rec
     assert "this factory gives up" in rec["error"]["message"]
+
+
+BEATS = """
+import json, os, sys, time
+path = sys.argv[1]
+for step in range(8):  # a healthy trial: a step of 0.4 s of computing (stopped, it computes nothing)
+    with open(path + '.tmp', 'w') as f:
+        json.dump({'phase': 'measure', 'step': step, 'time': time.time()}, f)
+    os.replace(path + '.tmp', path)
+    until = time.process_time() + 0.4
+    while time.process_time() < until:
+        pass
+"""
+
+WATCHER = """
+import subprocess, sys
+from pathlib import Path
+from harness import launch
+child = subprocess.Popen([sys.executable, '-c', sys.argv[2], sys.argv[1]])
+print(launch.watch(child, launch.Limits(timeout_s=60, stall_s=2.5), Path(sys.argv[1])))
+"""
+
+
+def test_a_job_stopped_and_continued_whole_does_not_time_out_its_healthy_trial(tmp_path):
+    """Slurm's suspend (SIGSTOP, later SIGCONT, to every process of the job): on waking the parent saw a
+    heartbeat older than trial.stall and recorded a healthy trial `timeout`, for good."""
+    beat = tmp_path / "heartbeat.json"
+    watcher = subprocess.Popen([sys.executable, "-c", WATCHER, str(beat), BEATS], stdout=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not beat.exists() and time.monotonic() < deadline:  # the child is stepping
+        time.sleep(0.05)
+    os.killpg(watcher.pid, signal.SIGSTOP)
+    time.sleep(6.0)  # more than twice trial.stall
+    os.killpg(watcher.pid, signal.SIGCONT)
+    out, _ = watcher.communicate(timeout=60)
+    assert out.strip() == "None", out
