@@ -819,7 +819,9 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
               f"(median of {chosen.runs} run{'s' if chosen.runs > 1 else ''}), peak {size(row.peak_memory)}"
               + (f"; vs your config as swept (trial {choice.baseline.number}) {against.text(choice.unit)}"
                  if against else ""), highlight=False, markup=False)
-    for warning in [size_warning(spec, rows), chosen.caveat and f"trial {row.number}: {chosen.caveat}"]:
+    for warning in [size_warning(spec, rows), chosen.caveat and f"trial {row.number}: {chosen.caveat}",
+                    elsewhere_warning(info, spec, storage, results) if to is None else None,
+                    *held_edited_warnings(spec, held, row.config)]:
         if warning:
             err.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
     if not main_due and not profile_due:
@@ -845,6 +847,24 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     for written, backup in zip(due, apply.write_together(*due)):  # both or neither
         out.print(f"wrote {'hardware profile ' if written is profile else ''}{written.path}"
                   + (f" (backup: {backup})" if backup else ""), markup=False)
+
+
+def elsewhere_warning(info: dict, spec, storage: str | None, results: Path) -> str | None:
+    """The spec was not found in this project (a copy, a worktree), and the one where the study was swept
+    names a file outside it: said before that file is written (ledger.spec_file)."""
+    project = Path(results).resolve().parent
+    if storage or not info.get("spec_relative") or spec.apply.file.resolve().is_relative_to(project):
+        return None
+    return (f"the spec is not at {project / info['spec_relative']}; using {spec.path}, where the study was swept, "
+            f"so this writes {spec.apply.file}, outside {project}; pass --to FILE to write elsewhere")
+
+
+def held_edited_warnings(spec, held: dict, measured: dict) -> list[str]:
+    """A knob held at your file's value (Spec.held) that you changed since the sweep: apply writes back the
+    value every trial ran with, and says so."""
+    return [f"{spec.apply.file.name}: {knob} is {value} now, but the sweep did not search it and every trial ran "
+            f"{measured[knob]}, which this writes back as measured; to measure {value}, re-run the sweep"
+            for knob, value in held.items() if knob in measured and measured[knob] != value]
 
 
 def to_write(config: dict, named: list[str]) -> dict:

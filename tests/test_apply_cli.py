@@ -419,3 +419,31 @@ def test_an_output_that_cannot_be_written_is_said_in_one_line_and_the_command_ru
     assert said == ["bench: cannot write its output (No space left on device); the rest of it is dropped "
                     "and the command runs on"], proc.stderr
     assert batch_in(known_study) == (32 if command[0] == "apply" else 8)
+
+
+def test_a_held_knob_edited_since_the_sweep_is_written_back_as_measured_and_said(known_study):
+    """Your checkpointing (not searched) ran in every trial as your file had it; edited afterwards, apply
+    best wrote the measured value back and said nothing."""
+    config = known_study / "examples" / "config.yaml"
+    config.write_text(config.read_text().replace("activation_checkpointing: false", "activation_checkpointing: true"))
+    out = CliRunner().invoke(main, ["apply", "best"])
+    assert out.exit_code == 0, out.output
+    assert ("config.yaml: checkpointing is full now, but the sweep did not search it and every trial ran none, "
+            "which this writes back as measured") in out.output
+    assert yaml.safe_load(config.read_text())["model"]["activation_checkpointing"] is False
+
+
+def test_apply_from_a_copy_without_the_spec_says_it_writes_the_original_project(known_study, tmp_path_factory):
+    """A copy of a project whose spec was renamed: apply fell back to the spec where it was swept and
+    rewrote the original project's config, saying nothing."""
+    import shutil
+    copy = tmp_path_factory.mktemp("copy") / "project"
+    shutil.copytree(known_study, copy)
+    (copy / "known.yaml").rename(copy / "tune.yaml")
+    os.chdir(copy)
+    out = CliRunner().invoke(main, ["apply", "best", "--dry-run"])
+    assert out.exit_code == 0, out.output
+    assert (f"the spec is not at {copy / 'known.yaml'}; using {known_study / 'known.yaml'}, where the study was "
+            f"swept, so this writes {known_study / 'examples' / 'config.yaml'}, outside {copy}") in out.output
+    os.chdir(known_study)
+    assert "the spec is not at" not in CliRunner().invoke(main, ["apply", "best", "--dry-run"]).output
