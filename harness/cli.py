@@ -575,13 +575,13 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
         if console.width < MIN_COLUMNS:  # COLUMNS=0 printed nothing, COLUMNS=1 a column of letters
             console.width = MIN_COLUMNS
         console.print(report.table(choice, info, None if wide else console.width), crop=False)
-        if warning := size_warning(spec, rows):
+        for warning in study_warnings(spec, rows, info):
             console.print(f"warning: {warning}", style="yellow", markup=False, highlight=False)
         if not out_path:
             return
         text = console.file.getvalue()
     elif fmt == "html":
-        text = report.render_html(choice, {**info, "size_warning": size_warning(spec, rows)})
+        text = report.render_html(choice, {**info, "warning": " ".join(study_warnings(spec, rows, info)) or None})
     else:
         text = report.to_json(choice) if fmt == "json" else report.to_csv(choice)
     if out_path:
@@ -639,6 +639,15 @@ def study_choice(rows: list[dict], info: dict, spec) -> pareto.Choice:
     source = None if steps else f"an assumed run of {pareto.ASSUMED_RUN_STEPS:,} steps ({said})"
     return report.annotate(rows, info, run_steps=steps, run_source=source or said,
                            applies=spec is None or spec.apply is not None)
+
+
+SMOKE_WARNING = ("this study is a BENCH_QUICK smoke run (short measurements, tiny preset, no compile): not numbers "
+                 "to act on; run the sweep without BENCH_QUICK, in a study of its own (--study NAME)")
+
+
+def study_warnings(spec, rows: list[dict], info: dict) -> list[str]:
+    """What every view of the study says before anyone acts on it: a smoke run, another model size."""
+    return [w for w in (SMOKE_WARNING if info.get("smoke") else None, size_warning(spec, rows)) if w]
 
 
 def size_warning(spec, rows: list[dict]) -> str | None:
@@ -791,7 +800,8 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     provenance = {"study": name, "trial": row.number, "device": row.env.get("device"),
                   "throughput": chosen.speed, "unit": choice.unit, "peak_memory": row.peak_memory,
                   "vs_baseline": against.text(choice.unit) if against else None,
-                  "date": datetime.date.today().isoformat(), "bench_version": __version__}
+                  "date": datetime.date.today().isoformat(), "bench_version": __version__,
+                  "note": "a BENCH_QUICK smoke run, not numbers to act on" if info.get("smoke") else None}
     if to is not None:
         refuse_own_file(to, spec_path_of(info, storage, results), spec, storage, results, name, option="--to")
     current = apply.read_current(spec.apply)
@@ -819,7 +829,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
               f"(median of {chosen.runs} run{'s' if chosen.runs > 1 else ''}), peak {size(row.peak_memory)}"
               + (f"; vs your config as swept (trial {choice.baseline.number}) {against.text(choice.unit)}"
                  if against else ""), highlight=False, markup=False)
-    for warning in [size_warning(spec, rows), chosen.caveat and f"trial {row.number}: {chosen.caveat}",
+    for warning in [*study_warnings(spec, rows, info), chosen.caveat and f"trial {row.number}: {chosen.caveat}",
                     elsewhere_warning(info, spec, storage, results) if to is None else None,
                     *held_edited_warnings(spec, held, row.config)]:
         if warning:

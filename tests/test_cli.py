@@ -321,6 +321,10 @@ def test_custom_model_example_sweeps_and_applies_through_the_cli(tmp_path, monke
         assert applied.exit_code == 2 and "noisy: their timed windows disagree" in applied.output
         return
     assert applied.exit_code == 0, applied.output
+    # a smoke run's figures are written, as the README's walk-through does, marked as what they are
+    assert "this study is a BENCH_QUICK smoke run" in applied.output
+    if not best["baseline"]:
+        assert "# bench apply: note=a BENCH_QUICK smoke run, not numbers to act on" in (folder / "train.yaml").read_text()
     data = yaml.safe_load((folder / "train.yaml").read_text())
     assert data["train"]["batch_size"] == best["config"]["batch_size"] and data["model"]["depth"] == best["config"]["depth"]
     assert data["model"]["checkpointing"] == (best["config"]["checkpointing"] == "full")

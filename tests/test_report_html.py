@@ -231,7 +231,7 @@ def test_header_names_what_was_measured_and_warns_about_another_size(page):
     for r in rows:
         r["workload"] = {"name": "emberformer", "preset": "cpu", "params": {"d_model": 64}}
     warning = "examples/config.yaml describes d_model 128 but preset cpu measured d_model 64"
-    shown = render_html(rows, synthetic_study() | {"size_warning": warning})
+    shown = render_html(rows, synthetic_study() | {"warning": warning})
     assert "measured: emberformer preset cpu on NVIDIA H100 80GB HBM3" in shown
     assert f'<p class="size-warning">⚠ {warning}</p>' in shown
     assert "size-warning" not in page.split("<style>")[0] + page.split("</style>")[1]

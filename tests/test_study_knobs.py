@@ -162,6 +162,12 @@ def test_a_smoke_run_and_a_real_sweep_never_share_a_study(tmp_path, faulty_path,
     smoke = CliRunner().invoke(main, ["sweep", str(path), "--device", "cpu", "--study", "real"])
     assert smoke.exit_code == 2 and "study 'real' holds real measurements, and BENCH_QUICK is set" in smoke.output
     assert CliRunner().invoke(main, ["sweep", str(path), "--device", "cpu"]).exit_code == 0  # a smoke run resumes its own
+    # every view of the smoke study says so (they looked like real ones); the real study's say nothing
+    for args in (["report", "s"], ["report", "s", "--format", "html", "--out", "s.html"]):
+        shown = CliRunner().invoke(main, args)
+        page = (tmp_path / "s.html").read_text() if "html" in args else ""
+        assert shown.exit_code == 0 and "BENCH_QUICK smoke run" in shown.output + page, (args, shown.output)
+    assert "BENCH_QUICK smoke run" not in CliRunner().invoke(main, ["report", "real"]).output
 
 
 def test_a_resume_that_narrows_a_knob_to_one_value_measures_the_configs_left(tmp_path, faulty_path, monkeypatch):

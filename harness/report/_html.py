@@ -6,8 +6,8 @@ Every string that came from the user (config values, names, environment, error m
 through `esc`.
 
 Input is the choice (harness.pareto.Choice) every view shows, and the study's attributes (name,
-env, created, workload, and optionally `size_warning`: the apply target describes another model
-size than was measured). This module decides nothing, it only draws: every figure on the page is
+env, created, workload, and optionally `warning`: what to know before acting on it, e.g. a smoke run
+or an apply target that describes another model size than was measured). This module decides nothing, it only draws: every figure on the page is
 the choice's, so it equals the terminal's.
 """
 from __future__ import annotations
@@ -71,7 +71,7 @@ def _header(choice: Choice, study: dict) -> str:
     workload = workload.get("name") if isinstance(workload, dict) else workload
     device = _env(study, choice).get("device")
     meta = " · ".join(esc(x) for x in (workload, device, study.get("created")) if x)
-    warning = study.get("size_warning")
+    warning = study.get("warning")
     warning = f'<p class="size-warning">⚠ {esc(warning)}</p>' if warning else ""
     return (
         f'<header><h1>bench report <span class="name">{esc(study.get("name", "study"))}</span></h1>'
