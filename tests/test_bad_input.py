@@ -574,6 +574,23 @@ def test_a_misspelled_apply_key_is_refused_before_any_trial(cwd):
     assert nothing_written(cwd)
 
 
+@pytest.mark.parametrize("apply_section, said", [
+    ({"keys": {"batch_size": "train.batch_size", "precision": {"key": "train.amp", "values": {"fp32": "no"}}}},
+     "precision=bf16-mixed cannot be written: apply.keys.precision has no spelling for it in train.amp"),
+    ({"keys": {"batch_size": "train.batch_size"}, "lr": {"key": "train.nolr"}},
+     "apply.lr.key train.nolr is not in the file, not a learning rate to rescale"),
+])
+def test_what_apply_could_not_write_is_refused_before_the_sweep(cwd, apply_section, said):
+    """Found only by `bench apply`, after a sweep that may have run for hours (and the second said
+    "found <absent>")."""
+    write(cwd, "train.yaml", text="train:\n  batch_size: 8\n  amp: 'no'\n  lr: 0.001\n")
+    write(cwd, "s.yaml", {"study": "s", "workload": {"name": "emberformer", "preset": "tiny"},
+                          "search": {"batch_size": [4, 8], "precision": ["fp32", "bf16-mixed"]}, "trials": 2,
+                          "apply": {"file": "train.yaml", **apply_section}})
+    assert_user_error(bench("sweep", "s.yaml", "--device", "cpu"), "s.yaml: ", said)
+    assert nothing_written(cwd)
+
+
 # ---- trial numbers and apply targets (one real study: an ok trial and an error trial) -----------------
 
 TARGET = "# the user's training config\ntrain:\n  batch_size: 16   # tuned by hand\n  lr: 0.001\n"

@@ -34,10 +34,11 @@ from __future__ import annotations
 from harness.apply._document import read_current
 from harness.apply._hydra import device_slug, write_hydra_profile
 from harness.apply._keymaps import ApplyTarget, KeyMap, LrRule, flatten, misspelled, not_found, parse_apply_section
-from harness.apply._plan import PROVENANCE_MARK, SIDECAR_SUFFIX, Plan, plan, run_length, written_by_apply
+from harness.apply._plan import (PROVENANCE_MARK, SIDECAR_SUFFIX, Plan, plan, refuse_unwritable, run_length,
+                                 written_by_apply)
 from harness.apply._size import other_model_size
 from harness.apply._write import BACKUP_INFIX, check, replace_file, write, write_together
 
-__all__ = ["ApplyTarget", "check", "KeyMap", "LrRule", "Plan", "flatten", "misspelled", "not_found", "other_model_size", "parse_apply_section", "read_current", "plan", "replace_file",
+__all__ = ["ApplyTarget", "check", "KeyMap", "LrRule", "Plan", "flatten", "misspelled", "not_found", "other_model_size", "parse_apply_section", "read_current", "plan", "refuse_unwritable", "replace_file",
            "run_length", "write", "written_by_apply", "write_together", "write_hydra_profile", "device_slug", "PROVENANCE_MARK", "BACKUP_INFIX",
            "SIDECAR_SUFFIX"]

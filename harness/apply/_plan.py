@@ -135,6 +135,26 @@ def _knob_assignments(target: ApplyTarget, knob: str, value: object) -> list[_As
     return out
 
 
+def refuse_unwritable(target: ApplyTarget, searched: dict[str, list], shown: str) -> None:
+    """Before a sweep: what `bench apply` would refuse to write once it has run (hours later), refused now. A
+    searched value no key map spells, and a learning rate to rescale that is not a number in the file."""
+    for knob, values in searched.items():
+        for value in values:
+            try:
+                _knob_assignments(target, knob, value)
+            except UserError as exc:
+                raise UserError(f"{shown}: {exc}") from None
+    rescales = target.lr is not None and {"batch_size", "accumulation", "nproc"} & set(searched)
+    lr = _lookup(_load_document(target.file, target.format).data, target.lr.key) if rescales else 1.0
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)):
+        raise UserError(f"{shown}: apply.lr.key {target.lr.key} {_holds(lr)}, not a learning rate to rescale; "
+                        f"fix apply.lr.key or remove apply.lr")
+
+
+def _holds(value: object) -> str:
+    return "is not in the file" if value is ABSENT else f"holds {value!r}"
+
+
 def _written_effective_batch(values: dict, current: dict | None) -> int | None:
     """The global batch after a write that changes the micro-batch, where it is not the micro-batch itself
     (accumulation or processes) and the file's values are known."""
@@ -174,7 +194,7 @@ def _lr_assignment(rule: LrRule, doc: _Document, values: dict, current: dict,
         return []
     lr = _lookup(doc.data, rule.key)
     if isinstance(lr, bool) or not isinstance(lr, (int, float)):
-        raise UserError(f"{doc.path}: apply.lr.key {rule.key} must hold a number to rescale, found {lr!r}; "
+        raise UserError(f"{doc.path}: apply.lr.key {rule.key} {_holds(lr)}, not a learning rate to rescale; "
                         "fix apply.lr.key or remove apply.lr")
     ratio = new_batch / old_batch
     factor = ratio if rule.scale == "linear" else math.sqrt(ratio)
