@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from harness import __version__, apply, busy, knobs, launch, ledger, nvml, pareto, report, spec as specs, storage as stores, study as studies
+from harness import __version__, apply, busy, knobs, launch, ledger, nvml, pareto, record, report, spec as specs, storage as stores, study as studies
 from harness.errors import UserError
 from harness.record import Record
 from harness.units import is_whole, parse_duration, parse_size, size
@@ -70,7 +70,7 @@ def user_errors(fn):
 def say_error(message: str) -> None:
     """One line on stderr, exit 2. Escaped: the message quotes user input, which is not markup, and can
     hold a line break (a file name may), shown as \\n so the error stays one line."""
-    one_line = message.strip().replace("\r", "\\r").replace("\n", "\\n")
+    one_line = record.printable(message.strip().replace("\r", "\\r").replace("\n", "\\n"))
     err.print(f"[red]error:[/red] {escape(one_line)}", highlight=False, soft_wrap=True)
     sys.exit(2)
 

@@ -195,6 +195,9 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
         if "started_at" in timing:
             timing["startup_s"] = max(timing.pop("started_at") - launched_at, 0.0)
         outcome["start"] = start
+        if isinstance(outcome.get("error"), dict):  # the user's words, shown on every reader's terminal (the log
+            outcome["error"] = {k: record.printable(v) if k in ("message", "traceback") and isinstance(v, str) else v
+                                for k, v in outcome["error"].items()}  # tail, only in files and pages, stays as printed)
         return outcome
 
 

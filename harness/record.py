@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -216,6 +217,15 @@ def busy_problem(verdict) -> str | None:
             and math.isfinite(verdict[k]) for k in BUSY_FIGURES):
         return f"the record's busy is {verdict!r}, not a verdict (numbers {', '.join(BUSY_FIGURES)})"
     return None
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters (terminal escapes, a bare CR) spelled out as \\x1b: an error
+    message from the user's code, or another host's record, cannot drive the reader's terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def _median(value) -> float | None:

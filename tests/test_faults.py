@@ -373,6 +373,28 @@ def test_sys_exit_in_the_users_factory_is_an_error_with_its_message(faulty_env, 
     assert "this factory gives up" in rec["error"]["message"]
 
 
+ESCAPING = """
+def build(params):
+    raise ValueError("bad \\x1b[31mRED\\x1b[0m \\x1b]0;title\\x07 end")
+"""
+
+
+def test_terminal_escapes_in_a_users_error_are_spelled_out_not_sent_to_the_terminal(faulty_env, monkeypatch):
+    """An ESC sequence in the user's exception (or another host's record in a shared study) was echoed byte
+    for byte by `bench sweep` and `bench report`: colours, a window title, cursor moves."""
+    folder = faulty_env / "escaping"
+    folder.mkdir()
+    (folder / "escaping.py").write_text(ESCAPING)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), os.environ["PYTHONPATH"]]))
+    path = faulty_spec(folder, "escaping", ["none"], workload={"factory": "escaping:build", "params": {"fault": "none"}})
+    spec = specs.load(path)
+    rec = launch.run(spec.job("cpu", specs.trial_config(spec, {})), launch.Limits(TIMEOUT_S, STALL_S), None)
+    assert rec["status"] == record.ERROR, rec
+    assert "bad \\x1b[31mRED\\x1b[0m \\x1b]0;title\\x07 end" in rec["error"]["message"], rec["error"]["message"]
+    assert "\x1b" not in rec["error"]["message"] + rec["error"].get("traceback", "")
+
+
 BEATS = """
 import json, os, sys, time
 path = sys.argv[1]
