@@ -30,8 +30,15 @@ MIN_COLUMNS = 40
 out = Console(soft_wrap=True)  # progress lines stay whole in logs and pipes
 err = Console(stderr=True)
 
-results_option = click.option("--results", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
-                              help="Folder that holds the studies (embedded storage and logs).")
+def a_results_folder(ctx, param, value):
+    """--results '' wrote the study into the current folder, without the .gitignore a results folder gets."""
+    if not value.strip():
+        raise click.BadParameter(f"{value!r} is empty; name the folder that holds the studies, or leave --results out")
+    return Path(value)
+
+
+results_option = click.option("--results", type=click.Path(), default="results", show_default=True,
+                              callback=a_results_folder, help="Folder that holds the studies (embedded storage and logs).")
 def a_scenario(ctx, param, value):
     """--scenario '' named no scenario and ran (or showed) the spec without any: refused as the typo it is."""
     for name in (value if isinstance(value, tuple) else (value,)):

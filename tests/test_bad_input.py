@@ -439,6 +439,7 @@ def test_a_trial_keeps_the_specs_effective_batch(cwd, args, phrase):
     (["--scenario", ""], "--scenario': '' is empty; name one of the spec's scenarios"),  # it swept the spec bare
     (["--scenario", "x", "--scenario", " "], "--scenario': ' ' is empty"),
     (["--storage", ""], "--storage': '' is empty; give a storage URL"),  # it swept into the default journal
+    (["--results", ""], "--results': '' is empty; name the folder"),  # it swept into ./STUDY, with no .gitignore
 ])
 def test_bad_sweep_options(cwd, args, phrase):
     path = write(cwd, "good.yaml", GOOD)
