@@ -575,7 +575,8 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
     choice = study_choice(rows, info, spec)
     if fmt == "html" and not out_path:
         out_path = stores.study_dir(results, name) / "report.html"
-        out_path.parent.mkdir(parents=True, exist_ok=True)  # bench's own folder; a study in a database has none yet
+        make_results_folder(results)  # a study in a database has none yet: made as a sweep makes it, ignored by git
+        out_path.parent.mkdir(parents=True, exist_ok=True)
     if out_path:
         refuse_own_file(out_path, spec_path, spec, storage, results, name)
     if fmt == "table":

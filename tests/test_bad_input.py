@@ -532,6 +532,16 @@ def test_a_study_not_in_the_database_names_those_that_are(cwd):
     assert nothing_written(cwd)
 
 
+def test_a_page_of_a_study_in_a_database_goes_into_a_results_folder_git_ignores(cwd):
+    """`bench report --storage URL --format html` made results/ with no .gitignore: the page (host name,
+    environment) went into the user's commits."""
+    optuna.create_study(study_name="only", storage="sqlite:///one.sqlite")
+    shown = bench("report", "only", "--storage", "sqlite:///one.sqlite", "--format", "html")
+    assert shown.exit_code == 0, shown.output
+    assert (cwd / "results" / "only" / "report.html").is_file()
+    assert (cwd / "results" / ".gitignore").read_text().splitlines()[-1] == "*"
+
+
 def test_a_spec_that_is_a_fifo_is_refused_not_waited_on(cwd):
     fifo = cwd / "s.yaml"
     os.mkfifo(fifo)
