@@ -36,6 +36,8 @@ TOKEN = "BENCH_TRIAL_TOKEN"
 """Environment variable naming one trial: everything the trial starts inherits it (kill_escaped)."""
 LOG_TAIL_BYTES = 256 * 1024  # what is kept of a trial's output; a chatty child cannot fill the disk
 POLL_S = 0.2
+REAP_S = 10.0
+"""How long a killed trial may take to be reported ended before its warm trial server is taken for stuck."""
 STOPPED_S = 5.0
 """A gap this long between two of the watch's polls means the watch itself was not running: the whole job
 was stopped (Slurm suspend, docker pause, a laptop asleep), the trial with it."""
@@ -301,7 +303,12 @@ def kill_group(proc: subprocess.Popen, token: str | None = None) -> None:
     except ProcessLookupError:  # a forked trial killed before its setsid() is not yet a group leader
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    try:
+        proc.wait(timeout=REAP_S)
+    except subprocess.TimeoutExpired:  # a forked trial whose server never says it ended: stopped or wedged
+        if hasattr(proc, "abandon"):
+            proc.abandon()
+        proc.wait()
     if token:
         kill_escaped(token)
 

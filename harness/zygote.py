@@ -63,10 +63,19 @@ def start_method(job: dict, env: dict) -> tuple[str, str | None]:
 class Forked:
     """A trial forked by the server, with the part of Popen's interface that harness.launch uses."""
 
-    def __init__(self, pid: int, status_fd: int, stdout):
+    def __init__(self, pid: int, status_fd: int, stdout, server_pid: int):
         self.pid, self.status_fd, self.stdout, self.returncode = pid, status_fd, stdout, None
+        self.server_pid = server_pid
         self.server_died = False
         """The server ended before the trial did (killed from outside): the trial was taken down with it."""
+
+    def abandon(self) -> None:
+        """The trial was killed, yet the server that reaps it never says so (stopped, wedged): end the server,
+        which closes the status pipe, and the next trial starts a fresh one."""
+        try:
+            os.kill(self.server_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
     def poll(self) -> int | None:
         if self.returncode is None and select.select([self.status_fd], [], [], 0)[0]:
@@ -147,7 +156,7 @@ class Server:
             os.close(out_r)
             os.close(status_r)
             raise RuntimeError("the trial server ended before forking the trial")
-        return Forked(pid, status_r, os.fdopen(out_r, "rb"))
+        return Forked(pid, status_r, os.fdopen(out_r, "rb"), self.proc.pid)
 
 
 def _read_line(fd: int) -> int | None:

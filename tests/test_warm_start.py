@@ -168,3 +168,27 @@ def test_a_fresh_and_a_warm_trial_peak_alike(faulty, monkeypatch):
     assert (warm["start"]["method"], fresh["start"]["method"]) == ("warm", "fresh")
     assert warm["status"] == fresh["status"] == record.OK, (warm.get("error"), fresh.get("error"))
     assert abs(fresh["peak_memory"] - warm["peak_memory"]) < 30 * 2**20, (fresh["peak_memory"], warm["peak_memory"])
+
+
+def test_a_stopped_trial_server_does_not_hang_the_sweep(faulty, monkeypatch):
+    """A trial server stopped (SIGSTOP) while its trial ran never reported the killed trial's end: the
+    sweep waited forever, past every time limit, and the stopped server stayed on the machine."""
+    import signal
+    import threading
+    import time
+    monkeypatch.setattr(launch, "REAP_S", 1.0)
+    run(faulty)  # the server is up
+    server = zygote.server_pid()
+
+    def stop_the_server():
+        time.sleep(1.0)
+        os.kill(server, signal.SIGSTOP)
+    threading.Thread(target=stop_the_server, daemon=True).start()
+    started = time.monotonic()
+    rec, _ = run(faulty, "hang_start", trial={"timeout": "3s", "stall": "30s", "warmup_steps": 1, "window": 0.02,
+                                              "min_windows": 1, "max_windows": 2, "max_seconds": 0.2})
+    assert rec["status"] == record.TIMEOUT, rec.get("error")
+    assert time.monotonic() - started < 60
+    assert not psutil.pid_exists(server) or psutil.Process(server).status() == psutil.STATUS_ZOMBIE
+    rec, _ = run(faulty)  # a fresh server
+    assert rec["status"] == record.OK and zygote.server_pid() != server
