@@ -174,7 +174,7 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
         (workdir / "job.json").write_text(json.dumps(job))
         result_path = workdir / "result.json"
         started, launched_at = time.monotonic(), time.time()
-        env[TOKEN] = token = uuid.uuid4().hex
+        env[TOKEN] = token = trial_token()
         proc, start = start_child([str(workdir / "job.json"), str(result_path)], job, env)
         tail = TailBuffer(proc.stdout)
         try:
@@ -313,6 +313,36 @@ def kill_group(proc: subprocess.Popen, token: str | None = None) -> None:
         kill_escaped(token)
 
 
+def trial_token() -> str:
+    """This process's pid and start time, then a part of the trial's own: a process still carrying it once this
+    process is gone (a kill -9 of the sweep) is an orphan of its trial (end_orphans)."""
+    me = psutil.Process()
+    return f"{me.pid}-{me.create_time():.0f}-{uuid.uuid4().hex}"
+
+
+def end_orphans() -> None:
+    """Kill what a trial started that outlived the sweep that ran it (kill -9 gave it no time to): a server or
+    daemon in a session of its own, holding memory that would spoil every later measurement."""
+    for proc in psutil.process_iter():
+        try:
+            token = proc.environ().get(TOKEN)
+            if token and not runner_alive(token):
+                proc.kill()
+        except psutil.Error:  # gone meanwhile, or another user's
+            pass
+
+
+def runner_alive(token: str) -> bool:
+    """The process that ran the token's trial still runs (a token of an older bench: not for us to judge)."""
+    pid, started, _ = (token.split("-") + ["", ""])[:3]
+    if not (pid.isdigit() and started.isdigit()):
+        return True
+    try:
+        return f"{psutil.Process(int(pid)).create_time():.0f}" == started
+    except psutil.NoSuchProcess:
+        return False
+
+
 def kill_escaped(token: str) -> None:
     """Processes that left the trial's group (setsid(), a daemon's double fork) still carry the trial's
     TOKEN in their environment: found by it, and killed too."""
@@ -394,6 +424,7 @@ def failure(status: str, kind: str, message: str, log: str) -> dict:
 
 def prestart() -> None:
     """Start the warm trial server early (harness.zygote), so its import of torch overlaps other work;
-    meanwhile, remove the trial folders killed sweeps left."""
+    meanwhile, remove the trial folders killed sweeps left, and what their trials started."""
     zygote.prestart()
     remove_stale_workdirs()
+    end_orphans()

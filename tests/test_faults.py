@@ -317,6 +317,24 @@ def test_a_grandchild_that_calls_setsid_dies_with_the_trial(faulty_env, monkeypa
             os.kill(pid, signal.SIGKILL)
 
 
+def test_what_a_trial_started_that_outlived_a_killed_sweep_ends_with_the_next_sweep():
+    """A setsid grandchild survived a kill -9 of the sweep (its killer, the sweep, was gone), and the resume
+    left it running: on a GPU, its memory spoils every later measurement."""
+    killed_sweep = subprocess.Popen([sys.executable, "-c", "pass"])
+    killed_sweep.wait()
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    orphan = subprocess.Popen(sleeper, start_new_session=True, env={**os.environ, launch.TOKEN: f"{killed_sweep.pid}-1-orphan"})
+    ours = subprocess.Popen(sleeper, start_new_session=True, env={**os.environ, launch.TOKEN: launch.trial_token()})
+    try:
+        launch.end_orphans()
+        assert orphan.wait(timeout=10) == -signal.SIGKILL
+        assert ours.poll() is None  # a live sweep's trial is not an orphan
+    finally:
+        for proc in (orphan, ours):
+            proc.kill()
+            proc.wait()
+
+
 def test_a_full_disk_leaves_no_half_written_temp_file(tmp_path):
     """A trial log (and a report, a reused figure) is written to NAME.tmp and renamed: on a full disk
     the write fails, and before, the half-written NAME.tmp stayed. A real, tiny tmpfs."""
