@@ -86,6 +86,7 @@ def open_storage(url: str | None, results: Path, study: str, say: Callable[[str]
             path.touch()
         if not os.access(path, os.W_OK):
             raise PermissionError(f"{path} is not writable")
+        remove_stale_lock(path.with_name(path.name + ".lock"), lock.grace_period, say)  # JournalFileOpenLock's file
         lock.acquire()  # no other worker of this study appends while the tail is judged (its lock file is a write)
     except OSError as exc:
         raise UserError(f"{folder}: cannot write the study's journal there ({exc.strerror or exc}); "
@@ -129,6 +130,17 @@ class GuardedJournal(JournalFileBackend):
 
 STALE_TMP_S = 60
 """A *.tmp file older than this was left by a write that never finished (a live one lasts milliseconds)."""
+
+
+def remove_stale_lock(stale: Path, grace_s: float, say: Callable[[str], None]) -> None:
+    """The journal's lock file a kill -9 left while it was held (for milliseconds at a time): older than
+    Optuna's grace period it is released now, as Optuna would after stalling that long, three warnings on."""
+    try:
+        if time.time() - stale.stat().st_mtime > grace_s:
+            stale.unlink()
+            say(f"{stale}: removed the journal's lock file a killed sweep left; nothing else was touched")
+    except OSError:  # none (the usual case), or another worker released it meanwhile
+        pass
 
 
 def remove_stale_temp_files(folder: Path) -> None:

@@ -207,3 +207,20 @@ def test_the_journal_deleted_mid_sweep_is_one_line_and_no_new_journal(tmp_path):
     [line] = lines(err)
     assert "journal.log: the study's journal was deleted or replaced while this sweep ran" in line
     assert not journal.exists()
+
+
+def test_a_lock_file_a_kill_9_left_does_not_stall_the_next_sweep(tmp_path):
+    """kill -9 while the journal's lock file existed: the next sweep stalled 30 s behind three Optuna
+    warnings, and so did every other worker of the study."""
+    import os
+    import time
+    from harness import storage
+    lock = tmp_path / "results" / "s" / "journal.log.lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    an_hour_ago = time.time() - 3600
+    os.utime(lock, (an_hour_ago, an_hour_ago))
+    said, started = [], time.monotonic()
+    storage.open_storage(None, tmp_path / "results", "s", say=said.append)
+    assert time.monotonic() - started < 10 and not lock.exists()
+    assert said == [f"{lock}: removed the journal's lock file a killed sweep left; nothing else was touched"]
