@@ -378,6 +378,8 @@ def rows_of(study: optuna.Study) -> list[dict]:
         rec = dict(t.user_attrs.get("record") or {})
         if not_run_itself(t):
             continue  # a duplicate's measurement is in the table under its own number
+        if not t.user_attrs.get("config") and not rec.get("config") and rec.get("status") in (None, record.INTERRUPTED):
+            continue  # asked, and the sweep killed before it drew a config: nothing to show, nothing runs again
         if t.state == TrialState.RUNNING and not rec and is_stale(t.user_attrs.get("worker")):
             rec = {"status": record.INTERRUPTED, "throughput": None, "peak_memory": None, "error": {
                    "type": "Interrupted", "message": "its bench process died; the next `bench sweep` runs it again"}}

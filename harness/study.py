@@ -901,7 +901,8 @@ class Sweep:
                 continue
             self.tell_interrupted(handle, ft.user_attrs.get("config"), "its bench process died" if worker else
                                   "its bench process died before claiming it")
-            self.progress.note(f"trial {ft.number} was left running by a process that died; it runs again")
+            if ft.user_attrs.get("config"):  # none drawn yet: nothing to run again, and no row shows it
+                self.progress.note(f"trial {ft.number} was left running by a process that died; it runs again")
 
     # -- counting ----------------------------------------------------------------------------------
     def finished(self):

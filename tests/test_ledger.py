@@ -224,3 +224,17 @@ def test_a_lock_file_a_kill_9_left_does_not_stall_the_next_sweep(tmp_path):
     storage.open_storage(None, tmp_path / "results", "s", say=said.append)
     assert time.monotonic() - started < 10 and not lock.exists()
     assert said == [f"{lock}: removed the journal's lock file a killed sweep left; nothing else was touched"]
+
+
+def test_a_trial_asked_before_any_config_was_drawn_shows_no_row(tmp_path):
+    """A kill between ask() and the config's draw left a row with no config: `running` (so the report said a
+    sweep was running when none was), then `interrupted` for good, though nothing was to run again."""
+    import optuna
+    from harness import ledger
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    trial = study.ask()  # what a kill -9 right after it leaves
+    assert ledger.rows_of(study) == []
+    trial.set_user_attr("status", "interrupted")  # the next sweep's recovery (Sweep.tell_interrupted)
+    trial.set_user_attr("record", {"status": "interrupted", "config": None, "error": {"message": "its process died"}})
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    assert ledger.rows_of(study) == []
