@@ -604,10 +604,11 @@ class Sweep:
         self.study.set_user_attr(ledger.confirm_key(row["number"], round_), {"state": "done", "run": run})
         value = pareto.speed(run, self.spec.objective) if run["throughput"] else None  # the unit trials are told in
         speed = f"{value:.1f} {self.spec.objective}/s" if value else (rec.get("error") or {}).get("message", "")
-        # counted among this config's own runs: a challenger's rounds 2-3 are its runs 1 and 2, not "3 of 4"
-        before = len(ledger.confirmation_runs(self.study.user_attrs).get(str(row["number"]), [])) - 1
-        earlier = before - sum(k < round_ for k in rounds)  # its runs made before this race
-        self.progress.note(f"  #{row['number']} confirmation run {before + 1} of {earlier + len(rounds)}: "
+        # counted among this config's own runs: a challenger's rounds 2-3 are its runs 1 and 2, not "3 of 4"; a
+        # round run again after a stop, or another worker's, counts once
+        runs = ledger.confirmation_runs(self.study.user_attrs).get(str(row["number"]), [])
+        earlier = sum(r["round"] not in rounds for r in runs)  # its runs made before this race
+        self.progress.note(f"  #{row['number']} confirmation run {len(runs)} of {earlier + len(rounds)}: "
                            f"{run['status']} {speed}".rstrip())
         return True
 

@@ -477,6 +477,27 @@ def test_confirmation_alternates_who_runs_first_and_races_a_challenger_beside_yo
 
 
 
+def test_a_confirmation_round_run_again_after_its_server_was_killed_counts_each_run_once(tmp_path):
+    """The warm trial server killed during the leader's first confirmation run: the round ran again, and the
+    runs were counted "#0 confirmation run 1 of 1", "#6 confirmation run 2 of 3"."""
+    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32"])
+    repeats, notes = [], []
+
+    def runner(config, number, repeat=False):
+        if repeat:
+            repeats.append(number)
+            if len(repeats) == 1:
+                return {"status": record.INTERRUPTED, "throughput": None, "peak_memory": None,
+                        "error": {"type": "TrialServerDied", "message": "the warm trial server was killed"}}
+        return {"status": "ok", "throughput": float(config["batch_size"]), "peak_memory": 20 * MiB,
+                "timing": {"step_s": {"cv": 0.005}}}
+
+    sweep = sweep_for(spec, tmp_path, runner, total=2, baseline={"batch_size": 8, "precision": "fp32"}, notes=notes)
+    sweep.run()
+    said = [n.split(":")[0].strip() for n in notes if "confirmation run" in n]
+    assert sorted(said) == sorted(f"#{n} confirmation run {k} of 2" for n in set(repeats) for k in (1, 2)), said
+
+
 def test_a_challenger_whose_run_beside_your_config_failed_is_not_raced_again_and_the_next_one_is(tmp_path):
     """Raced in rounds 2-3, a challenger whose run ran out of memory still had rounds 0-1 "to do": it was
     named again, nothing ran, and 8 bf16 (10.4 throughout) was never raced."""
