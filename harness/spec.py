@@ -258,6 +258,11 @@ def load(path: Path | str, scenario: str | None = None) -> Spec:
         raw = deep_merge(raw, overrides)
     try:
         return build(raw, path, scenario, tuple(scenarios))
+    except UserError as exc:  # "search.batch_size: must be at least 1" sent the user to the top-level search
+        said, head = str(exc), f"{path}: "
+        if scenario is None or not said.startswith(head) or not sets(overrides, said[len(head):].split(":")[0]):
+            raise
+        raise UserError(f"{head}scenarios.{printable(scenario)}.{said[len(head):]}") from None
     except ValueError as exc:  # os and pathlib refuse a NUL in a path before any file is touched
         if "null byte" not in str(exc):
             raise
@@ -267,6 +272,16 @@ def load(path: Path | str, scenario: str | None = None) -> Spec:
             raise
         raise UserError(f"{path}: a path in the spec has a name longer than the file system allows "
                         f"({exc.filename}); shorten it") from None
+
+
+def sets(overrides: dict, dotted: str) -> bool:
+    """The scenario's overrides write the key `dotted` names (search.batch_size, memory)."""
+    node = overrides
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def printable(name) -> str:

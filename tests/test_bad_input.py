@@ -223,6 +223,9 @@ BAD_NAMES = {
     "scenario_true": ("scenarios: {true: {trials: 1}}", "scenarios: True reads as a boolean in YAML", "quote the name"),
     "scenario_date": ("scenarios: {2026-12-04: {trials: 1}}", "reads as a date in YAML"),
     "scenario_float": ("scenarios: {1.5: {trials: 1}}", "scenarios: 1.5 reads as a number in YAML"),
+    # said as the top level's "search.batch_size: must be at least 1", where the top level holds [4, 8]
+    "scenario_bad_value": ("scenarios: {a: {search: {batch_size: [0]}}}", "scenarios.a.search.batch_size: must be at least 1"),
+    "scenario_bad_key": ("scenarios: {a: {memory: {budgt: 1GiB}}}", "scenarios.a.memory: unknown key 'budgt'"),
 }
 
 
