@@ -74,6 +74,11 @@ def user_errors(fn):
     return wrapper
 
 
+def note(line: str) -> None:
+    """A note on stderr beside a command's output, its text the user's (not markup)."""
+    err.print(f"note: {escape(line)}", highlight=False, soft_wrap=True)
+
+
 def say_error(message: str) -> None:
     """One line on stderr, exit 2. Escaped: the message quotes user input, which is not markup, and can
     hold a line break (a file name may), shown as \\n so the error stays one line."""
@@ -568,7 +573,7 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
     """Show what a study measured (default: the most recent one)."""
     fmt = report_format(fmt, out_path, wide)
     name = pick_study(study_name, scenario, results, storage)
-    study = ledger.load(stores.existing_storage(storage, results, name), name)
+    study = ledger.load(stores.existing_storage(storage, results, name, say=note), name)
     rows, info = ledger.rows_of(study), ledger.study_info(study)
     spec_path = spec_path_of(info, storage, results)
     spec = study_spec(spec_path, info)
@@ -799,7 +804,7 @@ def write_text(path: Path, text: str) -> None:
 def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, storage, results):
     """Write the chosen config into the spec's apply target (with a backup and a diff)."""
     name = pick_study(study_name, scenario, results, storage)
-    study = ledger.load(stores.existing_storage(storage, results, name), name)
+    study = ledger.load(stores.existing_storage(storage, results, name, say=note), name)
     rows, info = ledger.rows_of(study), ledger.study_info(study)
     spec = required_spec(info, storage, results, info.get("scenario"))
     choice = study_choice(rows, info, spec)

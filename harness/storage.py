@@ -153,8 +153,9 @@ def remove_stale_temp_files(folder: Path) -> None:
             pass
 
 
-def existing_storage(url: str | None, results: Path, study: str):
-    """Storage to read a study that must exist (report, apply): opens nothing for writing."""
+def existing_storage(url: str | None, results: Path, study: str, say: Callable[[str], None] | None = None):
+    """Storage to read a study that must exist (report, apply): opens nothing for writing. A journal whose
+    last record stays cut off (a crash, a full disk; not a sweep writing it now) is said through `say`."""
     if url:
         database = sqlite_path(url)
         if database is not None and not database.is_file():  # connecting would create an empty one
@@ -164,7 +165,18 @@ def existing_storage(url: str | None, results: Path, study: str):
     path = study_dir(results, study) / JOURNAL
     if not path.exists():
         raise UserError(f"no study {study!r} under {results}/; run `bench sweep` first or pass --results/--storage")
-    return optuna.storages.JournalStorage(ReadOnlyJournal(path))
+    journal = ReadOnlyJournal(path)
+    if journal.torn is not None and say is not None and torn_for_good(path):
+        say(f"{path}: its last record is cut off at line {journal.torn} (a crash or a full disk): this shows the "
+            "whole records before it; the next `bench sweep` of the study repairs it")
+    return optuna.storages.JournalStorage(journal)
+
+
+def torn_for_good(path: Path, settle_s: float = 0.3) -> bool:
+    """The journal's tail is still cut off, unchanged, a moment later: no sweep is writing it now."""
+    before = path.stat().st_size
+    time.sleep(settle_s)
+    return path.stat().st_size == before and whole_records(path)[2] is not None
 
 
 def sqlite_url(url: str):
@@ -333,7 +345,7 @@ class ReadOnlyJournal(BaseJournalBackend):
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        _, self.end, _ = whole_records(path)
+        _, self.end, self.torn = whole_records(path)
 
     def read_logs(self, log_number_from: int):
         with open(self.path, "rb") as f:

@@ -84,6 +84,9 @@ def test_a_torn_tail_is_backed_up_and_repaired_and_the_sweep_resumes(study, dama
 
     assert [r["status"] for r in rows(study)] == ["ok"]  # reading skips the torn tail and writes nothing
     assert path.read_bytes() == torn
+    shown = bench(study, "report", "store")  # and says so: it ranked what was left as if it were all
+    assert shown.returncode == 0 and "its last record is cut off" in shown.stderr, shown.stderr
+    assert "the next `bench sweep` of the study repairs it" in shown.stderr
 
     resumed = bench(study, "sweep", "store.yaml", "--device", "cpu")
     assert resumed.returncode == 0, resumed.stderr
