@@ -684,6 +684,17 @@ def test_a_key_under_a_shared_mapping_is_refused(tmp_path):
         plan(target_for(file, keys={"batch_size": "train.micro"}), {"batch_size": 32}, {}, create_keys=True)
 
 
+def test_an_anchor_no_alias_refers_to_is_edited_as_any_value(tmp_path):
+    """`model: &m` left for a later `<<: *m` that was never written was refused as if shared."""
+    file = tmp_path / "c.yaml"
+    file.write_text("model: &m\n  batch_size: 8\n  depth: 4\nother: &n 3\n")
+    p = plan(target_for(file, keys={"batch_size": "model.batch_size"}), {"batch_size": 32}, {})
+    assert "model: &m\n  batch_size: 32\n  depth: 4\n" in p.new_text
+    file.write_text("base: &m\n  batch_size: 8\nmodel:\n  <<: *m\n  depth: 4\n")  # a merge refers to it
+    with pytest.raises(UserError, match="anchor &m"):
+        plan(target_for(file, keys={"batch_size": "base.batch_size"}), {"batch_size": 32}, {})
+
+
 def test_a_block_scalar_value_is_replaced_without_eating_the_next_line(tmp_path):
     file = tmp_path / "c.yaml"
     file.write_text("precision: |\n  fp32\n  # still the old text\nbatch_size: 8\n")

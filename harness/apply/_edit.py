@@ -53,10 +53,27 @@ def _replace_value(doc: _Document, key: str, value: object) -> tuple[int, int, s
 
 
 def _refuse_shared(doc: _Document, key: str, node: Node) -> None:
-    """An anchored value (&x) is also every *x: changing it here would change those places too."""
-    if node.anchor:
+    """An anchored value (&x) is also every *x: changing it here would change those places too (an anchor
+    no alias or merge refers to is one place, edited as any)."""
+    if node.anchor and _uses(doc.root, node) > 1:
         raise UserError(f"{doc.path}: {key} goes through the YAML anchor &{node.anchor}, so changing it would "
                         "change every *alias too; write the value out at this key")
+
+
+def _uses(root: Node, node: Node) -> int:
+    """How many places of the document hold `node`: an alias (*x, <<: *x) is the anchored node itself."""
+    count, seen, stack = 0, set(), [root]
+    while stack:
+        here = stack.pop()
+        count += here is node
+        if id(here) in seen:  # an alias: counted, not walked again
+            continue
+        seen.add(id(here))
+        if isinstance(here, MappingNode):
+            stack += [part for pair in here.value for part in pair]
+        elif isinstance(here, SequenceNode):
+            stack += here.value
+    return count
 
 
 def _scalar_span(text: str, key_node: ScalarNode, node: ScalarNode) -> tuple[int, int]:
