@@ -1077,3 +1077,12 @@ def test_a_config_with_cr_only_line_ends_is_refused_in_one_line(tmp_path):
     with pytest.raises(UserError, match=r"train\.yaml: its lines end in CR alone .*convert it to LF"):
         read_current(target_for(file, keys={"batch_size": "train.batch_size"}))
     assert file.read_bytes() == b"train:\r  batch_size: 16   # per device\r  grad_accum: 1\r"
+
+
+def test_a_stale_comment_on_a_quoted_key_names_its_line_in_the_written_file(tmp_path):
+    """`"depth": 4  # 4 blocks` was said at the old file's line 3: the provenance header moved it to 6."""
+    file = tmp_path / "train.yaml"
+    file.write_text('model:\n  width: 32\n  "depth": 4        # 4 blocks\n')
+    p = plan(target_for(file, keys={"depth": "model.depth"}), {"depth": 8}, PROVENANCE)
+    line = next(i for i, text in enumerate(p.new_text.splitlines(), 1) if "# 4 blocks" in text)
+    assert line > 3 and len(p.warnings) == 1 and p.warnings[0].startswith(f"train.yaml:{line}: model.depth"), p.warnings

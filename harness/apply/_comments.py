@@ -85,5 +85,7 @@ def _quotes(comment: str, value: object) -> bool:
 
 
 def _line_of(text: str, leaf: str, comment: str) -> int | None:
+    """The written file's line of `leaf: ... comment`, its key bare or quoted ("depth": 4)."""
+    key = re.compile(rf"\s*(['\"]?){re.escape(leaf)}\1\s*:")
     return next((i for i, line in enumerate(text.splitlines(), 1)
-                 if line.lstrip().startswith(f"{leaf}:") and line.rstrip().endswith(comment)), None)
+                 if key.match(line) and line.rstrip().endswith(comment)), None)
