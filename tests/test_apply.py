@@ -1086,3 +1086,13 @@ def test_a_stale_comment_on_a_quoted_key_names_its_line_in_the_written_file(tmp_
     p = plan(target_for(file, keys={"depth": "model.depth"}), {"depth": 8}, PROVENANCE)
     line = next(i for i, text in enumerate(p.new_text.splitlines(), 1) if "# 4 blocks" in text)
     assert line > 3 and len(p.warnings) == 1 and p.warnings[0].startswith(f"train.yaml:{line}: model.depth"), p.warnings
+
+
+def test_an_application_s_yaml_tags_are_kept_and_the_keys_around_them_edited(tmp_path):
+    """`data_dir: !ENV ${DATA_DIR}` (pyaml-env) was "not valid YAML", in the sweep and in apply."""
+    file = tmp_path / "train.yaml"
+    file.write_text("train:\n  batch_size: 16\n  data_dir: !ENV ${DATA_DIR}\n  parts: !include [a.yaml]\n")
+    target = target_for(file, keys={"batch_size": "train.batch_size"})
+    assert read_current(target)["batch_size"] == 16
+    write(plan(target, {"batch_size": 64}, {}))
+    assert file.read_text().endswith("train:\n  batch_size: 64\n  data_dir: !ENV ${DATA_DIR}\n  parts: !include [a.yaml]\n")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
-from ruamel.yaml.nodes import MappingNode
+from ruamel.yaml.nodes import MappingNode, SequenceNode
 
 from harness import knobs
 from harness.apply._keymaps import ABSENT, ApplyTarget, KeyMap
@@ -78,10 +78,26 @@ def _parse_data(text: str, fmt: str, path: Path | None = None) -> object:
             return json.loads(text.lstrip(BOM), object_pairs_hook=_refuse_duplicates)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return YAML(typ="safe", pure=True).load(text)
+            return _reader().load(text)
     except (ValueError, YAMLError) as e:
         raise UserError(f"{path}: not valid {fmt.upper()}: {_problem(e)}; fix the file or point apply.file "
                         "at the training config") from None
+
+
+def _reader() -> YAML:
+    """Safe YAML that reads an application's tags (`!ENV ${DATA_DIR}`, `!include x.yaml`) as the plain value
+    they tag: bench edits the keys around them, and their meaning is the application's."""
+    yaml = YAML(typ="safe", pure=True)
+    yaml.constructor.add_constructor(None, _untagged)
+    return yaml
+
+
+def _untagged(constructor, node):
+    if isinstance(node, MappingNode):
+        return constructor.construct_mapping(node, deep=True)
+    if isinstance(node, SequenceNode):
+        return constructor.construct_sequence(node, deep=True)
+    return constructor.construct_scalar(node)
 
 
 def _refuse_duplicates(pairs: list) -> dict:
