@@ -678,6 +678,8 @@ def pick_study(name: str | None, scenario: str | None, results: Path, storage: s
     """STUDY, else the most recent; with --scenario, that scenario's study of the same spec."""
     if name is not None and not name.strip():
         raise UserError("the study name is empty; name a study, or leave it out for the most recent one")
+    if name and not storage and Path(name).parent.resolve() == Path(results).resolve():
+        name = Path(name).name  # `bench report results/tinyvision`, as tab completion writes it
     given, name = name, name or ledger.latest_study(results, storage)
     if not scenario:
         return name

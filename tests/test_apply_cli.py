@@ -447,3 +447,12 @@ def test_apply_from_a_copy_without_the_spec_says_it_writes_the_original_project(
             f"swept, so this writes {known_study / 'examples' / 'config.yaml'}, outside {copy}") in out.output
     os.chdir(known_study)
     assert "the spec is not at" not in CliRunner().invoke(main, ["apply", "best", "--dry-run"]).output
+
+
+def test_a_study_named_by_its_folder_is_the_study(known_study):
+    """`bench report results/known` (what tab completion gives) was "not a plain name"."""
+    for name in ("results/known", "./results/known/", str(known_study / "results" / "known")):
+        shown = CliRunner().invoke(main, ["report", name, "--format", "json"])
+        assert shown.exit_code == 0 and json.loads(shown.output), (name, shown.output)
+    out = CliRunner().invoke(main, ["apply", "best", "--study", "results/known", "--dry-run"])
+    assert out.exit_code == 0, out.output
