@@ -315,8 +315,9 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
         raise UserError(f"{spec.shown}: apply: {knob} is read from {key}, which is not in {spec.apply.file.name}, but "
                         f"{theirs} is; fix the key under apply.keys (the sweep would measure a baseline that is not your config)")
     if spec.apply:  # what apply would refuse once the sweep has run, refused before it starts
-        apply.refuse_unwritable(spec.apply, {**{k: list(d.choices or ()) for k, d in spec.search.items()},
-                                             **{k: [v] for k, v in spec.fixed.items()}}, spec.shown)
+        for line in apply.refuse_unwritable(spec.apply, {**{k: list(d.choices or ()) for k, d in spec.search.items()},
+                                                         **{k: [v] for k, v in spec.fixed.items()}}, spec.shown):
+            note(line)
     base = spec.baseline(current)
     for knob, line in missing.items():
         err.print(f"note: your current config: {line}; the baseline takes {knob} {base.get(knob)}",

@@ -1096,3 +1096,16 @@ def test_an_application_s_yaml_tags_are_kept_and_the_keys_around_them_edited(tmp
     assert read_current(target)["batch_size"] == 16
     write(plan(target, {"batch_size": 64}, {}))
     assert file.read_text().endswith("train:\n  batch_size: 64\n  data_dir: !ENV ${DATA_DIR}\n  parts: !include [a.yaml]\n")
+
+
+def test_a_value_only_a_preset_cannot_spell_is_measured_with_a_note_yours_is_refused(tmp_path):
+    """hf's gradient_checkpointing has no `selective` (bench applies it itself): worth measuring, so not
+    refused before the sweep as a value your own key map forgot is."""
+    file = tmp_path / "args.yaml"
+    file.write_text("per_device_train_batch_size: 8\ngradient_checkpointing: false\n")
+    notes = apply.refuse_unwritable(target_for(file, preset="hf"), {"checkpointing": ["none", "full", "selective"]}, "s.yaml")
+    assert notes == ["checkpointing=selective is measured, but the preset hf cannot write it into args.yaml: "
+                     "`bench apply` of a config with it refuses (map it under apply.keys.checkpointing.values to write it)"]
+    own = target_for(file, keys={"checkpointing": {"key": "gradient_checkpointing", "values": {"none": False, "full": True}}})
+    with pytest.raises(UserError, match="s.yaml: .*checkpointing=selective cannot be written: apply.keys.checkpointing"):
+        apply.refuse_unwritable(own, {"checkpointing": ["none", "full", "selective"]}, "s.yaml")

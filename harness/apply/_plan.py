@@ -135,20 +135,28 @@ def _knob_assignments(target: ApplyTarget, knob: str, value: object) -> list[_As
     return out
 
 
-def refuse_unwritable(target: ApplyTarget, searched: dict[str, list], shown: str) -> None:
-    """Before a sweep: what `bench apply` would refuse to write once it has run (hours later), refused now. A
-    searched value no key map spells, and a learning rate to rescale that is not a number in the file."""
+def refuse_unwritable(target: ApplyTarget, searched: dict[str, list], shown: str) -> list[str]:
+    """Before a sweep: what `bench apply` would refuse to write once it has run (hours later), refused now: a
+    searched value your key map does not spell, a learning rate to rescale that is not a number in the file.
+    A value a preset's map cannot spell (hf's gradient_checkpointing has no `selective`, which bench applies
+    itself) is worth measuring still: said in the notes returned."""
+    notes = []
     for knob, values in searched.items():
         for value in values:
             try:
                 _knob_assignments(target, knob, value)
             except UserError as exc:
-                raise UserError(f"{shown}: {exc}") from None
+                if target.keys.get(knob) != PRESETS[target.preset].get(knob):
+                    raise UserError(f"{shown}: {exc}") from None
+                notes.append(f"{knob}={value} is measured, but the preset {target.preset} cannot write it into "
+                             f"{target.file.name}: `bench apply` of a config with it refuses (map it under "
+                             f"apply.keys.{knob}.values to write it)")
     rescales = target.lr is not None and {"batch_size", "accumulation", "nproc"} & set(searched)
     lr = _lookup(_load_document(target.file, target.format).data, target.lr.key) if rescales else 1.0
     if isinstance(lr, bool) or not isinstance(lr, (int, float)):
         raise UserError(f"{shown}: apply.lr.key {target.lr.key} {_holds(lr)}, not a learning rate to rescale; "
                         f"fix apply.lr.key or remove apply.lr")
+    return notes
 
 
 def _holds(value: object) -> str:
