@@ -30,6 +30,7 @@ MIN_COLUMNS = 40
 out = Console(soft_wrap=True)  # progress lines stay whole in logs and pipes
 err = Console(stderr=True)
 
+
 def a_results_folder(ctx, param, value):
     """--results '' wrote the study into the current folder, without the .gitignore a results folder gets."""
     if not value.strip():
@@ -39,6 +40,8 @@ def a_results_folder(ctx, param, value):
 
 results_option = click.option("--results", type=click.Path(), default="results", show_default=True,
                               callback=a_results_folder, help="Folder that holds the studies (embedded storage and logs).")
+
+
 def a_scenario(ctx, param, value):
     """--scenario '' named no scenario and ran (or showed) the spec without any: refused as the typo it is."""
     for name in (value if isinstance(value, tuple) else (value,)):

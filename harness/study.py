@@ -65,12 +65,12 @@ CHALLENGERS = 2
 RESEARCHES = 1
 """With --trials auto, how many times the search goes on after confirmation lowered the best's figure."""
 CONFIRM_POLL_S = 1.0
+"""How often a worker looks whether another worker's confirmation run is recorded."""
 TIME_UP = "sweep time limit reached; re-run the same command to continue"
 
 
 class OutOfTime(Exception):
-    """The sweep's time limit came before a confirmation run was to start: the runs left run on a resume."""
-"""How often a worker looks whether another worker's confirmation run is recorded."""
+    """The sweep's time limit came before a confirmation round was to start: its runs run on a resume."""
 
 
 # ---- the sweep loop ------------------------------------------------------------------------------

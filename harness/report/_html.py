@@ -6,9 +6,9 @@ Every string that came from the user (config values, names, environment, error m
 through `esc`.
 
 Input is the choice (harness.pareto.Choice) every view shows, and the study's attributes (name,
-env, created, workload, and optionally `warning`: what to know before acting on it, e.g. a smoke run
-or an apply target that describes another model size than was measured). This module decides nothing, it only draws: every figure on the page is
-the choice's, so it equals the terminal's.
+env, created, workload, and optionally `warning`: what to know before acting on the page, a smoke
+run or an apply target that describes another model size than was measured). This module decides
+nothing, it only draws: every figure on the page is the choice's, so it equals the terminal's.
 """
 from __future__ import annotations
 
