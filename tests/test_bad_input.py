@@ -398,6 +398,8 @@ def test_factory_that_cannot_be_imported_stops_the_sweep(cwd, monkeypatch, modul
     (["--memory-budget", ""], "--memory-budget: cannot read size ''"),  # ran under the spec's budget
     (["--memory-budget", "2048TiB"], "--memory-budget 2048TiB: a memory budget is at most 1024 TiB"),
     (["--memory-budget", "12"], "--memory-budget: size '12' is 12 bytes, too small for any model; write the unit"),
+    (["--memory-budget", "1.5"], "--memory-budget: size '1.5' is 1.5 bytes, too small"),  # "is 1 bytes"
+    (["--memory-budget", "1"], "--memory-budget: size '1' is 1 byte, too small"),
     (["--memory-budget", "900KiB"], "--memory-budget: size '900KiB' is 921,600 bytes, too small for any model; "
                                      "a memory budget is at least 1MiB"),
     (["--device", "nonsense"], "--device 'nonsense'"),

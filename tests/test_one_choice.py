@@ -117,6 +117,16 @@ def test_the_csv_carries_runs_wholly_apart_as_json_does(project):
     assert grid[1]["vs_baseline_bound"] == str(rows[1]["vs_baseline"]["bound"])
 
 
+def test_a_study_with_no_trial_yet_has_a_csv_header_that_pandas_reads(project):
+    """A study killed before its first trial printed an empty line as its CSV: pandas.read_csv refused it."""
+    import pandas
+    make_study(project, [], {})
+    text = bench("report", "--format", "csv").output
+    assert text.splitlines()[0].startswith("number,status,baseline,") and "peak_memory" in text.splitlines()[0]
+    frame = pandas.read_csv(io.StringIO(text))
+    assert len(frame) == 0 and {"speed", "peak_memory", "error"} <= set(frame.columns)
+
+
 def test_the_live_line_says_why_a_single_faster_run_is_not_best(project):
     """A one-run 130 against a confirmed median of 100: the live output named #0 best and said nothing."""
     make_study(project, [({"batch_size": 8, "precision": "fp32"}, 100.0, 2.0, {}),

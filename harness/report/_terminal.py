@@ -98,9 +98,19 @@ def flat(choice: Choice) -> list[dict]:
     return out
 
 
+CSV_LEAD = ("number", "status", "baseline", "pareto", "best", "leader", "tier", "noisy", "unsafe", "unsearched", "tiers")
+CSV_FIGURES = ("speed", "speed_unit", "runs", "speed_cv", "vs_baseline", "vs_baseline_spread", "vs_baseline_paired",
+               "vs_baseline_bound", "tie", "vs_baseline_apart_this", "vs_baseline_apart_yours", "throughput",
+               "tokens_per_s", "peak_memory", "step_s", "step_cv", "compile_s", "tflops", "mfu", "peak_allocated",
+               "peak_reserved", "error")
+"""The CSV's columns either side of config.*: fixed, so a study with no trial yet still has a header row
+(pandas.read_csv refuses an empty file), and DictWriter refuses a row with a column not named here."""
+
+
 def to_csv(choice: Choice) -> str:
     records = flat(choice)
-    columns = list(dict.fromkeys(k for r in records for k in r))
+    configs = dict.fromkeys(k for r in records for k in r if k.startswith("config."))
+    columns = [*CSV_LEAD, *configs, *CSV_FIGURES]
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns)
     writer.writeheader()
