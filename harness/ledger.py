@@ -368,6 +368,26 @@ def supersede(study: optuna.Study, numbers) -> None:
     study.set_user_attr("superseded", sorted(superseded(study) | set(numbers)))
 
 
+def why_not_shown(study: optuna.Study, number: int) -> str | None:
+    """Why trial `number` has no row (rows_of leaves it out), said so `bench apply NUMBER` can name what
+    stands in for it; None where it is shown or no such trial exists."""
+    trial = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
+    if trial is None:
+        return None
+    if "duplicate_of" in trial.user_attrs:
+        original = trial.user_attrs["duplicate_of"]
+        return f"its config was already measured as trial {original}; say `bench apply {original}`"
+    if "outside_space" in trial.user_attrs:
+        return "its config is outside what the spec searches now, so it never ran; `bench report` lists the trials"
+    if number in superseded(study):
+        config = trial.user_attrs.get("config")
+        again = [t.number for t in study.get_trials(deepcopy=False)
+                 if t.number > number and config and t.user_attrs.get("config") == config and not not_run_itself(t)]
+        instead = f"; its config ran again as trial {again[0]}" if again else ", its config queued to run again"
+        return f"it was set aside{instead}; `bench report` lists the trials that stand"
+    return None
+
+
 def rows_of(study: optuna.Study) -> list[dict]:
     """One row per trial for reports: the stored record plus number, baseline and duplicate marks."""
     rows, repeats, aside = [], confirmation_runs(study.user_attrs), superseded(study)

@@ -8,6 +8,7 @@ import io
 import json
 import re
 
+import optuna
 import pytest
 from click.testing import CliRunner
 
@@ -125,6 +126,27 @@ def test_a_study_with_no_trial_yet_has_a_csv_header_that_pandas_reads(project):
     assert text.splitlines()[0].startswith("number,status,baseline,") and "peak_memory" in text.splitlines()[0]
     frame = pandas.read_csv(io.StringIO(text))
     assert len(frame) == 0 and {"speed", "peak_memory", "error"} <= set(frame.columns)
+
+
+def test_apply_of_a_trial_set_aside_or_a_repeat_says_so_and_names_what_stands_in(project):
+    """`bench apply 2` of a trial the live output showed, since set aside (or a repeat of another's
+    config), said "not in study", as if mistyped."""
+    make_study(project, CLEAR, {})
+    study = live_sweep(project).study
+    ledger.supersede(study, [2])
+    repeat = study.ask({})
+    repeat.set_user_attr("duplicate_of", 1)
+    study.tell(repeat, state=optuna.trial.TrialState.FAIL)
+    before = (project / CONFIG).read_bytes()
+    aside, twice, absent = bench("apply", "2"), bench("apply", str(repeat.number)), bench("apply", "9")
+    assert aside.exit_code == 2 and "trial 2: it was set aside, its config queued to run again" in flat(aside.output)
+    assert twice.exit_code == 2 and "already measured as trial 1; say `bench apply 1`" in flat(twice.output)
+    assert absent.exit_code == 2 and "trial 9: not in study one" in flat(absent.output)
+    rerun = study.ask({})
+    rerun.set_user_attr("config", study.trials[2].user_attrs["config"])
+    study.tell(rerun, state=optuna.trial.TrialState.FAIL)
+    assert f"its config ran again as trial {rerun.number};" in flat(bench("apply", "2").output)
+    assert (project / CONFIG).read_bytes() == before
 
 
 def test_the_live_line_says_why_a_single_faster_run_is_not_best(project):
