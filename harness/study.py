@@ -236,8 +236,9 @@ class Sweep:
         return True  # every config is measured or ruled out: the sampler proposes (run() stops when all are)
 
     def planner(self, rows: list[dict] | None = None) -> planner.Planner:
-        # without a budget the wall is the device's memory, as the report's choice takes it: known once a trial ran
-        limit = self.spec.memory_budget or pareto.capacity(ledger.rows_of(self.study) if rows is None else rows, None)
+        # the budget, or the device's memory where that is smaller or there is no budget, as the report's choice
+        # takes it: known once a trial ran (a 64GiB budget on a 24GiB card would predict OOMs to fit)
+        limit = pareto.capacity(ledger.rows_of(self.study) if rows is None else rows, self.spec.memory_budget)
         if self._planner is None or self._planner.limit != limit:
             self._planner = planner.Planner(list(all_configs(self.spec)), limit * (1 - self.spec.headroom) if limit else None,
                                             limit, self.device, self.spec.objective,

@@ -553,6 +553,13 @@ def test_the_bar_to_beat_is_the_report_s_leader_and_without_a_budget_the_wall_is
     sweep.run()
     plan = sweep.planner()
     assert plan.limit == device_total and plan.usable == pytest.approx(0.9 * device_total)
+    # a budget above what the device holds (the sweep warns): the device is the wall, as for the report
+    above = specs.build({**raw, "memory": {"budget": "64GiB"}}, tmp_path / "s.yaml", None, ())
+    study = ledger.create(above, optuna.storages.InMemoryStorage(), "cpu")
+    sweep = studies.Sweep(above, study, "cpu", tmp_path, 2, None, auto=False, runner=runner)
+    assert sweep.planner().limit == 64 * 2**30  # nothing measured: the budget is all there is
+    sweep.run()
+    assert sweep.planner().limit == device_total
 
 
 def test_no_prediction_is_kept_from_trials_that_measured_no_speed():
