@@ -575,7 +575,7 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
 @user_errors
 def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
     """Show what a study measured (default: the most recent one)."""
-    fmt = report_format(fmt, out_path, wide)
+    fmt, fmt_given = report_format(fmt, out_path, wide), bool(fmt)
     name = pick_study(study_name, scenario, results, storage)
     study = ledger.load(stores.existing_storage(storage, results, name, say=note), name)
     rows, info = ledger.rows_of(study), ledger.study_info(study)
@@ -588,6 +588,10 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
         out_path.parent.mkdir(parents=True, exist_ok=True)
     if out_path:
         refuse_own_file(out_path, spec_path, spec, storage, results, name)
+        if out_path.suffix and out_path.suffix.lower() not in SUFFIX_FORMATS and not fmt_given:  # r.xlsx got the table
+            raise UserError(f"--out {out_path}: bench writes a table (.txt, .md), .csv, .json or .html, not "
+                            f"{out_path.suffix}; name it {out_path.stem}.csv for a spreadsheet, or give --format "
+                            "to write that kind under this name")
     if fmt == "table":
         # COLUMNS or the terminal, read now (80 when piped or written to a file); the summary wraps at word boundaries
         console = Console(file=io.StringIO() if out_path else None, soft_wrap=wide, width=1 << 16 if wide else None,

@@ -140,7 +140,12 @@ def test_report_out_names_its_kind_by_its_suffix_and_a_format_that_disagrees_is_
     assert page.exit_code == 2 and "a .csv file for --format html; name it r.html, or give --format csv" in page.output
     wide = in_folder(folder, "report", "--format", "json", "--wide")
     assert wide.exit_code == 2 and "--wide: only the table has columns to widen" in wide.output, wide.output
+    sheet = in_folder(folder, "report", "--out", tmp_path / "r.xlsx")  # wrote the text table, exit 0
+    assert sheet.exit_code == 2 and "not .xlsx; name it r.csv for a spreadsheet" in " ".join(sheet.output.split())
     assert list(tmp_path.iterdir()) == []
+    assert in_folder(folder, "report", "--format", "csv", "--out", tmp_path / "r.log").exit_code == 0
+    assert in_folder(folder, "report", "--out", tmp_path / "plain").exit_code == 0  # no suffix: the table
+    assert "best: trial" in (tmp_path / "plain").read_text()
     for name in ("r.json", "r.csv", "r.html", "r.md"):
         assert in_folder(folder, "report", "--out", tmp_path / name).exit_code == 0, name
     assert json.loads((tmp_path / "r.json").read_text())[0]["status"] == "ok"
