@@ -843,9 +843,10 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     profile = apply.write_hydra_profile(spec.apply, values, device, provenance, current) \
         if spec.apply.hydra_group_dir and to is None else None
     # a file where only a new provenance header would change is left alone; --to: the copy is written
-    # even where it reads exactly as the target does. The profile on its own: `hardware=...` overrides
+    # even where it reads exactly as the target does, unless it is already this very copy. The profile on its own: `hardware=...` overrides
     # the main config, so a profile edited back (or deleted) since the last apply is written again
-    main_due, profile_due = bool(plan.changes) or to is not None, profile is not None and bool(profile.changes)
+    main_due = bool(plan.changes) if to is None else not holds_already(plan)
+    profile_due = profile is not None and bool(profile.changes)
     due = [p for p, is_due in ((plan, main_due), (profile, profile_due)) if is_due]
     if not dry_run:
         apply.check(*due)  # a read-only file is refused in one line, before a diff that will not be written
@@ -886,6 +887,14 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     for written, backup in zip(due, apply.write_together(*due)):  # both or neither
         out.print(f"wrote {'hardware profile ' if written is profile else ''}{written.path}"
                   + (f" (backup: {backup})" if backup else ""), markup=False)
+
+
+def holds_already(plan) -> bool:
+    """The --to file reads byte for byte as it would be written (an apply --to run twice the same day)."""
+    try:
+        return plan.path.read_bytes() == plan.new_text.encode("utf-8")
+    except OSError:  # none yet, or unreadable: written (or refused) as any --to file is
+        return False
 
 
 def elsewhere_warning(info: dict, spec, storage: str | None, results: Path) -> str | None:

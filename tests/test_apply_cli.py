@@ -89,10 +89,13 @@ def test_to_replaces_only_a_copy_apply_wrote_never_another_yaml_nor_the_target(k
         assert result.exit_code == 2 and said in result.output, result.output
     assert {path: path.read_bytes() for path in before} == before
     assert list(known_study.rglob("*bench-backup*")) == []
-    for _ in range(2):  # a copy apply wrote is apply's to replace: the second apply over the first
-        result = apply("best", "--to", "copy.yaml")
-        assert result.exit_code == 0, result.output
-    assert yaml.safe_load((known_study / "copy.yaml").read_text())["data_loader"]["batch_size"] == 32
+    assert apply("best", "--to", "copy.yaml").exit_code == 0
+    again = apply("best", "--to", "copy.yaml")  # the same copy again: it wrote it over itself, with a backup
+    assert again.exit_code == 0 and "already holds these values; nothing written" in " ".join(again.output.split())
+    assert list(known_study.rglob("*bench-backup*")) == []
+    assert apply("1", "--to", "copy.yaml").exit_code == 0  # a copy apply wrote is apply's to replace: another trial's
+    assert yaml.safe_load((known_study / "copy.yaml").read_text())["data_loader"]["batch_size"] != 32
+    assert len(list(known_study.rglob("copy.yaml.bench-backup*"))) == 1
 
 
 def test_budget_picks_the_best_that_fits_a_smaller_card(known_study):
