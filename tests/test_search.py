@@ -450,6 +450,12 @@ def test_a_single_run_within_the_confirmed_best_s_noise_is_not_raced(tmp_path):
     rows = ledger.rows_of(sweep.study)
     best = pareto.choose(rows, spec.memory_budget, spec.headroom).best
     assert (best.config["batch_size"], best.config["precision"]) == (16, "bf16-mixed")
+    # the same command again: it took the fastest single run as the leader to confirm, and its answer changed
+    again = studies.Sweep(spec, sweep.study, "cpu", tmp_path, 4, None, Noted(notes), runner=Runner(table))
+    again.run()
+    assert seen[(16, "fp32")] == 1, seen
+    best = pareto.choose(ledger.rows_of(sweep.study), spec.memory_budget, spec.headroom).best
+    assert (best.config["batch_size"], best.config["precision"]) == (16, "bf16-mixed")
 
 
 def test_confirmation_alternates_who_runs_first_and_races_a_challenger_beside_your_config(tmp_path):
