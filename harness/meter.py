@@ -17,6 +17,13 @@ import torch
 from harness import measure
 
 
+WARM_OVER_FIRST = 1.2
+"""A first warm-up step this much slower than the trial's first step (which did the one-off work) is not
+cut on: in 667 recorded eager trials a longer one ran its windows at 0.46-0.91 of that step's time, and
+a quickstart trial whose warm-up step ran 1.34x its first (4.0 s; 1.3 s once quiet) was cut at a third of
+its speed, its family never measured again."""
+
+
 class Meter:
     def __init__(self, step: Callable[[], None], device: torch.device, heartbeat, settings: dict, footprint,
                  timing: dict, across_ranks: Callable[[float], float] = lambda value: value):
@@ -46,7 +53,8 @@ class Meter:
 
         With `warm_slow_below` (samples/s), a first warm-up step under it ends the trial's timing
         there: a 20 s bf16 step on a CPU without bf16 kernels would otherwise run three more times
-        before two windows could cut it. Where `warm_slow_below` is set, a step of `long_warm_step_s`
+        before two windows could cut it (not where that step ran slower than the first: WARM_OVER_FIRST).
+        Where `warm_slow_below` is set, a step of `long_warm_step_s`
         or more is judged against the higher `long_warm_slow_below` instead. That step (the second of
         the trial, past the first step's one-off work) is then its only timing, and the first steps'
         peak its peak."""
@@ -66,7 +74,9 @@ class Meter:
                 step_s = self.across_ranks(measure.now(self.device) - t_step)
                 long = step_s >= long_s and long_cut > cut
                 bar = long_cut if long else cut
-                if samples_per_step / step_s < bar:
+                # a warm step slower than the cold first one says something else took the cores, not the config
+                disturbed = step_s > WARM_OVER_FIRST * self.timing["first_step_s"]
+                if samples_per_step / step_s < bar and not disturbed:
                     self.cut_step_s, steps = step_s, 1
                     self.timing.update(cut_at="1 long warm-up step" if long else "1 warm-up step", cut_short=(
                         f"{samples_per_step / step_s:.1f} samples/s in its first warm-up step ({step_s:.1f} s), "

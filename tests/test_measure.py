@@ -220,6 +220,25 @@ def test_a_long_warm_up_step_is_judged_against_the_higher_bar_and_a_short_one_is
     assert full["timing"]["warmup_steps"] == 2
 
 
+def test_a_warm_up_step_slower_than_the_first_is_not_cut_on(tmp_path, faulty_path):
+    """A quickstart trial's warm-up step ran 1.34x its first step (something else took the cores) and was
+    cut at a third of the config's speed, its family never measured again. A warm step slower than the
+    cold first one is timed on; the same step slow as the first step is cut as before."""
+    config = {"batch_size": 8, "accumulation": 1, "precision": "fp32", "checkpointing": "none", "compile": "off"}
+
+    def run_slow_at(step: int) -> dict:
+        workload = {"factory": "faulty:build", "params": {"steady_ms": 40, "slow_ms": 400, "at_step": step}}
+        measure = dict(FAST, warmup_steps=2, slow_below=1e-9, warm_slow_below=1e9, max_seconds=3)
+        job = {"workload": workload, "config": config, "device": "cpu", "memory_budget": None,
+               "measure": measure, "seed": 0}
+        return launch.run(job, launch.Limits(60, 30), Path(tmp_path) / f"trial-{step}.log")
+
+    disturbed, slow_config = run_slow_at(2), run_slow_at(1)  # the first warm-up step; the first step
+    assert disturbed["status"] == "ok" and "cut_at" not in disturbed["timing"], disturbed["timing"]
+    assert disturbed["timing"]["windows"] >= 2 and disturbed["timing"]["warmup_steps"] == 2
+    assert slow_config["status"] == "ok" and slow_config["timing"]["cut_at"] == "1 warm-up step"
+
+
 # ---- what counts as out of memory (harness.errors) ------------------------------------------------------
 
 @pytest.mark.parametrize("library", ["cublas", "cudnn", "nccl"])

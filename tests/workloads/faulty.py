@@ -157,6 +157,8 @@ def build(params: dict) -> Workload:
                 torch.ones(int(params["first_step_mib"]) * 2**20 // 4, device=x.device).sum()
             if params.get("steady_ms"):  # a step that is mostly a sleep times steadily on a busy machine
                 time.sleep(params["steady_ms"] / 1000)
+            if params.get("slow_ms") and calls[0] == at:  # one step that something else on the machine slowed
+                time.sleep(params["slow_ms"] / 1000)
             if params.get("ballast_kib"):  # written, so resident: the peak counts it
                 ballast[:] = [torch.ones(x.shape[0] * int(params["ballast_kib"]) * 256, device=x.device)]
             if calls[0] == at:
