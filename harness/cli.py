@@ -843,8 +843,9 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     profile = apply.write_hydra_profile(spec.apply, values, device, provenance, current) \
         if spec.apply.hydra_group_dir and to is None else None
     # a file where only a new provenance header would change is left alone; --to: the copy is written
-    # even where it reads exactly as the target does, unless it is already this very copy. The profile on its own: `hardware=...` overrides
-    # the main config, so a profile edited back (or deleted) since the last apply is written again
+    # even where it reads exactly as the target does, unless it is already this very copy. The profile
+    # on its own: `hardware=...` overrides the main config, so a profile edited back (or deleted) since
+    # the last apply is written again
     main_due = bool(plan.changes) if to is None else not holds_already(plan)
     profile_due = profile is not None and bool(profile.changes)
     due = [p for p, is_due in ((plan, main_due), (profile, profile_due)) if is_due]

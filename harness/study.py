@@ -497,11 +497,12 @@ class Sweep:
         no run is spent on a clear loser."""
         rows = ledger.rows_of(self.study)
         fits = self.candidates(rows)
-        leaders = sorted(fits, key=lambda r: -pareto.speed(r, self.spec.objective))[:CONFIRM_TOP]
         confirmed = [r for r in fits if pareto.confirmed(r)]
         if confirmed:  # a resume after the race: the confirmed best leads, and only the challenger rule races
             # another (the fastest single run led instead, a hair over it, and each re-run changed the answer)
             leaders = [pareto.pick(confirmed, self.spec.objective, pareto.capacity(fits, self.spec.memory_budget))]
+        else:
+            leaders = sorted(fits, key=lambda r: -pareto.speed(r, self.spec.objective))[:CONFIRM_TOP]
         base = next((r for r in rows if r.get("baseline") and r["status"] == record.OK), None)
         chosen = leaders + ([base] if base and all(base["number"] != r["number"] for r in leaders) else [])
         if not chosen or (len(fits) < 2 and (base is None or chosen == [base])):

@@ -44,7 +44,8 @@ def parse_size(value: object, where: str) -> int:
         raise UserError(f"{where}: size must be positive, got {value!r}")
     if size < MIN_SIZE:  # a memory budget: `12` is 12 bytes, and 12GiB was meant
         fix = "write the unit, like 12GiB" if unit in ("", "b") else "a memory budget is at least 1MiB"
-        as_read = f"{number * _SIZE_UNITS[unit]:,g}"  # `1.5` is 1.5 bytes as written, not the 1 it rounds to
+        exact = number * _SIZE_UNITS[unit]  # `1.5` is 1.5 bytes as written, not the 1 it rounds to
+        as_read = f"{int(exact):,}" if exact == int(exact) else f"{exact:,}"
         raise UserError(f"{where}: size {value!r} is {as_read} byte{'' if as_read == '1' else 's'}, "
                         f"too small for any model; {fix}")
     return size

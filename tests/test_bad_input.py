@@ -400,6 +400,7 @@ def test_factory_that_cannot_be_imported_stops_the_sweep(cwd, monkeypatch, modul
     (["--memory-budget", "12"], "--memory-budget: size '12' is 12 bytes, too small for any model; write the unit"),
     (["--memory-budget", "1.5"], "--memory-budget: size '1.5' is 1.5 bytes, too small"),  # "is 1 bytes"
     (["--memory-budget", "1"], "--memory-budget: size '1' is 1 byte, too small"),
+    (["--memory-budget", "1000KiB"], "--memory-budget: size '1000KiB' is 1,024,000 bytes, too small"),  # 1.024e+06
     (["--memory-budget", "900KiB"], "--memory-budget: size '900KiB' is 921,600 bytes, too small for any model; "
                                      "a memory budget is at least 1MiB"),
     (["--device", "nonsense"], "--device 'nonsense'"),
