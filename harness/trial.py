@@ -97,8 +97,12 @@ def bf16_speedup() -> float | None:
 
 
 def one_number(loss):
-    """The loss, which must be one number: a per-sample loss failed in backward() as torch's own complaint."""
-    if isinstance(loss, torch.Tensor) and loss.numel() != 1:
+    """The loss, which must be one number: a per-sample loss failed in backward() as torch's own complaint,
+    and a (loss, metrics) tuple or a dict in bench's own `loss / accumulation`."""
+    if not isinstance(loss, torch.Tensor):
+        raise UserFacingError(f"the loss returned a {type(loss).__name__}, not a tensor: return one scalar tensor "
+                              "(e.g. the `loss` of a (loss, metrics) pair, or out['loss'])")
+    if loss.numel() != 1:
         raise UserFacingError(f"the loss returned a tensor of shape {tuple(loss.shape)}, not one number: "
                               "reduce it (e.g. reduction='mean', or .mean())")
     return loss

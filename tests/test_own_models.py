@@ -164,13 +164,16 @@ def test_checkpointing_a_model_without_repeated_blocks_says_why_in_its_own_terms
      "workload.batch mlp:make_batch returned a Tensor; it must return (inputs, targets)"),
     (("def make_batch", "def per_sample(out, y):\n    return torch.nn.functional.cross_entropy(out, y, reduction='none')\n\n\n"
       "def make_batch"), "the loss returned a tensor of shape (8,), not one number: reduce it"),
+    (("def make_batch", "def with_metrics(out, y):\n    return torch.nn.functional.cross_entropy(out, y), {'acc': 0}\n\n\n"
+      "def make_batch"), "the loss returned a tuple, not a tensor: return one scalar tensor"),  # "unsupported operand"
 ])
 def test_a_batch_or_loss_of_the_wrong_shape_is_said_in_the_model_forms_terms(tmp_path, monkeypatch, change, said):
     """They surfaced as the loss's own complaints ("expected target dtype ...", "only one element tensors ...")."""
     folder = copy_example("unet", tmp_path, monkeypatch, search={"batch_size": [8]})
     (folder / "mlp.py").write_text(MLP.replace(*change))
     spec = yaml.safe_load((folder / "sweep.yaml").read_text())
-    loss = "mlp:per_sample" if "per_sample" in change[1] else "torch.nn.functional:cross_entropy"
+    loss = next((f"mlp:{name}" for name in ("per_sample", "with_metrics") if name in change[1]),
+                "torch.nn.functional:cross_entropy")
     spec["workload"] = {"model": "mlp:MLP", "loss": loss, "batch": "mlp:make_batch", "path": ".", "params": {}}
     (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
     result = run("trial", "sweep.yaml", "--device", "cpu", "--set", "batch_size=8")
