@@ -233,6 +233,28 @@ def test_lightning_cli_project_tunes_and_applies_with_only_a_spec(tmp_path, monk
     assert re.search(rf"\n    batch_size: {batch} +# per device\n", text)  # written where it was read, comment kept
 
 
+def test_lightning_callbacks_a_trial_has_no_use_for_are_left_out_and_said(tmp_path, monkeypatch):
+    """A ModelCheckpoint subclass, an EarlyStopping on val_loss and a LearningRateMonitor each failed every
+    trial ("enable_checkpointing=False but found ModelCheckpoint", "val_loss which is not available",
+    "Trainer that has no logger"), and the sweep told the user to fix their code."""
+    pytest.importorskip("lightning")
+    folder = copy_example("lightning", tmp_path, monkeypatch, search={"batch_size": [16]},
+                          trial={**FAST_TRIAL, "timeout": "240s", "stall": "120s"})
+    (folder / "mycallbacks.py").write_text("from lightning.pytorch.callbacks import ModelCheckpoint\n\n\n"
+                                           "class BestCkpt(ModelCheckpoint):\n    pass\n")
+    callbacks = ("  callbacks:\n"
+                 "  - class_path: mycallbacks.BestCkpt\n"
+                 "  - class_path: lightning.pytorch.callbacks.EarlyStopping\n"
+                 "    init_args: {monitor: val_loss}\n"
+                 "  - class_path: lightning.pytorch.callbacks.LearningRateMonitor\n")
+    (folder / "config.yaml").write_text(SMALL_CHARLM + callbacks)
+    result = run("trial", "sweep.yaml", "--device", "cpu")
+    record = json.loads(result.stdout)
+    assert record["status"] == "ok", record["error"]
+    assert {"callbacks: BestCkpt", "callbacks: EarlyStopping", "callbacks: LearningRateMonitor"} <= \
+        set(record["adapter"]["trainer_args_set_by_bench"])
+
+
 def test_lightning_optimizer_knob_is_refused_not_ignored(tmp_path, monkeypatch):
     pytest.importorskip("lightning")
     copy_example("lightning", tmp_path, monkeypatch, search={"batch_size": [16], "optimizer": ["fused"]})

@@ -38,6 +38,9 @@ BENCH_OWNS = ("precision", "accumulate_grad_batches", "benchmark", "accelerator"
               "limit_val_batches", "num_sanity_val_steps", "val_check_interval", "check_val_every_n_epoch",
               "logger", "enable_checkpointing", "enable_progress_bar", "enable_model_summary", "default_root_dir",
               "fast_dev_run", "overfit_batches", "profiler", "barebones", "detect_anomaly")
+TRIAL_DROPS = ("ModelCheckpoint", "EarlyStopping", "LearningRateMonitor", "DeviceStatsMonitor")
+"""Callbacks a trial leaves out: checkpoints and logging are off (`enable_checkpointing`, `logger`), and
+validation is (`limit_val_batches: 0`), which EarlyStopping watches."""
 # Far beyond any trial, so a schedule built from estimated_stepping_batches is finite; the trial stops fit.
 TRIAL_MAX_STEPS = 1_000_000
 
@@ -126,7 +129,8 @@ def fallback_loader(module, batch_fn, params, config):
 def trainer_arguments(user_args: dict, config: dict, device: torch.device) -> tuple[dict, list[str]]:
     """The user's trainer settings, with bench's knobs and a trial's limits in place of the ones it owns."""
     kept = {k: instantiate(v) for k, v in user_args.items() if k not in BENCH_OWNS}
-    kept["callbacks"] = [c for c in listed(kept.get("callbacks")) if type(c).__name__ != "ModelCheckpoint"]
+    callbacks = listed(kept.get("callbacks"))
+    kept["callbacks"] = [c for c in callbacks if not set_aside(c)]
     args = {**kept,
             "precision": PRECISIONS[config.get("precision", "fp32")],
             "accumulate_grad_batches": int(config.get("accumulation", 1)),
@@ -137,8 +141,15 @@ def trainer_arguments(user_args: dict, config: dict, device: torch.device) -> tu
             "limit_val_batches": 0, "num_sanity_val_steps": 0,
             "logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
             "enable_model_summary": False}
-    dropped = sorted(k for k in user_args if k in BENCH_OWNS)
+    dropped = sorted(k for k in user_args if k in BENCH_OWNS) + [f"callbacks: {type(c).__name__}" for c in callbacks
+                                                                  if set_aside(c)]
     return args, dropped
+
+
+def set_aside(callback) -> bool:
+    """A callback of a kind a trial has turned off the need for (a subclass too, from either package): it
+    would refuse the Trainer (no checkpointing, no logger, no validation) or stop it mid-measurement."""
+    return any(cls.__name__ in TRIAL_DROPS for cls in type(callback).__mro__)
 
 
 def processes(config: dict, device: torch.device) -> dict:
