@@ -255,6 +255,20 @@ def test_lightning_callbacks_a_trial_has_no_use_for_are_left_out_and_said(tmp_pa
         set(record["adapter"]["trainer_args_set_by_bench"])
 
 
+def test_a_training_step_that_skips_a_batch_is_measured(tmp_path, monkeypatch):
+    """Returning None from training_step is Lightning's way to skip a batch; bench's callback raised
+    KeyError: 'loss' on it, and the sweep told the user to fix their code."""
+    pytest.importorskip("lightning")
+    folder = copy_example("lightning", tmp_path, monkeypatch, search={"batch_size": [16]},
+                          trial={**FAST_TRIAL, "timeout": "240s", "stall": "120s"})
+    (folder / "skippy.py").write_text("from charlm import CharLM\n\n\nclass Skippy(CharLM):\n"
+                                      "    def training_step(self, batch, batch_idx):\n"
+                                      "        return None if batch_idx % 3 == 1 else super().training_step(batch, batch_idx)\n")
+    (folder / "config.yaml").write_text(SMALL_CHARLM.replace("charlm.CharLM", "skippy.Skippy"))
+    record = json.loads(run("trial", "sweep.yaml", "--device", "cpu").stdout)
+    assert record["status"] == "ok" and record["throughput"] > 0, record["error"]
+
+
 def test_lightning_optimizer_knob_is_refused_not_ignored(tmp_path, monkeypatch):
     pytest.importorskip("lightning")
     copy_example("lightning", tmp_path, monkeypatch, search={"batch_size": [16], "optimizer": ["fused"]})

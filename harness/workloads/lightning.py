@@ -191,8 +191,9 @@ def meter_callback(L, trial, accumulate: int):
             trial.gate.step_start()
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-            trial.meter.pending.append(loss.detach().float() * accumulate)  # Lightning hands it divided by accumulation
+            loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+            if loss is not None:  # None: training_step skipped the batch, as Lightning allows; the step goes on
+                trial.meter.pending.append(loss.detach().float() * accumulate)  # Lightning hands it divided by accumulation
             if trainer.global_step != self.step:  # the optimizer stepped: the step is done
                 self.step_open = False
                 trial.gate.step_end()
@@ -213,7 +214,8 @@ def reference_loss(module, batch, batch_idx: int) -> float:
             module.float()
         with torch.no_grad(), torch.autocast(batch_device(batch), enabled=False):
             out = module.training_step(batch, batch_idx)
-        return float((out["loss"] if isinstance(out, dict) else out).float())
+        loss = out.get("loss") if isinstance(out, dict) else out
+        return None if loss is None else float(loss.float())  # a skipped first batch: no reference to check against
     finally:
         del module.log, module.log_dict
         module._compiled_call_impl = compiled
