@@ -108,6 +108,8 @@ BAD_SPECS = {
     "missing_factory_module": (yaml.safe_dump({**GOOD, "workload": {"factory": "no_such_module_xyz:build"}}),
                                "cannot find module 'no_such_module_xyz'"),
     "factory_shape": (yaml.safe_dump({**GOOD, "workload": {"factory": "just_a_module"}}), "package.module:function"),
+    "factory_as_a_file": (yaml.safe_dump({**GOOD, "workload": {"factory": "./mypkg/model.py:build"}}),  # "module ''"
+                          "'./mypkg/model.py' is a file's path; name the module, like \"mypkg.model:build\""),
     "cuda_knob_on_cpu": (yaml.safe_dump({**GOOD, "search": {"batch_size": [4], "pin_memory": [True, False]}}),
                          "search.pin_memory: true cannot run on cpu: pin_memory only means something on a CUDA GPU"),
     "markup_in_a_key": (yaml.safe_dump({**GOOD, "[/x]": 1}), "unknown key '[/x]'"),  # printed as text, not markup
