@@ -141,8 +141,8 @@ def trainer_arguments(user_args: dict, config: dict, device: torch.device) -> tu
             "limit_val_batches": 0, "num_sanity_val_steps": 0,
             "logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
             "enable_model_summary": False}
-    dropped = sorted(k for k in user_args if k in BENCH_OWNS) + [f"callbacks: {type(c).__name__}" for c in callbacks
-                                                                  if set_aside(c)]
+    dropped = sorted(k for k in user_args if k in BENCH_OWNS)
+    dropped += [f"callbacks: {type(c).__name__}" for c in callbacks if set_aside(c)]
     return args, dropped
 
 
@@ -201,7 +201,7 @@ def meter_callback(L, trial, accumulate: int):
     return BenchMeter()
 
 
-def reference_loss(module, batch, batch_idx: int) -> float:
+def reference_loss(module, batch, batch_idx: int) -> float | None:
     """fp32 loss of training_step on the first batch, before any step: no autocast, logging muted,
     the eager forward of a compiled module, weights upcast when the precision is a `-true` one."""
     dtype = next(module.parameters()).dtype
