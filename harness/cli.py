@@ -819,7 +819,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     spec = required_spec(info, storage, results, info.get("scenario"))
     choice = study_choice(rows, info, spec)
     hidden = is_whole(which) and not budget and ledger.why_not_shown(study, int(which))
-    if hidden and choice.standing(int(which)) is None:
+    if hidden:
         raise UserError(f"trial {which}: {hidden}")
     chosen = choice.row_for(which, budget_option(budget, "--budget"), name)
     if spec.apply is None:

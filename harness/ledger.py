@@ -369,9 +369,11 @@ def supersede(study: optuna.Study, numbers) -> None:
 
 
 def why_not_shown(study: optuna.Study, number: int) -> str | None:
-    """Why trial `number` has no row (rows_of leaves it out), said so `bench apply NUMBER` can name what
-    stands in for it; None where it is shown or no such trial exists."""
-    trial = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
+    """Why trial `number` has no row (rows_of leaves out a repeat, a config outside the space and a trial
+    set aside), said so `bench apply NUMBER` can name what stands in for it; None where it has a row or
+    no such trial exists."""
+    trials = study.get_trials(deepcopy=False)
+    trial = next((t for t in trials if t.number == number), None)
     if trial is None:
         return None
     if "duplicate_of" in trial.user_attrs:
@@ -381,7 +383,7 @@ def why_not_shown(study: optuna.Study, number: int) -> str | None:
         return "its config is outside what the spec searches now, so it never ran; `bench report` lists the trials"
     if number in superseded(study):
         config = trial.user_attrs.get("config")
-        again = [t.number for t in study.get_trials(deepcopy=False)
+        again = [t.number for t in trials
                  if t.number > number and config and t.user_attrs.get("config") == config and not not_run_itself(t)]
         instead = f"; its config ran again as trial {again[0]}" if again else ", its config queued to run again"
         return f"it was set aside{instead}; `bench report` lists the trials that stand"

@@ -428,12 +428,12 @@ def check_factory(factory, paths: list[str], where: str, at: str = "workload.fac
     """The factory's module must exist; it is imported (user code runs) only in the trial child."""
     if not isinstance(factory, str) or factory.count(":") != 1 or not all(factory.split(":")):
         raise UserError(f"{where}: {at} must look like \"package.module:function\", got {factory!r}")
-    name = factory.split(":")[0]
+    name, function = factory.split(":")
     if "/" in name or "\\" in name or name.endswith(".py"):  # a file's path, not a module's name
         dotted = ".".join(p for p in name.removesuffix(".py").replace("\\", "/").split("/") if p not in ("", "."))
         raise UserError(f"{where}: {at}: {name!r} is a file's path; name the module, like "
-                        f"\"{dotted}:{factory.split(':')[1]}\", with its folder in workload.path")
-    module = factory.split(":")[0].partition(".")[0]  # finding a submodule imports its package: user code
+                        f"\"{dotted}:{function}\", with its folder in workload.path")
+    module = name.partition(".")[0]  # finding a submodule imports its package: user code
     saved = list(sys.path)
     sys.path[:0] = paths
     try:

@@ -130,7 +130,7 @@ def trainer_arguments(user_args: dict, config: dict, device: torch.device) -> tu
     """The user's trainer settings, with bench's knobs and a trial's limits in place of the ones it owns."""
     kept = {k: instantiate(v) for k, v in user_args.items() if k not in BENCH_OWNS}
     callbacks = listed(kept.get("callbacks"))
-    kept["callbacks"] = [c for c in callbacks if not set_aside(c)]
+    kept["callbacks"] = [c for c in callbacks if not left_out(c)]
     args = {**kept,
             "precision": PRECISIONS[config.get("precision", "fp32")],
             "accumulate_grad_batches": int(config.get("accumulation", 1)),
@@ -142,11 +142,11 @@ def trainer_arguments(user_args: dict, config: dict, device: torch.device) -> tu
             "logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
             "enable_model_summary": False}
     dropped = sorted(k for k in user_args if k in BENCH_OWNS)
-    dropped += [f"callbacks: {type(c).__name__}" for c in callbacks if set_aside(c)]
+    dropped += [f"callbacks: {type(c).__name__}" for c in callbacks if left_out(c)]
     return args, dropped
 
 
-def set_aside(callback) -> bool:
+def left_out(callback) -> bool:
     """A callback of a kind a trial has turned off the need for (a subclass too, from either package): it
     would refuse the Trainer (no checkpointing, no logger, no validation) or stop it mid-measurement."""
     return any(cls.__name__ in TRIAL_DROPS for cls in type(callback).__mro__)
