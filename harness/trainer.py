@@ -124,14 +124,16 @@ class TrainerTrial(Trial):
         transforms.set_numerics(self.precision, self.config.get("cudnn_benchmark", False))
         self.cuda_graphs = transforms.uses_cuda_graphs(self.config.get("compile", "off"), self.device)
         self.gate = Gate()
-        self.reference = float("nan")
+        self.reference = [float("nan")] * 2
         self.meter_error: BaseException | None = None
         self.per_step: list[float] = []
         self.peak: int | None = None
 
-    def started(self, model, optimizer, reference: float) -> None:
-        """The Trainer placed the model and built its optimizer; the reference loss was taken."""
+    def started(self, model, optimizer, reference: list) -> None:
+        """The Trainer placed the model and built its optimizer; the reference loss was taken (`fp32_loss`'s
+        pair). Called right before the first micro-batch's forward, which it seeds."""
         self.reference = reference
+        self.seed_first_forward()
         self.opt = optimizer
         self.params = list(model.parameters())
         self.memory["weights"] = measure.tensor_bytes(list(model.parameters()) + list(model.buffers()))

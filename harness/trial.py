@@ -123,6 +123,8 @@ class Trial:
         self.figures = reuse.Figures(job.get("reuse_dir"), job.get("trial"))
         self.world = 1  # processes training together (harness.distributed)
         self.untouched = None  # on a CPU, the untouched weights' file until the reference is taken (reference_pass)
+        self.first_forward_seed = int(job.get("seed", 0))
+        self.forward_seeded = False  # seed_first_forward: done before the first forward
         self.meter = Meter(self.step, self.device, heartbeat, job["measure"], self.footprint, self.timing,
                            self.across_ranks)
 
@@ -202,7 +204,7 @@ class Trial:
         self.training_parts(model)
         self.timing["setup_s"] = time.perf_counter() - self.t_setup
 
-    def reference_pass(self) -> float | None:
+    def reference_pass(self) -> list | None:
         """The fp32 reference loss, on the untouched model placed on the device (harness.distributed's
         FSDP ranks take it from their sharded model instead: the whole model never fits one rank).
 
@@ -221,7 +223,7 @@ class Trial:
             torch.save(model.state_dict(), self.untouched.name)
         return filed
 
-    def deferred_reference(self) -> float:
+    def deferred_reference(self) -> list:
         """The reference loss reference_pass left for after the measured steps: the untouched weights in
         a model built again, the memory wall down (the trained model is still held)."""
         t0 = time.perf_counter()
@@ -235,7 +237,7 @@ class Trial:
         except Exception:  # the measurement stands; only the check against the reference is lost
             print("bench: the fp32 reference loss could not be taken after the measured steps; the first loss is "
                   "not checked against it:\n" + traceback.format_exc(), file=sys.stderr, flush=True)
-            return float("nan")
+            return [float("nan")] * 2
         finally:
             self.untouched = None
             self.timing["reference_s"] = self.timing.get("reference_s", 0.0) + time.perf_counter() - t0
@@ -300,6 +302,8 @@ class Trial:
             if self.cuda_graphs:  # each micro-batch is a new graph replay; its backward already ran
                 torch.compiler.cudagraph_mark_step_begin()
             self.sync_gradients(i == self.accum - 1)
+            if not self.forward_seeded:
+                self.seed_first_forward()
             with self.autocast:
                 loss = one_number(self.loss_of(batch))
             self.scaler.scale(loss / self.accum).backward()
@@ -308,24 +312,46 @@ class Trial:
         self.scaler.update()
         self.opt.zero_grad(set_to_none=not self.cuda_graphs)  # graphs: keep owned .grad (transforms.own_gradients)
 
-    def reference_loss(self, model, filed_only: bool = False) -> float | None:
-        """fp32 eager loss of the untouched model on the first batch: what every precision must match.
+    def reference_loss(self, model, filed_only: bool = False) -> list | None:
+        """fp32 eager loss of the untouched model on the first batch: what every precision must match
+        (`fp32_loss`: the loss and the same redrawn).
 
         Reused from an earlier trial only for the same weights and batch (their sums are in the key),
         so a factory that builds differently each time still gets its own reference. `filed_only`: the
         filed one, or None (nothing measured).
         """
         batch = transforms.to_device(self.sample_batch(self.wl.dataset, self.wl.collate), self.device, False)
-        key = {**self.figure_key(), "weights_and_batch": fingerprint([*model.parameters(), *model.buffers(), batch])}
+        key = {**self.figure_key(), "weights_and_batch": fingerprint([*model.parameters(), *model.buffers(), batch]),
+               "redrawn": True}  # a reference filed before it came with its redrawn twin is not this figure
         return self.figures.get("reference", key, (lambda: None) if filed_only else lambda: self.fp32_loss(model, batch))
 
-    def fp32_loss(self, model, batch) -> float:
+    def fp32_loss(self, model, batch) -> list[float]:
         buffers = [(b, b.clone()) for b in model.buffers()]  # keep BatchNorm stats as they were
-        with torch.no_grad():
-            loss = float(one_number(self.wl.loss(model, batch)))
-            for b, saved in buffers:
-                b.copy_(saved)
-        return loss
+
+        def loss() -> float:
+            with torch.no_grad():
+                value = float(one_number(self.wl.loss(model, batch)))
+                for b, saved in buffers:
+                    b.copy_(saved)
+            return value
+        return self.drawn_twice(loss)
+
+    def drawn_twice(self, loss) -> list:
+        """`loss()` with the random numbers the first step's forward draws (`seed_first_forward`), then with
+        others: the two are equal unless the loss draws random numbers (diffusion noise, dropout), and
+        their distance says how much those draws move it. The generators are left as they were."""
+        return [self.at_seed(loss, self.first_forward_seed), self.at_seed(loss, self.first_forward_seed + 1)]
+
+    def at_seed(self, fn, seed: int):
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(seed)
+            return fn()
+
+    def seed_first_forward(self) -> None:
+        """Right before the first micro-batch's forward (after its batch was drawn: a DataLoader draws a
+        seed as it starts), so that a loss that draws random numbers draws the reference's."""
+        torch.manual_seed(self.first_forward_seed)
+        self.forward_seeded = True
 
     def warn_if_cold_autotune(self) -> None:
         """max-autotune benchmarks every GEMM/conv candidate on its first compile: minutes where the
@@ -426,7 +452,9 @@ class Trial:
                    "p90": eff_batch / step["p10"]}
         tokens = self.wl.tokens_per_sample
         self.timing.update(step_s=step, wall_s=wall)
-        status, reason = self.numerics(losses, reference)
+        reference, redrawn = reference or (None, None)
+        unchecked = self.reference_unchecked(reference, redrawn)
+        status, reason = self.numerics(losses, None if unchecked else reference)
         error = {"type": "diverged", "message": reason} if reason else None
         over = self.footprint.over_budget(peak)
         if over:
@@ -442,7 +470,8 @@ class Trial:
             "peak_memory": peak, "memory": self.memory, "timing": self.timing, "cuda_graphs": self.graphs_used(),
             "flops": self.flops(step["median"], env), "env": env, "workload": self.job["workload"],
             "adapter": self.wl.about or None,
-            "loss": {"reference": reference, "first": losses[0] if losses else None,
+            "loss": {"reference": reference, "redrawn": redrawn, "unchecked": unchecked,
+                     "first": losses[0] if losses else None,
                      "last": losses[-1] if losses else None, "finite": all(map(math.isfinite, losses)),
                      "steps": len(losses), "scatter": loss_scatter(losses)},
             "error": error,
@@ -454,13 +483,28 @@ class Trial:
         skips = transforms.cuda_graph_skips() if self.cuda_graphs else 0
         return {"wanted": self.cuda_graphs, "used": self.cuda_graphs and skips == 0, "skipped_graphs": skips}
 
-    def numerics(self, losses, reference) -> tuple[str, str | None]:
+    def reference_unchecked(self, reference, redrawn) -> str | None:
+        """Why the first loss is not held to the fp32 reference; None when it is."""
+        if reference is None:
+            return "the first batch gave no loss to take a reference from (training_step returned None)"
+        if not math.isfinite(reference):
+            return "the fp32 reference loss could not be taken (the trial's log says why)"
+        moved = abs(redrawn - reference) / max(abs(reference), 1e-3)
+        if self.config.get("compile", "off") != "off" and moved > self.loss_tolerance() / 4:
+            return (f"the loss draws random numbers (other draws move the fp32 reference {moved:.0%}) and compiled "
+                    "kernels draw their own; non-finite and growing losses are still caught")
+        return None
+
+    def loss_tolerance(self) -> float:
+        return float(self.job["measure"].get("loss_tolerance", 0.25))
+
+    def numerics(self, losses, reference: float | None) -> tuple[str, str | None]:
         """A config whose loss is non-finite, or far from the fp32 reference at step 0, is broken."""
         if not all(map(math.isfinite, losses)):
             bad = next(i for i, x in enumerate(losses) if not math.isfinite(x))
             return record.DIVERGED, f"loss became {losses[bad]} at micro-step {bad}"
-        tol = float(self.job["measure"].get("loss_tolerance", 0.25))
-        if math.isfinite(reference) and abs(losses[0] - reference) > tol * max(abs(reference), 1e-3):
+        tol = self.loss_tolerance()
+        if reference is not None and abs(losses[0] - reference) > tol * max(abs(reference), 1e-3):
             return record.DIVERGED, f"first loss {losses[0]:.4g} departs from the fp32 reference {reference:.4g}"
         if losses[-1] > 10 * max(losses[0], 1e-3):
             return record.DIVERGED, f"loss grew from {losses[0]:.4g} to {losses[-1]:.4g}"

@@ -181,6 +181,55 @@ def test_a_batch_or_loss_of_the_wrong_shape_is_said_in_the_model_forms_terms(tmp
     assert record["status"] == "error" and said in record["error"]["message"], record["error"]
 
 
+DENOISER = """\
+import torch
+from torch import nn
+
+
+class Denoiser(nn.Module):
+    \"\"\"Trained as diffusion models are: each forward draws a noise level per sample and the noise.\"\"\"
+    def __init__(self, width=32):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(16, width), nn.GELU(), nn.Linear(width, 16))
+
+    def forward(self, x):
+        level = 3 * torch.rand(x.shape[0], 1)
+        return self.net(x + level * torch.randn_like(x))
+
+
+def clean_batch(batch_size):
+    x = torch.randn(batch_size, 16)
+    return x, x.clone()
+"""
+
+
+def denoiser_spec(folder, **search):
+    (folder / "denoiser.py").write_text(DENOISER)
+    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
+    spec["workload"] = {"model": "denoiser:Denoiser", "loss": "torch.nn.functional:mse_loss",
+                        "batch": "denoiser:clean_batch", "path": ".", "params": {}}
+    spec["search"] = {"batch_size": [4], **search}
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
+
+
+def test_a_loss_that_draws_random_numbers_is_checked_against_a_reference_with_the_same_draws(tmp_path, monkeypatch):
+    """A diffusion-style loss (a noise level and noise drawn in each forward) was marked diverged at fp32:
+    the reference drew other numbers than the first step (here 2.02 against 1.34)."""
+    denoiser_spec(copy_example("unet", tmp_path, monkeypatch))
+    record = trial("batch_size=4")
+    assert record["status"] == "ok", record["error"]
+    assert record["loss"]["first"] == pytest.approx(record["loss"]["reference"], rel=1e-5)
+    assert abs(record["loss"]["redrawn"] - record["loss"]["reference"]) > 1e-3  # it does draw: the case is real
+
+
+def test_a_compiled_random_loss_is_not_checked_against_eager_draws_and_says_so(tmp_path, monkeypatch):
+    """Inductor draws its own random numbers: no seed makes a compiled forward draw the eager reference's."""
+    denoiser_spec(copy_example("unet", tmp_path, monkeypatch), compile=["default"])
+    record = trial("batch_size=4", "compile=default")
+    assert record["status"] == "ok", record["error"]
+    assert "draws random numbers" in record["loss"]["unchecked"]
+
+
 # ---- a LightningCLI project: module + datamodule + trainer from config.yaml, trained in lightning.Trainer ---
 
 SMALL_CHARLM = """\
@@ -267,6 +316,35 @@ def test_a_training_step_that_skips_a_batch_is_measured(tmp_path, monkeypatch):
     (folder / "config.yaml").write_text(SMALL_CHARLM.replace("charlm.CharLM", "skippy.Skippy"))
     record = json.loads(run("trial", "sweep.yaml", "--device", "cpu").stdout)
     assert record["status"] == "ok" and record["throughput"] > 0, record["error"]
+
+
+def test_a_lightning_loss_that_draws_random_numbers_is_checked_against_the_same_draws(tmp_path, monkeypatch):
+    """The reference came from training_step under other random draws than the Trainer's first step."""
+    pytest.importorskip("lightning")
+    folder = copy_example("lightning", tmp_path, monkeypatch, search={"batch_size": [16]},
+                          trial={**FAST_TRIAL, "timeout": "240s", "stall": "120s"})
+    (folder / "noisy.py").write_text("import torch\nfrom charlm import CharLM\n\n\nclass Noisy(CharLM):\n"
+                                     "    def training_step(self, batch, batch_idx):\n"
+                                     "        level = 1 + 4 * torch.rand(())  # a noise level drawn per step\n"
+                                     "        return {'loss': super().training_step(batch, batch_idx)['loss'] * level}\n")
+    (folder / "config.yaml").write_text(SMALL_CHARLM.replace("charlm.CharLM", "noisy.Noisy"))
+    record = json.loads(run("trial", "sweep.yaml", "--device", "cpu").stdout)
+    assert record["status"] == "ok", record["error"]
+    assert record["loss"]["first"] == pytest.approx(record["loss"]["reference"], rel=1e-4)
+    assert record["loss"]["redrawn"] != pytest.approx(record["loss"]["reference"], rel=1e-3)
+
+
+def test_a_first_batch_skipped_by_training_step_leaves_the_loss_unchecked_and_says_so(tmp_path, monkeypatch):
+    pytest.importorskip("lightning")
+    folder = copy_example("lightning", tmp_path, monkeypatch, search={"batch_size": [16]},
+                          trial={**FAST_TRIAL, "timeout": "240s", "stall": "120s"})
+    (folder / "skippy.py").write_text("from charlm import CharLM\n\n\nclass Skippy(CharLM):\n"
+                                      "    def training_step(self, batch, batch_idx):\n"
+                                      "        return None if batch_idx % 3 == 0 else super().training_step(batch, batch_idx)\n")
+    (folder / "config.yaml").write_text(SMALL_CHARLM.replace("charlm.CharLM", "skippy.Skippy"))
+    record = json.loads(run("trial", "sweep.yaml", "--device", "cpu").stdout)
+    assert record["status"] == "ok" and record["throughput"] > 0, record["error"]
+    assert "training_step returned None" in record["loss"]["unchecked"]
 
 
 def test_lightning_optimizer_knob_is_refused_not_ignored(tmp_path, monkeypatch):
