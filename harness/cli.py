@@ -21,7 +21,7 @@ from rich.text import Text
 
 from harness import __version__, apply, busy, knobs, launch, ledger, nvml, pareto, record, report, spec as specs, storage as stores, study as studies
 from harness.errors import UserError
-from harness.record import Record
+from harness.record import Record, leak_words
 from harness.units import is_whole, parse_duration, parse_size, size
 from harness.workloads import WORKLOADS
 
@@ -516,11 +516,16 @@ def outcome(rec: dict, objective: str = "samples", budget: int | None = None) ->
             line += f" — noisy: its windows disagree beyond {pareto.NOISY_CV:.0%} CV, not ranked"
         if rec.get("busy"):
             line += " — measured on a busy machine"
+        if Record.of(rec).leak:
+            line += f" — {leak_words(Record.of(rec).leak)}: a leak?"
         return line + (f" — {rec['error']['message']}" if rec.get("error") else "")
     message = " ".join((rec.get("error") or {}).get("message", "").split())  # a C++ error's newlines: one line
+    leaked = Record.of(rec).leak
+    if leaked:  # before the message, which is cut
+        message = f"{leak_words(leaked)}: a leak? {message}"
     if status == "oom" and budget:  # torch's own line starts with the whole GPU's free memory, not the cap
-        return f"oom under the {size(budget)} budget: {message[:160]}"
-    return f"{status}: {message[:160]}"
+        return f"oom under the {size(budget)} budget: {message[:160 + 120 * bool(leaked)]}"
+    return f"{status}: {message[:160 + 120 * bool(leaked)]}"
 
 
 # ---- trial ---------------------------------------------------------------------------------------
@@ -671,7 +676,21 @@ SMOKE_WARNING = ("this study is a BENCH_QUICK smoke run (short measurements, tin
 
 def study_warnings(spec, rows: list[dict], info: dict) -> list[str]:
     """What every view of the study says before anyone acts on it: a smoke run, another model size."""
-    return [w for w in (SMOKE_WARNING if info.get("smoke") else None, size_warning(spec, rows)) if w]
+    return [w for w in (SMOKE_WARNING if info.get("smoke") else None, size_warning(spec, rows), leak_warning(rows)) if w]
+
+
+def leak_warning(rows: list[dict]) -> str | None:
+    """When the steps of some trial kept memory (harness.footprint.leak): its peak, and likely every
+    other's, is a short run's, and a long run needs more."""
+    leaked = [(r, Record.of(r).leak) for r in rows if r.get("status") in ("ok", "oom")]
+    leaked = [(r, found) for r, found in leaked if found]
+    if not leaked:
+        return None
+    rec, found = max(leaked, key=lambda pair: pair[1]["bytes_per_step"])
+    others = f" and {len(leaked) - 1} other{'s' if len(leaked) > 2 else ''}" if len(leaked) > 1 else ""
+    return (f"trial {rec.get('number')}{others}: {leak_words(found)}; something in the training code keeps each "
+            "step's tensors (a list they are appended to, a loss kept with its graph), and a long run needs more "
+            "memory than these peaks")
 
 
 def size_warning(spec, rows: list[dict]) -> str | None:

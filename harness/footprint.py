@@ -6,6 +6,8 @@ One probe per kind of device; a trial asks either the same five things, in this 
     peak()           the footprint so far, as harness.record defines it
     steady_window()  close the first steps' window (its peak kept as `first_step_peak`), give back
                      what their one-off work left cached, and start the steady state's peak
+    live()           bytes the steps hold between them (the C heap on a CPU, the allocator on a GPU),
+                     after each measured window: what `leak` reads
     read()           the record's footprint, after the last measured step
     over_budget(p)   why a trial that ran to the end still went over the budget (None: it did not)
 
@@ -19,6 +21,29 @@ import torch
 
 from harness import measure
 from harness.units import size
+
+LEAK_MIN_BYTES = 256 << 10
+"""A leak must have kept at least this much over the measured steps to be named, ..."""
+LEAK_MIN_PER_STEP = 1024
+"""... and this many bytes a step: bench's own bookkeeping keeps a few hundred (its list of losses)."""
+
+
+def leak(memory: dict, window_steps: int) -> dict | None:
+    """Memory the training steps keep, when they keep some: what stays live after each measured window
+    (`live_by_window`) grew in every window, by enough to matter (LEAK_MIN_*). A steady state frees at
+    the end of each step what the step made; a training loop that appends a tensor to a list, or keeps a
+    loss with its graph, grows by it every step, and a long run needs more than the trial's peak says.
+
+    The live bytes, not the resident peak: on a CPU the peak creeps up to 20% over a trial as glibc's
+    heap fragments (recorded landscapes), with nothing kept."""
+    live = memory.get("live_by_window") or []
+    if len(live) < 3 or None in live:
+        return None
+    grown = live[-1] - live[0]
+    steps = window_steps * (len(live) - 1)
+    if any(b <= a for a, b in zip(live, live[1:])) or grown < max(LEAK_MIN_BYTES, LEAK_MIN_PER_STEP * steps):
+        return None
+    return {"bytes": grown, "steps": steps, "bytes_per_step": grown / steps}
 
 
 class CpuFootprint:
@@ -40,6 +65,9 @@ class CpuFootprint:
 
     def peak(self) -> int:
         return measure.peak_rss_bytes() - self.memory["baseline_rss"]
+
+    def live(self) -> int | None:
+        return measure.heap_bytes()
 
     def steady_window(self) -> None:
         self.memory["first_step_peak"] = self.peak()
@@ -81,6 +109,9 @@ class CudaFootprint:
 
     def peak(self) -> int:
         return torch.cuda.max_memory_reserved(self.device) + (self.memory.get("context_bytes") or 0)
+
+    def live(self) -> int:
+        return torch.cuda.memory_allocated(self.device)
 
     def steady_window(self) -> None:
         """As on a CPU; and the wall now also makes room for what the first steps loaded outside the

@@ -6,6 +6,7 @@ Every figure here is read from the device, the allocator or the kernel; nothing 
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 import resource
@@ -82,6 +83,27 @@ def _quantile(ordered: list[float], q: float) -> float:
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def heap_bytes() -> int | None:
+    """Bytes the C heap has handed out and not had back (glibc's mallinfo2: in use in its arenas plus its
+    mmapped chunks): where a CPU tensor's storage lives. Unlike the resident size it drops when a
+    tensor is freed, whatever the heap keeps cached; None without glibc 2.33."""
+    try:
+        info = _libc().mallinfo2()
+    except (OSError, AttributeError):
+        return None
+    return info.uordblks + info.hblkhd
+
+
+@functools.cache
+def _libc():
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in
+                    "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = MallInfo2
+    return libc
 
 
 def peak_rss_bytes() -> int:

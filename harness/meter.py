@@ -102,13 +102,16 @@ class Meter:
         min_w, max_w = int(m.get("min_windows", 3)), int(m.get("max_windows", 12))
         target_cv, max_s = float(m.get("target_cv", 0.02)), float(m.get("max_seconds", 20))
         slow_below = float(m.get("slow_below") or 0)  # samples/s under which the config is out of the race
-        per_step, peaks, start, done = [], [], time.perf_counter(), 0
+        per_step, peaks, live, start, done = [], [], [], time.perf_counter(), 0
+        self.timing["window_steps"] = window_steps
+        self.footprint.memory["live_by_window"] = live  # filled as it goes: a leak that ends in an OOM shows before it
         while True:
             t0 = measure.now(self.device)
             for _ in range(window_steps):
                 self.step()
             per_step.append(self.across_ranks((measure.now(self.device) - t0) / window_steps))
             peaks.append(self.footprint.peak())
+            live.append(self.footprint.live())
             done += window_steps
             self.hb.beat("measure", done)
             diverged = not all(map(math.isfinite, self.flush_losses()))  # no use timing it further

@@ -177,12 +177,31 @@ class Record:
         """Its figure is one warm-up step's (cut there as far slower than the best so far)."""
         return self.timing.get("windows") == 0
 
+    @property
+    def leak(self) -> dict | None:
+        """memory.leak (harness.footprint.leak): bytes the steps kept, over how many steps; None when they
+        kept none, or when a record edited by hand holds something else there."""
+        found = self.memory.get("leak") if isinstance(self.memory, dict) else None
+        if isinstance(found, dict) and all(isinstance(found.get(k), (int, float)) and not isinstance(found[k], bool)
+                                           and 0 < found[k] < FIGURE_LIMIT for k in LEAK_FIGURES):
+            return found
+        return None
+
     def to_dict(self) -> dict:
         """The record as JSON readers get it (every field, extras flattened back in)."""
         out = {k: v for k, v in asdict(self).items() if k not in ("extra", "tokens_stats")}
         out["tokens_per_s"] = self.tokens_stats or ({"median": self.tokens_per_s} if self.tokens_per_s else None)
         out["repeats"] = [asdict(r) for r in self.repeats] or None
         return {**self.extra, **out}
+
+
+LEAK_FIGURES = ("bytes", "steps", "bytes_per_step")
+
+
+def leak_words(found: dict) -> str:
+    """A leak (Record.leak) in a short clause: how much, over how many steps."""
+    return (f"memory the steps keep grew in every window, {found['bytes'] / 1024**2:.1f} MiB over {found['steps']:.0f} "
+            f"steps ({found['bytes_per_step'] / 1024:.1f} KiB a step)")
 
 
 FIGURES = ("throughput", "tokens_per_s", "peak_memory")

@@ -456,6 +456,7 @@ class Trial:
         unchecked = self.reference_unchecked(reference, redrawn)
         status, reason = self.numerics(losses, None if unchecked else reference)
         error = {"type": "diverged", "message": reason} if reason else None
+        self.memory["leak"] = footprint.leak(self.memory, self.timing.get("window_steps", 0))
         over = self.footprint.over_budget(peak)
         if over:
             status, error = record.OOM, {"type": "OverBudget", "message": over}
@@ -625,6 +626,9 @@ def main(argv: list[str]) -> int:
         code = record.EXIT_OK
     except (Exception, SystemExit) as exc:  # sys.exit() in the user's code is their error, with its message
         result, code = failed(job, exc)
+        leaked = trial and result["status"] == record.OOM and footprint.leak(trial.memory, trial.timing.get("window_steps", 0))
+        if leaked:  # a leak that ran into the wall: said as one
+            result["memory"] = {"leak": leaked}
     # a failed trial keeps the phases it got through, so a sweep's time breakdown can count them
     result["timing"] = {**(trial.timing if trial else {}), **(result.get("timing") or {}), "started_at": started_at}
     record.write_atomic(result_path, result)

@@ -408,6 +408,21 @@ def test_old_records_read_through_the_typed_record():
     assert Record.of({**old, "version": VERSION}).version == VERSION
 
 
+@pytest.mark.parametrize("leak, read", [
+    ({"bytes": 2**20, "steps": 4, "bytes_per_step": 2**18}, True),
+    ("lots", False), ({"bytes": "1 MiB", "steps": 4, "bytes_per_step": 2**18}, False),
+    ({"bytes": 2**20, "steps": True, "bytes_per_step": 2**18}, False), ({"bytes": 2**20, "steps": 4}, False),
+])
+def test_a_leak_is_read_only_where_the_record_holds_one_and_a_hand_edited_one_is_not(leak, read):
+    """The trial line, the report and apply format its figures: a word there would be a TypeError in all three."""
+    from harness.cli import leak_warning
+    from harness.record import Record
+    row = {"status": "ok", "number": 3, "throughput": 10.0, "peak_memory": 5, "memory": {"leak": leak}}
+    assert (Record.of(row).leak is not None) == read
+    assert (leak_warning([row]) or "").startswith("trial 3: memory the steps keep grew in every window, 1.0 MiB "
+                                                  "over 4 steps (256.0 KiB a step)") == read
+
+
 @pytest.mark.parametrize("status, said", [
     ("interrupted", "nothing ran to a result yet: run the same `bench sweep` to resume"),
     ("crash", "no trial trained: see the statuses"),

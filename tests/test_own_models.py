@@ -230,6 +230,69 @@ def test_a_compiled_random_loss_is_not_checked_against_eager_draws_and_says_so(t
     assert "draws random numbers" in record["loss"]["unchecked"]
 
 
+KEEPER = """\
+import torch
+from torch import nn
+
+KEPT = []
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(32, 256), nn.GELU(), nn.Linear(256, 256))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def loss_keeping_features(features, target):
+    KEPT.append(features.detach().clone())  # for an epoch-end metric: 256 KiB kept a step at batch 256
+    return torch.nn.functional.mse_loss(features, target)
+
+
+def batch(batch_size):
+    return torch.randn(batch_size, 32), torch.randn(batch_size, 256)
+"""
+
+
+def test_memory_the_steps_keep_is_named_a_leak_in_the_trial_line_and_the_report(tmp_path, monkeypatch):
+    """A loop that keeps each step's tensors read as ok, its peak a short run's: a long run needs more."""
+    folder = copy_example("unet", tmp_path, monkeypatch, trials=1, trial={**FAST_TRIAL, "min_windows": 3})
+    (folder / "keeper.py").write_text(KEEPER)
+    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
+    spec["workload"] = {"model": "keeper:Encoder", "loss": "keeper:loss_keeping_features", "batch": "keeper:batch",
+                        "path": ".", "params": {}}
+    spec["search"] = {"batch_size": [256]}  # seen over 2 steps on a busy machine (3 windows of 1 step)
+    del spec["apply"]
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    swept = run("sweep", "sweep.yaml", "--device", "cpu")
+    assert swept.exit_code == 0 and "a leak?" in swept.output, swept.output
+    rows = json.loads(run("report", "--format", "json").output)
+    leak = rows[0]["memory"]["leak"]
+    assert 256 * 1024 <= leak["bytes_per_step"] < 300 * 1024 and leak["steps"] >= 2
+    assert "trial 0: memory the steps keep grew in every window" in run("report").output
+    (folder / "keeper.py").write_text(KEEPER.replace("    KEPT.append", "    # KEPT.append"))
+    assert trial("batch_size=256")["memory"]["leak"] is None
+
+
+def test_a_leak_that_runs_into_the_memory_wall_is_said_with_its_oom(tmp_path, monkeypatch):
+    """It read as this config's OOM, as if a smaller batch would fit; the steps' growth before it says why."""
+    folder = copy_example("unet", tmp_path, monkeypatch, trial={
+        **FAST_TRIAL, "window": "10ms", "min_windows": 3, "max_windows": 1000, "target_cv": 0.000001,
+        "max_seconds": 60})
+    (folder / "keeper.py").write_text(KEEPER)
+    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
+    spec["workload"] = {"model": "keeper:Encoder", "loss": "keeper:loss_keeping_features", "batch": "keeper:batch",
+                        "path": ".", "params": {}}
+    spec["search"] = {"batch_size": [256]}  # the 96 MiB wall within some 300 steps
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    result = run("trial", "sweep.yaml", "--device", "cpu", "--memory-budget", "96MiB")
+    record = json.loads(result.stdout)
+    assert record["status"] == "oom" and record["memory"]["leak"]["bytes_per_step"] >= 256 * 1024, record
+    assert "oom under the 96.0 MiB budget: memory the steps keep grew in every window" in result.stderr
+
+
 # ---- a LightningCLI project: module + datamodule + trainer from config.yaml, trained in lightning.Trainer ---
 
 SMALL_CHARLM = """\
