@@ -410,6 +410,26 @@ def test_a_first_batch_skipped_by_training_step_leaves_the_loss_unchecked_and_sa
     assert "training_step returned None" in record["loss"]["unchecked"]
 
 
+def test_a_lightning_module_that_reads_its_logger_is_measured(tmp_path, monkeypatch):
+    """A trial's Trainer had logger=False, so self.logger was None: 'NoneType' object has no attribute
+    'experiment' in every trial, and the sweep told the user to fix their code."""
+    pytest.importorskip("lightning")
+    folder = copy_example("lightning", tmp_path, monkeypatch, search={"batch_size": [16]},
+                          trial={**FAST_TRIAL, "timeout": "240s", "stall": "120s"})
+    (folder / "logged.py").write_text(
+        "import os\nfrom charlm import CharLM\n\n\nclass Logged(CharLM):\n"
+        "    def on_train_start(self):\n"
+        "        self.logger.log_hyperparams({'dim': self.hparams.dim})\n"
+        "        assert os.path.isdir(self.trainer.log_dir), self.trainer.log_dir\n"
+        "    def training_step(self, batch, batch_idx):\n"
+        "        out = super().training_step(batch, batch_idx)\n"
+        "        self.logger.experiment.add_scalar('loss', out['loss'].item(), self.global_step)\n"
+        "        return out\n")
+    (folder / "config.yaml").write_text(SMALL_CHARLM.replace("charlm.CharLM", "logged.Logged"))
+    record = json.loads(run("trial", "sweep.yaml", "--device", "cpu").stdout)
+    assert record["status"] == "ok" and record["throughput"] > 0, record["error"]
+
+
 def test_lightning_optimizer_knob_is_refused_not_ignored(tmp_path, monkeypatch):
     pytest.importorskip("lightning")
     copy_example("lightning", tmp_path, monkeypatch, search={"batch_size": [16], "optimizer": ["fused"]})
