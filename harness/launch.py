@@ -185,8 +185,11 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
         if log_path is not None:
             save_log(log_path, log)
         result = record.read(result_path)
-        outcome = classify(proc.returncode, result, killed_for, log,
-                           in_steps_under_a_cpu_wall(job, read_heartbeat(Path(job["heartbeat"]))))
+        beat = read_heartbeat(Path(job["heartbeat"]))
+        killed_in = killed_phase(beat, job["config"]) if killed_for else None
+        if killed_for and killed_for.startswith(OVER_TIME):
+            killed_for = f"{killed_for} {KILLED_IN_WORDS[killed_in]}"
+        outcome = classify(proc.returncode, result, killed_for, log, in_steps_under_a_cpu_wall(job, beat))
         if result is None and not killed_for and getattr(proc, "server_died", False):
             outcome = failure(record.INTERRUPTED, SERVER_DIED, "the warm trial server was killed during the trial "
                               "(from outside: the trial did nothing wrong); it runs again", log)
@@ -194,6 +197,8 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
         timing["trial_wall_s"] = time.monotonic() - started
         timing["device_wait_s"] = waited
         timing["compile_cache"] = cache_state
+        if killed_in:
+            timing["killed_in"] = killed_in  # the phase its wall time went to (harness.report's time split)
         if "started_at" in timing:
             timing["startup_s"] = max(timing.pop("started_at") - launched_at, 0.0)
         outcome["start"] = start
@@ -271,7 +276,7 @@ def watch(proc: subprocess.Popen, limits: Limits, heartbeat: Path, on_beat=None)
             started, woke = started + stopped, now[1]
         last = now
         if now[0] - started > limits.timeout_s:
-            return f"exceeded the trial time limit of {limits.timeout_s:g}s"  # 0.4s, not "0s"
+            return f"{OVER_TIME} {limits.timeout_s:g}s"  # 0.4s, not "0s"
         beat = read_heartbeat(heartbeat)
         if on_beat:
             on_beat(beat)
@@ -287,6 +292,28 @@ def ended(proc, timeout: float) -> bool:
         return True
     except subprocess.TimeoutExpired:
         return False
+
+
+OVER_TIME = "exceeded the trial time limit of"
+KILLED_IN_WORDS = {
+    "start-up": "before the trial's own code ran (process start, imports)",
+    "build": "while building: the model, its data and the fp32 reference, before the first step (raise "
+             "trial.timeout if your model takes that long to build)",
+    "compile": "while compiling, in the first step",
+    "warm-up": "in its first steps (warm-up)",
+    "measuring": "in its measured steps",
+    "teardown": "after its measured steps (memory breakdown, fp32 reference, FLOP count)",
+}
+"""A killed trial's phase, as the time split names it, in words for its timeout's message."""
+
+
+def killed_phase(beat: dict | None, config: dict) -> str:
+    """The phase (as harness.report's time split names it) the trial's last heartbeat said it was in."""
+    phase = (beat or {}).get("phase")
+    if phase == "first_step":
+        return "compile" if config.get("compile", "off") != "off" else "warm-up"
+    return {"start": "build", "trainer_setup": "build", "warmup": "warm-up", "measure": "measuring",
+            "done": "teardown"}.get(phase, "start-up")
 
 
 def read_heartbeat(path: Path) -> dict | None:

@@ -87,6 +87,9 @@ def test_a_trial_that_ended_early_keeps_its_phases_and_the_rest_is_not_guessed()
     assert crashed == {"ended early": 5.0}
     oom = report.trial_phases({"trial_wall_s": 5.0, "startup_s": 0.1, "setup_s": 1.0})
     assert oom == {"start-up": 0.1, "build": 1.0, "ended early": pytest.approx(3.9)}
+    killed = report.trial_phases({"trial_wall_s": 5.0, "killed_in": "build"})  # its heartbeat said so
+    assert killed == {"build": 5.0}
+    assert report.trial_phases({"trial_wall_s": 5.0, "killed_in": "lunch"}) == {"ended early": 5.0}  # hand-edited
 
 
 def test_a_figure_is_reused_only_under_the_same_key(tmp_path):

@@ -169,7 +169,8 @@ def test_hang_is_a_timeout_by_the_stall_detector_before_the_time_limit(matrix):
 def test_hang_before_the_first_step_is_a_timeout_by_the_time_limit(matrix):
     out = matrix["hang_start"]
     assert out["rec"]["status"] == record.TIMEOUT
-    assert "exceeded the trial time limit of 8s" in error_of(out)["message"]
+    assert "exceeded the trial time limit of 8s while building: the model" in error_of(out)["message"]
+    assert out["rec"]["timing"]["killed_in"] == "build"  # the time split puts its 8 s there, not in "ended early"
     assert HANG_START_TIMEOUT_S <= out["elapsed"] < HANG_START_TIMEOUT_S + 10
 
 

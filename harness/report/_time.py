@@ -11,7 +11,8 @@ A trial's phases, from its record's `timing` (seconds, measured by the parent an
                 count, record, process exit
 
 A trial that ended before it measured (OOM, crash, timeout, error) keeps the phases it reported;
-the rest of its wall time is "ended early", never guessed into a phase.
+the rest of its wall time is "ended early", never guessed into a phase; the rest of one the sweep killed
+(timeout, stall) goes to the phase its last heartbeat named (`timing.killed_in`).
 """
 from __future__ import annotations
 
@@ -34,8 +35,9 @@ def trial_phases(timing: dict) -> dict[str, float]:
              "warm-up": first - compile_s + (timing.get("warmup_s") or 0.0) if first is not None else None,
              "measuring": timing.get("measure_s")}
     out = {name: max(v, 0.0) for name, v in known.items() if v is not None}
-    rest = "teardown" if "measuring" in out else "ended early"
-    out[rest] = max(wall - sum(out.values()), 0.0)
+    killed_in = timing.get("killed_in")
+    rest = "teardown" if "measuring" in out else killed_in if killed_in in PHASES else "ended early"
+    out[rest] = out.get(rest, 0.0) + max(wall - sum(out.values()), 0.0)
     return out
 
 
