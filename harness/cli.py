@@ -499,7 +499,7 @@ class RunningTrial:
 
 
 def outcome(rec: dict, objective: str = "samples", budget: int | None = None) -> str:
-    status = rec["status"]
+    status, leaked = rec["status"], Record.of(rec).leak
     if status in ("ok", "diverged") and rec.get("throughput"):
         t, cv = rec.get("timing") or {}, Record.of(rec).step_cv
         rate = pareto.speed(rec, objective)  # the figure "best so far" compares
@@ -516,11 +516,12 @@ def outcome(rec: dict, objective: str = "samples", budget: int | None = None) ->
             line += f" — noisy: its windows disagree beyond {pareto.NOISY_CV:.0%} CV, not ranked"
         if rec.get("busy"):
             line += " — measured on a busy machine"
-        if Record.of(rec).leak:
-            line += f" — {leak_words(Record.of(rec).leak)}: a leak?"
+        if leaked:
+            line += f" — {leak_words(leaked)}: a leak?"
+        if (rec.get("loss") or {}).get("unchecked"):
+            line += " — its first loss is not held to the fp32 reference (the record's loss.unchecked says why)"
         return line + (f" — {rec['error']['message']}" if rec.get("error") else "")
     message = " ".join((rec.get("error") or {}).get("message", "").split())  # a C++ error's newlines: one line
-    leaked = Record.of(rec).leak
     if leaked:  # before the message, which is cut
         message = f"{leak_words(leaked)}: a leak? {message}"
     if status == "oom" and budget:  # torch's own line starts with the whole GPU's free memory, not the cap

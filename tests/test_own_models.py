@@ -225,9 +225,11 @@ def test_a_loss_that_draws_random_numbers_is_checked_against_a_reference_with_th
 def test_a_compiled_random_loss_is_not_checked_against_eager_draws_and_says_so(tmp_path, monkeypatch):
     """Inductor draws its own random numbers: no seed makes a compiled forward draw the eager reference's."""
     denoiser_spec(copy_example("unet", tmp_path, monkeypatch), compile=["default"])
-    record = trial("batch_size=4", "compile=default")
+    result = run("trial", "sweep.yaml", "--device", "cpu", "--set", "batch_size=4", "--set", "compile=default")
+    record = json.loads(result.stdout)
     assert record["status"] == "ok", record["error"]
     assert "draws random numbers" in record["loss"]["unchecked"]
+    assert "its first loss is not held to the fp32 reference" in result.stderr  # the trial's line says it
 
 
 KEEPER = """\
