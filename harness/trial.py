@@ -123,7 +123,7 @@ class Trial:
         self.figures = reuse.Figures(job.get("reuse_dir"), job.get("trial"))
         self.world = 1  # processes training together (harness.distributed)
         self.untouched = None  # on a CPU, the untouched weights' file until the reference is taken (reference_pass)
-        self.first_forward_seed = int(job.get("seed", 0))
+        self.first_forward_seed = int(job.get("seed", 0)) + 1  # not the build's: its draws would echo the weights' init
         self.forward_seeded = False  # seed_first_forward: done before the first forward
         self.meter = Meter(self.step, self.device, heartbeat, job["measure"], self.footprint, self.timing,
                            self.across_ranks)
