@@ -322,7 +322,7 @@ class Trial:
         """
         batch = transforms.to_device(self.sample_batch(self.wl.dataset, self.wl.collate), self.device, False)
         key = {**self.figure_key(), "weights_and_batch": fingerprint([*model.parameters(), *model.buffers(), batch]),
-               "redrawn": True}  # a reference filed before it came with its redrawn twin is not this figure
+               "drawn_at": self.first_forward_seed}  # the seed of its random draws (none in a reference filed before)
         return self.figures.get("reference", key, (lambda: None) if filed_only else lambda: self.fp32_loss(model, batch))
 
     def fp32_loss(self, model, batch) -> list[float]:
