@@ -334,6 +334,8 @@ def test_lightning_cli_project_tunes_and_applies_with_only_a_spec(tmp_path, monk
     baseline = next(r for r in rows if r["baseline"])
     assert (baseline["config"]["batch_size"], baseline["config"]["accumulation"]) == (16, 2)  # read from init_args
     assert all(r["adapter"]["loop"] == "lightning.Trainer" for r in rows)
+    trainer = rows[0]["adapter"]["trainer"]  # a progress bar redrawn every step cost 10% of a step's time
+    assert trainer["enable_progress_bar"] is False and trainer["enable_model_summary"] is False
     applied = CliRunner().invoke(main, ["apply", "best"], catch_exceptions=False)
     if applied.exit_code == 2 and NOISE_REFUSAL in applied.output:  # a busy machine: no best to act on, said so
         applied = CliRunner().invoke(main, ["apply", str(rows[-1]["number"])], catch_exceptions=False)
@@ -423,6 +425,7 @@ def test_a_lightning_module_that_reads_its_logger_is_measured(tmp_path, monkeypa
         "    def on_train_start(self):\n"
         "        self.logger.log_hyperparams({'dim': self.hparams.dim})\n"
         "        assert os.path.isdir(self.trainer.log_dir), self.trainer.log_dir\n"
+        "        os.makedirs(os.path.join(self.logger.log_dir, 'samples'))  # where it saves images as it trains\n"
         "    def training_step(self, batch, batch_idx):\n"
         "        out = super().training_step(batch, batch_idx)\n"
         "        self.logger.experiment.add_scalar('loss', out['loss'].item(), self.global_step)\n"
@@ -430,6 +433,7 @@ def test_a_lightning_module_that_reads_its_logger_is_measured(tmp_path, monkeypa
     (folder / "config.yaml").write_text(SMALL_CHARLM.replace("charlm.CharLM", "logged.Logged"))
     record = json.loads(run("trial", "sweep.yaml", "--device", "cpu").stdout)
     assert record["status"] == "ok" and record["throughput"] > 0, record["error"]
+    assert "logs nothing" in record["adapter"]["trainer"]["logger"]
 
 
 def test_lightning_optimizer_knob_is_refused_not_ignored(tmp_path, monkeypatch):

@@ -92,9 +92,10 @@ def fit(module, data_cls, data_params, batch_fn, params, user_args, blocks, abou
     args, dropped = trainer_arguments(user_args, config, trial.device)
     if dropped:
         about["trainer_args_set_by_bench"] = dropped
-    about["trainer"] = {k: v for k, v in args.items() if k not in ("callbacks", "default_root_dir")}
+    about["trainer"] = {**args, "logger": "one that logs nothing (Lightning's DummyLogger)"}
+    del about["trainer"]["callbacks"]
     with tempfile.TemporaryDirectory(prefix="bench-lightning-") as root:
-        trainer = L.Trainer(**{**args, "logger": quiet_logger(root)}, default_root_dir=root)
+        trainer = L.Trainer(**args, logger=quiet_logger(root), default_root_dir=root)
         trainer.callbacks.append(meter_callback(L, trial, trainer.accumulate_grad_batches))
         trainer.fit(module, datamodule=datamodule, **loaders)
 
@@ -102,13 +103,11 @@ def fit(module, data_cls, data_params, batch_fn, params, user_args, blocks, abou
 def quiet_logger(root: str):
     """A logger that logs nothing (Lightning's own DummyLogger, which the tuner uses), in place of the
     user's: a module that reads self.logger (log_hyperparams, experiment.add_image) runs as it would,
-    and trainer.log_dir is the trial's folder, as without a logger."""
+    and every folder it names (self.logger.log_dir, trainer.log_dir) is the trial's."""
     from lightning.pytorch.loggers.logger import DummyLogger
 
     class QuietLogger(DummyLogger):
-        @property
-        def save_dir(self) -> str:
-            return root
+        save_dir = root_dir = log_dir = property(lambda self: root)
     return QuietLogger()
 
 
@@ -152,8 +151,7 @@ def trainer_arguments(user_args: dict, config: dict, device: torch.device) -> tu
             **processes(config, device),
             "max_epochs": -1, "max_steps": max(int(user_args.get("max_steps") or -1), TRIAL_MAX_STEPS),
             "limit_val_batches": 0, "num_sanity_val_steps": 0,
-            "logger": False, "enable_checkpointing": False,  # logger: fit gives it one that logs nothing "enable_progress_bar": False,
-            "enable_model_summary": False}
+            "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False}
     dropped = sorted(k for k in user_args if k in BENCH_OWNS)
     dropped += [f"callbacks: {type(c).__name__}" for c in callbacks if left_out(c)]
     return args, dropped
