@@ -28,11 +28,23 @@ LEAK_MIN_PER_STEP = 1024
 """... and this many bytes a step: bench's own bookkeeping keeps a few hundred (its list of losses)."""
 
 
+LEAK_STEADY = 0.5
+"""... and grew in the second half of the windows at least this share of what it grew in the first: a
+leak grows with every step, a cache that fills (oneDNN's primitives, one per batch shape) slows down."""
+
+
+def at(values: list, position: float) -> float:
+    """`values` read at a fractional index, between its neighbours."""
+    low = int(position)
+    return values[low] + (position - low) * (values[min(low + 1, len(values) - 1)] - values[low])
+
+
 def leak(memory: dict, window_steps: int) -> dict | None:
     """Memory the training steps keep, when they keep some: what stays live after each measured window
-    (`live_by_window`) grew in every window, by enough to matter (LEAK_MIN_*). A steady state frees at
-    the end of each step what the step made; a training loop that appends a tensor to a list, or keeps a
-    loss with its graph, grows by it every step, and a long run needs more than the trial's peak says.
+    (`live_by_window`) grew in every window, by enough to matter, and as fast at the end (LEAK_*). A
+    steady state frees at the end of each step what the step made; a training loop that appends a tensor
+    to a list, or keeps a loss with its graph, grows by it every step, and a long run needs more than the
+    trial's peak says.
 
     The live bytes, not the resident peak: on a CPU the peak creeps up to 20% over a trial as glibc's
     heap fragments (recorded landscapes), with nothing kept."""
@@ -42,6 +54,10 @@ def leak(memory: dict, window_steps: int) -> dict | None:
     grown = live[-1] - live[0]
     steps = window_steps * (len(live) - 1)
     if any(b <= a for a, b in zip(live, live[1:])) or grown < max(LEAK_MIN_BYTES, LEAK_MIN_PER_STEP * steps):
+        return None
+    half = (len(live) - 1) / 2  # intervals in each half: a cache that fills (one per batch shape) slows down
+    early, late = at(live, half) - live[0], live[-1] - at(live, half)
+    if late < LEAK_STEADY * early:
         return None
     return {"bytes": grown, "steps": steps, "bytes_per_step": grown / steps}
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, launch, pareto
+from harness import cli, footprint, launch, pareto
 from harness.record import Record
 from harness.spec import Measure
 
@@ -308,3 +308,17 @@ def test_the_loss_is_in_the_compiled_graph_with_the_model(monkeypatch):
     assert len(graphs) == 1
     ops = {str(n.target) for n in graphs[0].graph.nodes if n.op in ("call_function", "call_module")}
     assert any("linear" in op for op in ops) and any("cross_entropy" in op for op in ops), ops
+
+
+@pytest.mark.parametrize("live, kept", [
+    ([0, 1, 2, 3], True),  # MiB after each window: a tensor kept every step
+    ([0, 1, 2], True),
+    ([0, 4.8, 6.0, 6.8], False),  # a cache filling up, one entry per batch shape (an audit's padded batches)
+    ([0, 1, 1, 2], False),  # not in every window
+    ([0, 0.05, 0.1, 0.15], False),  # under 256 KiB over the trial
+])
+def test_a_leak_is_growth_in_every_window_that_does_not_slow_down(live, kept):
+    found = footprint.leak({"live_by_window": [int(m * 2**20) for m in live]}, 10)
+    assert (found is not None) == kept
+    if kept:
+        assert found["steps"] == 10 * (len(live) - 1) and found["bytes_per_step"] == pytest.approx(2**20 / 10)
