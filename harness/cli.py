@@ -475,7 +475,8 @@ class LiveProgress(studies.Progress):
         self.say(f"    {message}" if self.running else message)
 
 
-PHASES = {"start": "build", "first_step": "first step", "warmup": "warm-up", "measure": "measure", "done": "finish"}
+PHASES = {"start": "build", "first_step": "first step", "warmup": "warm-up", "measure": "measure", "teardown": "finish",
+          "done": "finish"}
 
 
 class RunningTrial:

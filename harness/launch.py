@@ -297,12 +297,12 @@ def ended(proc, timeout: float) -> bool:
 OVER_TIME = "exceeded the trial time limit of"
 KILLED_IN_WORDS = {
     "start-up": "before the trial's own code ran (process start, imports)",
-    "build": "while building: the model, its data and the fp32 reference, before the first step (raise "
-             "trial.timeout if your model takes that long to build)",
+    "build": "while building the model, its data and its fp32 reference (raise trial.timeout if that takes this long)",
     "compile": "while compiling, in the first step",
     "warm-up": "in its first steps (warm-up)",
     "measuring": "in its measured steps",
-    "teardown": "after its measured steps (memory breakdown, fp32 reference, FLOP count)",
+    "teardown": "after its measured steps (memory breakdown, fp32 reference, FLOP count: a CPU trial builds your "
+                "model twice more there)",
 }
 """A killed trial's phase, as the time split names it, in words for its timeout's message."""
 
@@ -313,7 +313,7 @@ def killed_phase(beat: dict | None, config: dict) -> str:
     if phase == "first_step":
         return "compile" if config.get("compile", "off") != "off" else "warm-up"
     return {"start": "build", "trainer_setup": "build", "warmup": "warm-up", "measure": "measuring",
-            "done": "teardown"}.get(phase, "start-up")
+            "teardown": "teardown", "done": "teardown"}.get(phase, "start-up")
 
 
 def read_heartbeat(path: Path) -> dict | None:

@@ -162,6 +162,7 @@ class TrainerTrial(Trial):
         if not self.per_step:
             raise UserFacingError(f"the Trainer ended after {len(self.meter.losses)} micro-batches, before bench had "
                                   "measured its steps")
+        self.hb.beat("teardown")
         self.memory.setdefault("breakdown", None)  # the Trainer ended on its own right after the measured steps
         return self.record(self.per_step, self.peak, self.meter.losses, self.reference, time.perf_counter() - t_start)
 

@@ -430,6 +430,7 @@ class Trial:
         self.build_training()
         self.warm_up()
         per_step = self.meter.windows(self.samples_per_step())
+        self.hb.beat("teardown")  # a trial killed from here on was past its steps (harness.launch.killed_phase)
         peak = self.footprint.read()
         losses = self.meter.losses
         self.take_breakdown()

@@ -30,8 +30,9 @@ from tests.conftest import FAULTY_DIR, faulty_spec
 TIMEOUT_S = 30.0  # the overall limit; the stall detector must fire well before it
 STALL_S = 3.0
 HANG_START_TIMEOUT_S = 8.0  # a trial hanging before its first step only meets the overall limit
-MATRIX_FAULTS = ("none", "segfault", "abort", "raise", "hang", "hang_start", "exit0", "spam", "grandchild", "inf",
-                 "build_error", "sigterm")
+HANG_REBUILD_TIMEOUT_S = 20.0  # time to reach its measured steps' end on a busy machine
+MATRIX_FAULTS = ("none", "segfault", "abort", "raise", "hang", "hang_start", "hang_rebuild", "exit0", "spam", "grandchild",
+                 "inf", "build_error", "sigterm")
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def faulty_env(tmp_path_factory):
 
 def run_fault(folder: Path, fault: str, budget: int | None = None, width: int = 32) -> dict:
     """One real trial of `fault`, as a sweep would launch it; the record plus what the test needs."""
-    timeout = HANG_START_TIMEOUT_S if fault == "hang_start" else TIMEOUT_S
+    timeout = {"hang_start": HANG_START_TIMEOUT_S, "hang_rebuild": HANG_REBUILD_TIMEOUT_S}.get(fault, TIMEOUT_S)
     pid_file = folder / f"{fault}.pid"
     path = faulty_spec(folder, f"fault-{fault}", [fault],
                        workload={"factory": "faulty:build", "params": {"fault": "none", "at_step": 3, "width": width,
@@ -169,9 +170,18 @@ def test_hang_is_a_timeout_by_the_stall_detector_before_the_time_limit(matrix):
 def test_hang_before_the_first_step_is_a_timeout_by_the_time_limit(matrix):
     out = matrix["hang_start"]
     assert out["rec"]["status"] == record.TIMEOUT
-    assert "exceeded the trial time limit of 8s while building: the model" in error_of(out)["message"]
+    assert "exceeded the trial time limit of 8s while building the model" in error_of(out)["message"]
     assert out["rec"]["timing"]["killed_in"] == "build"  # the time split puts its 8 s there, not in "ended early"
     assert HANG_START_TIMEOUT_S <= out["elapsed"] < HANG_START_TIMEOUT_S + 10
+
+
+def test_a_trial_killed_after_its_steps_says_so_not_that_it_was_measuring(matrix):
+    """The model built again for a CPU trial's fp32 reference hangs: it was past its steps, whose heartbeat
+    still said "measure"."""
+    out = matrix["hang_rebuild"]
+    assert out["rec"]["status"] == record.TIMEOUT
+    assert "after its measured steps (memory breakdown, fp32 reference" in error_of(out)["message"]
+    assert out["rec"]["timing"]["killed_in"] == "teardown"
 
 
 def test_a_time_limit_under_a_second_is_said_as_set_not_as_0s(tmp_path):

@@ -116,6 +116,10 @@ def trigger(fault: str, device, library: str = "cublas") -> None:
         time.sleep(30)
 
 
+BUILDS = []
+"""Builds of the model in this process, on a device (not the FLOP count's meta copy)."""
+
+
 def build(params: dict) -> Workload:
     fault, at = params.get("fault", "none"), int(params.get("at_step", 3))
     if params.get("fault_rank") is not None and os.environ.get("RANK") != str(params["fault_rank"]):
@@ -125,6 +129,10 @@ def build(params: dict) -> Workload:
         raise ValueError("injected: this factory rejects its params")
     if fault == "hang_start":
         time.sleep(3600)
+    if fault == "hang_rebuild" and not torch.empty(0).is_meta:  # a CPU trial builds again for its fp32 reference
+        BUILDS.append(1)
+        if len(BUILDS) == 2:
+            time.sleep(3600)
     if params.get("pid_dir") and not torch.empty(0).is_meta:  # which processes a test expects gone afterwards
         with open(os.path.join(params["pid_dir"], f"rank{os.environ.get('RANK', 0)}.pid"), "w") as f:
             f.write(str(os.getpid()))
