@@ -362,11 +362,20 @@ def story(choice: Choice) -> list[str]:
         lines.append(f"trial #{leader.number}'s {leader.speed:.1f} {unit} is the median of {leader.runs} run"
                      + (f"s (its trial and {leader.runs - 1} confirmation run{'s' if leader.runs > 2 else ''})"
                         if leader.runs > 1 else ", not confirmed"))
-    lines += [line for line in [busy_story(choice)] if line]
+    lines += [line for line in [busy_story(choice), unchecked_story(choice)] if line]
     lines += [line for line in [wall_story(choice)] if line]
     lines += [line for line in choice.why if not (choice.kept and line == choice.why[0])]
     lines.append("next: " + next_step(choice))
     return lines
+
+
+def unchecked_story(choice: Choice) -> str | None:
+    """The trials whose first loss was not held to the fp32 reference (loss.unchecked), and why."""
+    rows = [s for s in ran(choice) if isinstance(s.record.loss, dict) and isinstance(s.record.loss.get("unchecked"), str)]
+    if not rows:
+        return None
+    return (f"the first loss of {', '.join(f'#{s.number}' for s in rows)} was not held to the fp32 reference, "
+            f"so nothing vouches for their numerics: {record.printable(rows[0].record.loss['unchecked'])}")
 
 
 def wall_story(choice: Choice) -> str | None:
