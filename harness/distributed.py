@@ -114,9 +114,10 @@ class RankTrial(Ranked, trial.Trial):
         return model  # FSDP: sharded as it was built (training_model)
 
     # -- FSDP: built on meta, sharded, materialised ------------------------------------------------
-    def reference_pass(self) -> float | None:
-        """DDP: the untouched model, as one process. FSDP: taken from the sharded model in training_model."""
-        return super().reference_pass() if self.parallel != "fsdp" else None
+    def reference_pass(self, batch) -> dict | None:
+        """DDP: the untouched model, as one process. FSDP: taken from the sharded model in training_model,
+        on the dataset's first items."""
+        return super().reference_pass(batch) if self.parallel != "fsdp" else None
 
     def training_model(self) -> torch.nn.Module:
         """FSDP: the reference loss on an fp32 sharded model, then the model that trains: the same one

@@ -88,9 +88,9 @@ class Record:
     flops: dict = field(default_factory=dict)
     """FLOPs per step, achieved TFLOP/s and MFU where the device's peak is known."""
     loss: dict = field(default_factory=dict)
-    """reference (fp32 eager loss of the untouched model, at the first forward's random draws), redrawn (the
-    same at other draws: equal unless the loss draws random numbers), unchecked (why the first loss was not
-    held to the reference, else None), first, last, finite, steps, scatter (the median change from one
+    """reference (fp32 eager loss of the untouched model on the first step's batch, at the first forward's
+    random draws), redrawn (the same at other seeds: equal unless the loss draws random numbers;
+    harness.reference), unchecked (why the first loss was not held to the reference, else None), first, last, finite, steps, scatter (the median change from one
     micro-batch's loss to the next). Fields are absent in records older than they are (scatter: 2026-11-25;
     redrawn, unchecked: 2026-12-06)."""
     env: dict = field(default_factory=dict)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 
-from harness import measure, transforms
+from harness import measure, reference, transforms
 from harness.distributed import Ranked
 from harness.trial import Trial, UserFacingError
 
@@ -124,15 +124,15 @@ class TrainerTrial(Trial):
         transforms.set_numerics(self.precision, self.config.get("cudnn_benchmark", False))
         self.cuda_graphs = transforms.uses_cuda_graphs(self.config.get("compile", "off"), self.device)
         self.gate = Gate()
-        self.reference = [float("nan")] * 2
+        self.reference = reference.missing()
         self.meter_error: BaseException | None = None
         self.per_step: list[float] = []
         self.peak: int | None = None
 
-    def started(self, model, optimizer, reference: list) -> None:
-        """The Trainer placed the model and built its optimizer; the reference loss was taken (`fp32_loss`'s
-        pair). Called right before the first micro-batch's forward, which it seeds."""
-        self.reference = reference
+    def started(self, model, optimizer, taken: dict) -> None:
+        """The Trainer placed the model and built its optimizer; the reference loss was taken (`fp32_loss`,
+        harness.reference). Called right before the first micro-batch's forward, which it seeds."""
+        self.reference = taken
         self.seed_first_forward()
         self.opt = optimizer
         self.params = list(model.parameters())

@@ -24,6 +24,7 @@ import signal
 import statistics
 import sys
 import tempfile
+import itertools
 import threading
 import time
 import traceback
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from harness import __version__, errors, footprint, measure, record, reuse, transforms, workloads, zygote
+from harness import __version__, errors, footprint, measure, record, reference, reuse, transforms, workloads, zygote
 from harness.meter import Meter
 
 
@@ -191,10 +192,14 @@ class Trial:
         return (collate or torch.utils.data.default_collate)(items)
 
     def build_training(self) -> None:
-        """The reference loss, then the model as it trains and what drives its steps."""
+        """The reference loss on the first step's batch, then the model as it trains and what drives its steps."""
+        self.loader = transforms.loader(self.wl.dataset, self.config, self.wl.collate, self.device)
+        first = next(self.cycle())
+        self.batches = itertools.chain([first], self.cycle())  # the first step's batch, whatever the dataset drew
         transforms.set_numerics("fp32", False)  # the reference runs as torch leaves numerics (fp32)
         t0 = time.perf_counter()
-        self.reference = self.reference_pass()
+        self.reference = self.reference_pass(first)
+        del first  # the chain holds it until the first step takes it
         self.timing["reference_s"] = time.perf_counter() - t0
         measure.reset_peak(self.device)  # the first steps' window starts here: the reference pass is not in it
         transforms.set_numerics(self.precision, self.config.get("cudnn_benchmark", False))
@@ -204,40 +209,41 @@ class Trial:
         self.training_parts(model)
         self.timing["setup_s"] = time.perf_counter() - self.t_setup
 
-    def reference_pass(self) -> list | None:
-        """The fp32 reference loss, on the untouched model placed on the device (harness.distributed's
+    def reference_pass(self, batch) -> dict | None:
+        """The fp32 reference loss on `batch`, the untouched model placed on the device (harness.distributed's
         FSDP ranks take it from their sharded model instead: the whole model never fits one rank).
 
         On a CPU one not filed yet is taken after the measured steps (None here; `deferred_reference`):
         the peak is the process's resident high-water mark, and a pass here changed it for good (glibc's
         heap and the kernels it first used: +3 MiB on a tiny bf16 trial, which one reusing the figure
-        did not have). Its weights wait on disk, where they take no resident memory."""
+        did not have). Its weights and batch wait on disk, where they take no resident memory."""
         model = self.wl.model.to(self.device)
         if self.device.type != "cpu" or self.world > 1:
-            return self.reference_loss(model)
-        filed = self.reference_loss(model, filed_only=True)
+            return self.reference_loss(model, batch)
+        filed = self.reference_loss(model, batch, filed_only=True)
         if filed is None:
             # in the trial's folder, which the sweep removes even when it kills the trial
             folder = Path(self.job["heartbeat"]).parent if self.job.get("heartbeat") else None
             self.untouched = tempfile.NamedTemporaryFile(prefix="bench-untouched-", suffix=".pt", dir=folder)
-            torch.save(model.state_dict(), self.untouched.name)
+            torch.save({"weights": model.state_dict(), "batch": batch}, self.untouched.name)
         return filed
 
-    def deferred_reference(self) -> list:
+    def deferred_reference(self) -> dict:
         """The reference loss reference_pass left for after the measured steps: the untouched weights in
-        a model built again, the memory wall down (the trained model is still held)."""
+        a model built again, on the first step's batch, the memory wall down (the trained model is still held)."""
         t0 = time.perf_counter()
         measure.lift_cpu_memory_limit()
         transforms.set_numerics("fp32", False)
         try:
             with self.untouched:
                 model = self.build_workload().model
-                model.load_state_dict(torch.load(self.untouched.name, weights_only=True))
-            return self.reference_loss(model)
+                saved = torch.load(self.untouched.name, weights_only=False)  # this trial's own file: a batch may be any object
+                model.load_state_dict(saved["weights"])
+            return self.reference_loss(model, saved["batch"])
         except Exception:  # the measurement stands; only the check against the reference is lost
             print("bench: the fp32 reference loss could not be taken after the measured steps; the first loss is "
                   "not checked against it:\n" + traceback.format_exc(), file=sys.stderr, flush=True)
-            return [float("nan")] * 2
+            return reference.missing()
         finally:
             self.untouched = None
             self.timing["reference_s"] = self.timing.get("reference_s", 0.0) + time.perf_counter() - t0
@@ -264,8 +270,6 @@ class Trial:
                     else transforms.optimizer(self.params, self.wl.lr, self.config.get("optimizer", "default"), self.device))
         self.scaler = transforms.grad_scaler(self.precision, self.device)
         self.autocast = self.precision_context()
-        self.loader = transforms.loader(self.wl.dataset, self.config, self.wl.collate, self.device)
-        self.batches = self.cycle()
         self.non_blocking = bool(self.config.get("pin_memory")) and self.device.type == "cuda"
         self.input_dtype = transforms.input_dtype(self.precision)
 
@@ -312,20 +316,22 @@ class Trial:
         self.scaler.update()
         self.opt.zero_grad(set_to_none=not self.cuda_graphs)  # graphs: keep owned .grad (transforms.own_gradients)
 
-    def reference_loss(self, model, filed_only: bool = False) -> list | None:
-        """fp32 eager loss of the untouched model on the first batch: what every precision must match
-        (`fp32_loss`: the loss and the same redrawn).
+    def reference_loss(self, model, batch=None, filed_only: bool = False) -> dict | None:
+        """fp32 eager loss of the untouched model on the first step's batch (a dataset's first items where
+        no step drew one): what every precision must match (harness.reference).
 
         Reused from an earlier trial only for the same weights and batch (their sums are in the key),
-        so a factory that builds differently each time still gets its own reference. `filed_only`: the
-        filed one, or None (nothing measured).
+        so a factory that builds differently each time, or a dataset that augments at random, still gets
+        its own reference. `filed_only`: the filed one, or None (nothing measured).
         """
-        batch = transforms.to_device(self.sample_batch(self.wl.dataset, self.wl.collate), self.device, False)
+        if batch is None:
+            batch = self.sample_batch(self.wl.dataset, self.wl.collate)
+        batch = transforms.to_device(batch, self.device, False)
         key = {**self.figure_key(), "weights_and_batch": fingerprint([*model.parameters(), *model.buffers(), batch]),
-               "drawn_at": self.first_forward_seed}  # the seed of its random draws (none in a reference filed before)
+               "drawn_at": self.first_forward_seed, "redraws": reference.REDRAWS}  # how its draws were taken
         return self.figures.get("reference", key, (lambda: None) if filed_only else lambda: self.fp32_loss(model, batch))
 
-    def fp32_loss(self, model, batch) -> list[float]:
+    def fp32_loss(self, model, batch) -> dict:
         buffers = [(b, b.clone()) for b in model.buffers()]  # keep BatchNorm stats as they were
 
         def loss() -> float:
@@ -334,23 +340,16 @@ class Trial:
                 for b, saved in buffers:
                     b.copy_(saved)
             return value
-        return self.drawn_twice(loss)
+        return self.fp32_reference(loss)
 
-    def drawn_twice(self, loss) -> list:
-        """`loss()` with the random numbers the first step's forward draws (`seed_first_forward`), then with
-        others: the two are equal unless the loss draws random numbers (diffusion noise, dropout), and
-        their distance says how much those draws move it. The generators are left as they were."""
-        return [self.at_seed(loss, self.first_forward_seed), self.at_seed(loss, self.first_forward_seed + 1)]
-
-    def at_seed(self, fn, seed: int):
-        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-            torch.manual_seed(seed)
-            return fn()
+    def fp32_reference(self, loss) -> dict:
+        """`loss()` at the random draws the first step's forward gets, and at others (harness.reference)."""
+        return reference.take(loss, self.first_forward_seed, self.device)
 
     def seed_first_forward(self) -> None:
         """Right before the first micro-batch's forward (after its batch was drawn: a DataLoader draws a
         seed as it starts), so that a loss that draws random numbers draws the reference's."""
-        torch.manual_seed(self.first_forward_seed)
+        reference.seed_all(self.first_forward_seed)
         self.forward_seeded = True
 
     def warn_if_cold_autotune(self) -> None:
@@ -445,7 +444,7 @@ class Trial:
         self.flops_per_micro, self.flops_error = self.figures.get("flops", self.figure_key(), self.count_flops)
         self.timing["flops_s"] = time.perf_counter() - t0
 
-    def record(self, per_step, peak, losses, reference, wall) -> dict:
+    def record(self, per_step, peak, losses, taken: dict | None, wall) -> dict:
         self.count_flops_once()
         eff_batch = self.samples_per_step()
         step = measure.spread(per_step)
@@ -453,9 +452,9 @@ class Trial:
                    "p90": eff_batch / step["p10"]}
         tokens = self.wl.tokens_per_sample
         self.timing.update(step_s=step, wall_s=wall)
-        reference, redrawn = reference or (None, None)
-        unchecked = self.reference_unchecked(reference, redrawn)
-        status, reason = self.numerics(losses, None if unchecked else reference)
+        taken = taken or {"reference": None}
+        unchecked = reference.unchecked(taken, self.config.get("compile", "off") != "off", self.loss_tolerance())
+        status, reason = self.numerics(losses, None if unchecked else taken["reference"])
         error = {"type": "diverged", "message": reason} if reason else None
         self.memory["leak"] = footprint.leak(self.memory, self.timing.get("window_steps", 0))
         over = self.footprint.over_budget(peak)
@@ -472,7 +471,7 @@ class Trial:
             "peak_memory": peak, "memory": self.memory, "timing": self.timing, "cuda_graphs": self.graphs_used(),
             "flops": self.flops(step["median"], env), "env": env, "workload": self.job["workload"],
             "adapter": self.wl.about or None,
-            "loss": {"reference": reference, "redrawn": redrawn, "unchecked": unchecked,
+            "loss": {"reference": taken["reference"], "redrawn": taken.get("redrawn"), "unchecked": unchecked,
                      "first": losses[0] if losses else None,
                      "last": losses[-1] if losses else None, "finite": all(map(math.isfinite, losses)),
                      "steps": len(losses), "scatter": loss_scatter(losses)},
@@ -485,29 +484,17 @@ class Trial:
         skips = transforms.cuda_graph_skips() if self.cuda_graphs else 0
         return {"wanted": self.cuda_graphs, "used": self.cuda_graphs and skips == 0, "skipped_graphs": skips}
 
-    def reference_unchecked(self, reference, redrawn) -> str | None:
-        """Why the first loss is not held to the fp32 reference; None when it is."""
-        if reference is None:
-            return "the first batch gave no loss to take a reference from (training_step returned None)"
-        if not math.isfinite(reference):
-            return "the fp32 reference loss could not be taken (the trial's log says why)"
-        moved = abs(redrawn - reference) / max(abs(reference), 1e-3)
-        if self.config.get("compile", "off") != "off" and moved > self.loss_tolerance() / 4:
-            return (f"the loss draws random numbers (other draws move the fp32 reference {moved:.0%}) and compiled "
-                    "kernels draw their own; non-finite and growing losses are still caught")
-        return None
-
     def loss_tolerance(self) -> float:
         return float(self.job["measure"].get("loss_tolerance", 0.25))
 
-    def numerics(self, losses, reference: float | None) -> tuple[str, str | None]:
+    def numerics(self, losses, fp32: float | None) -> tuple[str, str | None]:
         """A config whose loss is non-finite, or far from the fp32 reference at step 0, is broken."""
         if not all(map(math.isfinite, losses)):
             bad = next(i for i, x in enumerate(losses) if not math.isfinite(x))
             return record.DIVERGED, f"loss became {losses[bad]} at micro-step {bad}"
         tol = self.loss_tolerance()
-        if reference is not None and abs(losses[0] - reference) > tol * max(abs(reference), 1e-3):
-            return record.DIVERGED, f"first loss {losses[0]:.4g} departs from the fp32 reference {reference:.4g}"
+        if fp32 is not None and abs(losses[0] - fp32) > tol * max(abs(fp32), 1e-3):
+            return record.DIVERGED, f"first loss {losses[0]:.4g} departs from the fp32 reference {fp32:.4g}"
         if losses[-1] > 10 * max(losses[0], 1e-3):
             return record.DIVERGED, f"loss grew from {losses[0]:.4g} to {losses[-1]:.4g}"
         return record.OK, None

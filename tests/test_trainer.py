@@ -77,7 +77,7 @@ def test_a_lightning_module_that_leans_on_its_trainer_trains_in_a_trial_under_bf
     assert record["adapter"]["loop"] == "lightning.Trainer"  # the record says where it ran
     trainer = record["adapter"]["trainer"]
     assert trainer["precision"] == "bf16-mixed" and trainer["accumulate_grad_batches"] == 2
-    assert trainer["gradient_clip_val"] == 1.0 and trainer["logger"] is False  # the user's setting kept, logging off
+    assert trainer["gradient_clip_val"] == 1.0 and "logs nothing" in trainer["logger"]  # the user's setting kept, logging off
     assert record["adapter"]["trainer_args_set_by_bench"] == ["accumulate_grad_batches", "max_epochs", "precision"]
     # configure_optimizers read self.trainer.estimated_stepping_batches; the per-step LambdaLR warmed up
     # through the user's own callback (from the config's class_path), one reading per micro-batch

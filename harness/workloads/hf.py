@@ -129,7 +129,7 @@ def measured_trainer(transformers, trial):
     return MeasuredTrainer
 
 
-def meter_callback(transformers, trial, model, reference: list):
+def meter_callback(transformers, trial, model, reference: dict):
     """bench's meter inside the Trainer: the gate at each optimizer step."""
 
     class BenchMeter(transformers.TrainerCallback):

@@ -197,8 +197,8 @@ def meter_callback(L, trial, accumulate: int):
             if self.step_open:
                 return  # a later micro-batch of the same optimizer step
             if trainer.global_step == 0 and not trial.meter.losses and not trial.meter.pending:
-                reference = trial.drawn_twice(lambda: reference_loss(pl_module, batch, batch_idx))
-                trial.started(pl_module, trainer.optimizers[0], reference)
+                taken = trial.fp32_reference(lambda: reference_loss(pl_module, batch, batch_idx))
+                trial.started(pl_module, trainer.optimizers[0], taken)
             self.step_open, self.step = True, trainer.global_step
             trial.gate.step_start()
 
