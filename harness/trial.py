@@ -20,6 +20,7 @@ import importlib
 import json
 import math
 import os
+import pickle
 import signal
 import statistics
 import sys
@@ -225,7 +226,10 @@ class Trial:
             # in the trial's folder, which the sweep removes even when it kills the trial
             folder = Path(self.job["heartbeat"]).parent if self.job.get("heartbeat") else None
             self.untouched = tempfile.NamedTemporaryFile(prefix="bench-untouched-", suffix=".pt", dir=folder)
-            torch.save({"weights": model.state_dict(), "batch": batch}, self.untouched.name)
+            try:
+                torch.save({"weights": model.state_dict(), "batch": batch}, self.untouched.name)
+            except (pickle.PicklingError, TypeError, AttributeError):  # a batch that cannot be saved: the dataset's first items
+                torch.save({"weights": model.state_dict(), "batch": None}, self.untouched.name)
         return filed
 
     def deferred_reference(self) -> dict:

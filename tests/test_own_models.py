@@ -282,6 +282,25 @@ def test_a_dataset_that_augments_at_random_and_a_loss_drawing_from_numpy_are_hel
     assert record["loss"]["unchecked"] is None
 
 
+def test_a_batch_that_cannot_be_saved_still_gets_its_reference(tmp_path, monkeypatch):
+    """On a CPU the first step's batch waits on disk for the reference; one holding a lock cannot be pickled."""
+    folder = copy_example("custom", tmp_path, monkeypatch)
+    (folder / "augmented.py").write_text(AUGMENTED.replace("3 * torch.rand(())", "0").replace(  # not augmented here
+        "random.random() < 0.5", "False").replace(
+        "    return Workload(model=Denoiser(), dataset=NoisyImages(), loss=loss, lr=1e-3)",
+        "    import threading\n    from torch.utils.data import default_collate\n"
+        "    collate = lambda items: (*default_collate(items), threading.Lock())  # a handle the loss may use\n"
+        "    return Workload(model=Denoiser(), dataset=NoisyImages(), loss=lambda m, b: loss(m, b[:2]), collate=collate)"))
+    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
+    spec["workload"] = {"factory": "augmented:build", "path": ".", "params": {}}
+    spec["search"] = {"batch_size": [4]}
+    del spec["apply"]
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    record = trial("batch_size=4")
+    assert record["status"] == "ok", record["error"]
+    assert record["loss"]["first"] == pytest.approx(record["loss"]["reference"], rel=1e-5)
+
+
 def test_a_loss_drawing_from_a_generator_no_seed_reaches_is_left_unchecked_and_says_so(tmp_path, monkeypatch):
     denoiser_spec(copy_example("unet", tmp_path, monkeypatch))
     source = (tmp_path / "unet" / "denoiser.py").read_text()
