@@ -195,8 +195,9 @@ class Trial:
     def build_training(self) -> None:
         """The reference loss on the first step's batch, then the model as it trains and what drives its steps."""
         self.loader = transforms.loader(self.wl.dataset, self.config, self.wl.collate, self.device)
-        first = next(self.cycle())
-        self.batches = itertools.chain([first], self.cycle())  # the first step's batch, whatever the dataset drew
+        batches = self.cycle()
+        first = next(batches)
+        self.batches = itertools.chain([first], batches)  # the first step's batch, whatever the dataset drew
         transforms.set_numerics("fp32", False)  # the reference runs as torch leaves numerics (fp32)
         t0 = time.perf_counter()
         self.reference = self.reference_pass(first)
