@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import itertools
 import json
 import math
 import os
@@ -25,7 +26,6 @@ import signal
 import statistics
 import sys
 import tempfile
-import itertools
 import threading
 import time
 import traceback
