@@ -25,15 +25,13 @@ from harness.units import size
 LEAK_MIN_BYTES = 256 << 10
 """A leak must have kept at least this much over the measured steps to be named, ..."""
 LEAK_MIN_PER_STEP = 1024
-"""... and this many bytes a step: bench's own bookkeeping keeps a few hundred (its list of losses)."""
-
-
+"""... and this many bytes a step: bench's own bookkeeping keeps a few hundred (its list of losses), ..."""
 LEAK_STEADY = 0.5
-"""... and grew in the second half of the windows at least this share of what it grew in the first: a
+"""... and grown in the second half of the windows at least this share of what it grew in the first: a
 leak grows with every step, a cache that fills (oneDNN's primitives, one per batch shape) slows down."""
 
 
-def at(values: list, position: float) -> float:
+def value_at(values: list, position: float) -> float:
     """`values` read at a fractional index, between its neighbours."""
     low = int(position)
     return values[low] + (position - low) * (values[min(low + 1, len(values) - 1)] - values[low])
@@ -55,8 +53,8 @@ def leak(memory: dict, window_steps: int) -> dict | None:
     steps = window_steps * (len(live) - 1)
     if any(b <= a for a, b in zip(live, live[1:])) or grown < max(LEAK_MIN_BYTES, LEAK_MIN_PER_STEP * steps):
         return None
-    half = (len(live) - 1) / 2  # intervals in each half: a cache that fills (one per batch shape) slows down
-    early, late = at(live, half) - live[0], live[-1] - at(live, half)
+    half = (len(live) - 1) / 2  # intervals in each half
+    early, late = value_at(live, half) - live[0], live[-1] - value_at(live, half)
     if late < LEAK_STEADY * early:
         return None
     return {"bytes": grown, "steps": steps, "bytes_per_step": grown / steps}
