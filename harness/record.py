@@ -90,9 +90,9 @@ class Record:
     loss: dict = field(default_factory=dict)
     """reference (fp32 eager loss of the untouched model on the first step's batch, at the first forward's
     random draws), redrawn (the same at other seeds: equal unless the loss draws random numbers;
-    harness.reference), unchecked (why the first loss was not held to the reference, else None), first, last, finite, steps, scatter (the median change from one
-    micro-batch's loss to the next). Fields are absent in records older than they are (scatter: 2026-11-25;
-    redrawn, unchecked: 2026-12-06)."""
+    harness.reference), unchecked (why the first loss was not held to the reference, else None), first,
+    last, finite, steps, scatter (the median change from one micro-batch's loss to the next). Fields are
+    absent in records older than they are (scatter: 2026-11-25; redrawn, unchecked: 2026-12-06)."""
     env: dict = field(default_factory=dict)
     """Where it ran: device, driver, CUDA, torch, Python, OS, host, bench version."""
     error: dict | None = None

@@ -229,7 +229,7 @@ class Trial:
             self.untouched = tempfile.NamedTemporaryFile(prefix="bench-untouched-", suffix=".pt", dir=folder)
             try:
                 torch.save({"weights": model.state_dict(), "batch": batch}, self.untouched.name)
-            except (pickle.PicklingError, TypeError, AttributeError):  # a batch that cannot be saved: the dataset's first items
+            except (pickle.PicklingError, TypeError, AttributeError):  # unpicklable: the dataset's first items instead
                 torch.save({"weights": model.state_dict(), "batch": None}, self.untouched.name)
         return filed
 
@@ -242,7 +242,7 @@ class Trial:
         try:
             with self.untouched:
                 model = self.build_workload().model
-                saved = torch.load(self.untouched.name, weights_only=False)  # this trial's own file: a batch may be any object
+                saved = torch.load(self.untouched.name, weights_only=False)  # its own file; a batch may be any object
                 model.load_state_dict(saved["weights"])
             return self.reference_loss(model, saved["batch"])
         except Exception:  # the measurement stands; only the check against the reference is lost
@@ -619,8 +619,9 @@ def main(argv: list[str]) -> int:
         code = record.EXIT_OK
     except (Exception, SystemExit) as exc:  # sys.exit() in the user's code is their error, with its message
         result, code = failed(job, exc)
-        leaked = trial and result["status"] == record.OOM and footprint.leak(trial.memory, trial.timing.get("window_steps", 0))
-        if leaked:  # a leak that ran into the wall: said as one
+        leaked = (trial and result["status"] == record.OOM  # a leak that ran into the wall: said as one
+                  and footprint.leak(trial.memory, trial.timing.get("window_steps", 0)))
+        if leaked:
             result["memory"] = {"leak": leaked}
     # a failed trial keeps the phases it got through, so a sweep's time breakdown can count them
     result["timing"] = {**(trial.timing if trial else {}), **(result.get("timing") or {}), "started_at": started_at}
