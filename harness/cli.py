@@ -500,9 +500,10 @@ class RunningTrial:
 
 
 def outcome(rec: dict, objective: str = "samples", budget: int | None = None) -> str:
-    status, leaked = rec["status"], Record.of(rec).leak
+    status, typed = rec["status"], Record.of(rec)
+    leaked = typed.leak
     if status in ("ok", "diverged") and rec.get("throughput"):
-        t, cv = rec.get("timing") or {}, Record.of(rec).step_cv
+        t, cv = rec.get("timing") or {}, typed.step_cv
         rate = pareto.speed(rec, objective)  # the figure "best so far" compares
         rate, unit = (rate, objective) if rate else (rec["throughput"], "samples")
         line = (f"{status}: {rate:.1f} {unit}/s, peak {size(rec['peak_memory'])}, "
@@ -519,15 +520,15 @@ def outcome(rec: dict, objective: str = "samples", budget: int | None = None) ->
             line += " — measured on a busy machine"
         if leaked:
             line += f" — {leak_words(leaked)}: a leak?"
-        if (rec.get("loss") or {}).get("unchecked"):
+        if typed.loss.get("unchecked"):
             line += " — its first loss is not held to the fp32 reference (the record's loss.unchecked says why)"
         return line + (f" — {rec['error']['message']}" if rec.get("error") else "")
-    message = " ".join((rec.get("error") or {}).get("message", "").split())  # a C++ error's newlines: one line
-    if leaked:  # before the message, which is cut
+    message = " ".join((rec.get("error") or {}).get("message", "").split())[:160]  # a C++ error's newlines: one line
+    if leaked:
         message = f"{leak_words(leaked)}: a leak? {message}"
     if status == "oom" and budget:  # torch's own line starts with the whole GPU's free memory, not the cap
-        return f"oom under the {size(budget)} budget: {message[:160 + 120 * bool(leaked)]}"
-    return f"{status}: {message[:160 + 120 * bool(leaked)]}"
+        return f"oom under the {size(budget)} budget: {message}"
+    return f"{status}: {message}"
 
 
 # ---- trial ---------------------------------------------------------------------------------------

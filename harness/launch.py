@@ -301,7 +301,7 @@ KILLED_IN_WORDS = {
     "compile": "while compiling, in the first step",
     "warm-up": "in its first steps (warm-up)",
     "measuring": "in its measured steps",
-    "teardown": "after its measured steps (memory breakdown, fp32 reference, FLOP count: a CPU trial builds your "
+    "teardown": "after its measured steps (memory breakdown, fp32 reference, FLOP count: a CPU trial may build your "
                 "model twice more there)",
 }
 """A killed trial's phase, as the time split names it, in words for its timeout's message."""

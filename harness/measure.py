@@ -90,20 +90,22 @@ def heap_bytes() -> int | None:
     mmapped chunks): where a CPU tensor's storage lives. Unlike the resident size it drops when a
     tensor is freed, whatever the heap keeps cached; None without glibc 2.33."""
     try:
-        info = _libc().mallinfo2()
+        mallinfo2 = _libc().mallinfo2
     except (OSError, AttributeError):
         return None
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
     return info.uordblks + info.hblkhd
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+
 @functools.cache
-def _libc():
-    class MallInfo2(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_size_t) for name in
-                    "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo2.restype = MallInfo2
-    return libc
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL("libc.so.6")
 
 
 def peak_rss_bytes() -> int:
@@ -207,7 +209,7 @@ def release_cached(device: torch.device) -> None:
         torch.cuda.empty_cache()
         return
     try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        _libc().malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: the free heap stays, and counts
         pass
 

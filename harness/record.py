@@ -181,7 +181,7 @@ class Record:
     def leak(self) -> dict | None:
         """memory.leak (harness.footprint.leak): bytes the steps kept, over how many steps; None when they
         kept none, or when a record edited by hand holds something else there."""
-        found = self.memory.get("leak") if isinstance(self.memory, dict) else None
+        found = self.memory.get("leak")
         if isinstance(found, dict) and all(isinstance(found.get(k), (int, float)) and not isinstance(found[k], bool)
                                            and 0 < found[k] < FIGURE_LIMIT for k in LEAK_FIGURES):
             return found

@@ -126,7 +126,6 @@ class Trial:
         self.world = 1  # processes training together (harness.distributed)
         self.untouched = None  # on a CPU, the untouched weights' file until the reference is taken (reference_pass)
         self.first_forward_seed = int(job.get("seed", 0)) + 1  # not the build's: its draws would echo the weights' init
-        self.forward_seeded = False  # seed_first_forward: done before the first forward
         self.meter = Meter(self.step, self.device, heartbeat, job["measure"], self.footprint, self.timing,
                            self.across_ranks)
 
@@ -311,8 +310,6 @@ class Trial:
             if self.cuda_graphs:  # each micro-batch is a new graph replay; its backward already ran
                 torch.compiler.cudagraph_mark_step_begin()
             self.sync_gradients(i == self.accum - 1)
-            if not self.forward_seeded:
-                self.seed_first_forward()
             with self.autocast:
                 loss = one_number(self.loss_of(batch))
             self.scaler.scale(loss / self.accum).backward()
@@ -352,10 +349,9 @@ class Trial:
         return reference.take(loss, self.first_forward_seed, self.device)
 
     def seed_first_forward(self) -> None:
-        """Right before the first micro-batch's forward (after its batch was drawn: a DataLoader draws a
-        seed as it starts), so that a loss that draws random numbers draws the reference's."""
+        """Right before the first step, its batch already drawn (build_training; a DataLoader draws a seed
+        as it starts), so that a loss that draws random numbers draws the reference's."""
         reference.seed_all(self.first_forward_seed)
-        self.forward_seeded = True
 
     def warn_if_cold_autotune(self) -> None:
         """max-autotune benchmarks every GEMM/conv candidate on its first compile: minutes where the
@@ -380,6 +376,7 @@ class Trial:
         is the steady state's peak, what the config keeps needing step after step (harness.footprint).
         """
         self.warn_if_cold_autotune()
+        self.seed_first_forward()
         self.meter.first_step(compiled=self.config.get("compile", "off") != "off")
         self.memory["optimizer"] = measure.tensor_bytes(
             t for state in self.opt.state.values() for t in state.values())

@@ -34,6 +34,16 @@ def trial(*sets):
     return json.loads(result.stdout)
 
 
+def own_workload(folder, workload: dict, search: dict, apply: bool = False):
+    """The copied example's sweep.yaml pointed at a model written into `folder`; without its apply:
+    section the baseline is the spec's own first values, not the example config's."""
+    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
+    spec["workload"], spec["search"] = {"path": ".", "params": {}, **workload}, search
+    if not apply:
+        del spec["apply"]
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
+
+
 # ---- the U-Net case: model class, loss function, batch function; a commented Lightning-style config
 
 SMALL_UNET = """\
@@ -205,12 +215,8 @@ def clean_batch(batch_size):
 
 def denoiser_spec(folder, **search):
     (folder / "denoiser.py").write_text(DENOISER)
-    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
-    spec["workload"] = {"model": "denoiser:Denoiser", "loss": "torch.nn.functional:mse_loss",
-                        "batch": "denoiser:clean_batch", "path": ".", "params": {}}
-    spec["search"] = {"batch_size": [4], **search}  # where the draws move the loss most
-    del spec["apply"]  # the baseline is the spec's batch 4, not config.yaml's 32
-    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    own_workload(folder, {"model": "denoiser:Denoiser", "loss": "torch.nn.functional:mse_loss",
+                          "batch": "denoiser:clean_batch"}, {"batch_size": [4], **search})  # the draws matter most at 4
 
 
 def test_a_loss_that_draws_random_numbers_is_checked_against_a_reference_with_the_same_draws(tmp_path, monkeypatch):
@@ -271,11 +277,7 @@ def test_a_dataset_that_augments_at_random_and_a_loss_drawing_from_numpy_are_hel
     not seeded: an fp32 eager config was diverged at random (an audit: 3.20 against 2.53, 8.66 against 1.01)."""
     folder = copy_example("custom", tmp_path, monkeypatch)
     (folder / "augmented.py").write_text(AUGMENTED)
-    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
-    spec["workload"] = {"factory": "augmented:build", "path": ".", "params": {}}
-    spec["search"] = {"batch_size": [4], "num_workers": [workers]}
-    del spec["apply"]
-    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    own_workload(folder, {"factory": "augmented:build"}, {"batch_size": [4], "num_workers": [workers]})
     record = trial("batch_size=4", f"num_workers={workers}")
     assert record["status"] == "ok", record["error"]
     assert record["loss"]["first"] == pytest.approx(record["loss"]["reference"], rel=1e-5)
@@ -291,11 +293,7 @@ def test_a_batch_that_cannot_be_saved_still_gets_its_reference(tmp_path, monkeyp
         "    import threading\n    from torch.utils.data import default_collate\n"
         "    collate = lambda items: (*default_collate(items), threading.Lock())  # a handle the loss may use\n"
         "    return Workload(model=Denoiser(), dataset=NoisyImages(), loss=lambda m, b: loss(m, b[:2]), collate=collate)"))
-    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
-    spec["workload"] = {"factory": "augmented:build", "path": ".", "params": {}}
-    spec["search"] = {"batch_size": [4]}
-    del spec["apply"]
-    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    own_workload(folder, {"factory": "augmented:build"}, {"batch_size": [4]})
     record = trial("batch_size=4")
     assert record["status"] == "ok", record["error"]
     assert record["loss"]["first"] == pytest.approx(record["loss"]["reference"], rel=1e-5)
@@ -352,16 +350,14 @@ def batch(batch_size):
 """
 
 
+KEEPER_WORKLOAD = {"model": "keeper:Encoder", "loss": "keeper:loss_keeping_features", "batch": "keeper:batch"}
+
+
 def test_memory_the_steps_keep_is_named_a_leak_in_the_trial_line_and_the_report(tmp_path, monkeypatch):
     """A loop that keeps each step's tensors read as ok, its peak a short run's: a long run needs more."""
     folder = copy_example("unet", tmp_path, monkeypatch, trials=1, trial={**FAST_TRIAL, "min_windows": 3})
     (folder / "keeper.py").write_text(KEEPER)
-    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
-    spec["workload"] = {"model": "keeper:Encoder", "loss": "keeper:loss_keeping_features", "batch": "keeper:batch",
-                        "path": ".", "params": {}}
-    spec["search"] = {"batch_size": [256]}  # seen over 2 steps on a busy machine (3 windows of 1 step)
-    del spec["apply"]
-    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    own_workload(folder, KEEPER_WORKLOAD, {"batch_size": [256]})  # seen over 2 steps on a busy machine (3 windows of 1)
     swept = run("sweep", "sweep.yaml", "--device", "cpu")
     assert swept.exit_code == 0 and "a leak?" in swept.output, swept.output
     rows = json.loads(run("report", "--format", "json").output)
@@ -378,11 +374,7 @@ def test_a_leak_that_runs_into_the_memory_wall_is_said_with_its_oom(tmp_path, mo
         **FAST_TRIAL, "window": "10ms", "min_windows": 3, "max_windows": 1000, "target_cv": 0.000001,
         "max_seconds": 60})
     (folder / "keeper.py").write_text(KEEPER)
-    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
-    spec["workload"] = {"model": "keeper:Encoder", "loss": "keeper:loss_keeping_features", "batch": "keeper:batch",
-                        "path": ".", "params": {}}
-    spec["search"] = {"batch_size": [256]}  # the 96 MiB wall within some 300 steps
-    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    own_workload(folder, KEEPER_WORKLOAD, {"batch_size": [256]}, apply=True)  # the 96 MiB wall within some 300 steps
     result = run("trial", "sweep.yaml", "--device", "cpu", "--memory-budget", "96MiB")
     record = json.loads(result.stdout)
     assert record["status"] == "oom" and record["memory"]["leak"]["bytes_per_step"] >= 256 * 1024, record

@@ -371,7 +371,7 @@ def story(choice: Choice) -> list[str]:
 
 def unchecked_story(choice: Choice) -> str | None:
     """The trials whose first loss was not held to the fp32 reference (loss.unchecked), and why."""
-    rows = [s for s in ran(choice) if isinstance(s.record.loss, dict) and isinstance(s.record.loss.get("unchecked"), str)]
+    rows = [s for s in ran(choice) if isinstance(s.record.loss.get("unchecked"), str)]
     if not rows:
         return None
     return (f"the first loss of {', '.join(f'#{s.number}' for s in rows)} was not held to the fp32 reference, "
