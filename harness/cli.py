@@ -523,7 +523,7 @@ def outcome(rec: dict, objective: str = "samples", budget: int | None = None) ->
         if typed.loss.get("unchecked"):
             line += " — its first loss is not held to the fp32 reference (the record's loss.unchecked says why)"
         return line + (f" — {rec['error']['message']}" if rec.get("error") else "")
-    message = " ".join((rec.get("error") or {}).get("message", "").split())[:160]  # a C++ error's newlines: one line
+    message = record.error_words(rec.get("error"), 160)
     if leaked:
         message = f"{leak_words(leaked)}: a leak? {message}"
     if status == "oom" and budget:  # torch's own line starts with the whole GPU's free memory, not the cap

@@ -212,6 +212,15 @@ FIGURE_LIMIT = 2.0 ** 60
 """Above any real figure (an exbibyte of memory, 10^18 samples/s); 1e308 overflowed the noise's arithmetic."""
 
 
+def error_words(error: dict | None, cut: int | None = None) -> str:
+    """A failed trial's message on one line (cut to `cut` characters), then what to do where the trial
+    knew (`error.hint`): the hint is never cut off with a long message."""
+    error = error or {}
+    message = " ".join(str(error.get("message") or "").split())  # a C++ error's newlines: one line
+    message = message[:cut] if cut else message
+    return f"{message} ({error['hint']})" if error.get("hint") else message
+
+
 def figure_problem(rec: dict) -> str | None:
     """Why a stored record (or confirmation run) cannot be read, or None: a figure that is not a number
     was written by hand or damaged, and would surface as a TypeError in whichever view read it first."""

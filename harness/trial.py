@@ -22,6 +22,7 @@ import json
 import math
 import os
 import pickle
+import re
 import signal
 import statistics
 import sys
@@ -571,9 +572,23 @@ def import_factory(factory: str) -> None:
 def failure_record(job: dict, status: str, exc: BaseException) -> dict:
     error = {"type": type(exc).__name__, "message": str(exc)[:2000] or type(exc).__name__,  # MemoryError()
              "traceback": traceback.format_exc()[-4000:]}
+    if hint := dtype_hint(job, str(exc)):
+        error["hint"] = hint
     if isinstance(exc, BatchOverDataset) and exc.samples is not None:  # no batch above it can run
         error["dataset_samples"] = exc.samples
     return {"status": status, "config": job.get("config"), "throughput": None, "peak_memory": None, "error": error}
+
+
+def dtype_hint(job: dict, message: str) -> str:
+    """What to do when bf16-true's weights meet a float32 tensor the user's code made (`torch.rand(n)`
+    with no dtype): torch names the two dtypes and the line, not the knob that made them differ."""
+    if (job.get("config") or {}).get("precision") != "bf16-true":
+        return ""
+    if "bfloat16" not in message.lower() or not re.search(r"\bfloat\b", message, re.IGNORECASE):
+        return ""
+    return ("bf16-true casts the weights and the batch to bf16, and a tensor your code makes in float32 meets "
+            "them: make it with its input's dtype (torch.rand(n, dtype=x.dtype)), or leave bf16-true out of "
+            "the spec's precision")
 
 
 def failed(job: dict, exc: BaseException) -> tuple[dict, int]:

@@ -219,6 +219,19 @@ def denoiser_spec(folder, **search):
                           "batch": "denoiser:clean_batch"}, {"batch_size": [4], **search})  # the draws matter most at 4
 
 
+def test_a_float32_tensor_meeting_bf16_true_weights_says_what_to_do(tmp_path, monkeypatch):
+    """torch's "mat1 and mat2 must have the same dtype, but got Float and BFloat16" named the dtypes
+    and the line, not the knob that made them differ, nor what to change."""
+    folder = copy_example("unet", tmp_path, monkeypatch)
+    denoiser_spec(folder, precision=["bf16-true"])  # its forward's torch.rand(n, 1) is float32
+    result = run("sweep", "sweep.yaml", "--device", "cpu")
+    said = "make it with its input's dtype (torch.rand(n, dtype=x.dtype)), or leave bf16-true out of the spec's precision"
+    stop = next(line for line in result.output.splitlines() if "stopped:" in line)
+    assert result.exit_code == 2 and "Float and BFloat16" in stop and said in stop and "denoiser.py:" in stop
+    assert any(line.startswith("error: ") and said in line for line in result.output.splitlines())
+    assert said in json.loads(run("report", "--format", "json").stdout)[0]["error"]["hint"]
+
+
 def test_a_loss_that_draws_random_numbers_is_checked_against_a_reference_with_the_same_draws(tmp_path, monkeypatch):
     """A diffusion-style loss (a noise level and noise drawn in each forward) was marked diverged at fp32:
     the reference drew other numbers than the first step (here 2.02 against 1.34)."""

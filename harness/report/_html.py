@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harness import record
 from harness.knobs import rank
 from harness.pareto import Choice, Standing, unsearched_words
 from harness.report import _terminal, _time
@@ -311,7 +312,7 @@ def _notes_cell(row: Standing) -> tuple[str, str]:
     tags = "".join(f'<span class="tag tag-{esc(f)}">{esc(f)}</span>' for f in flags)
     error = row.record.error or {}
     unsearched = unsearched_words(row) if row.record.unsearched else None
-    message = " ".join(str(x) for x in (error.get("type"), error.get("message"), row.unsafe, unsearched) if x)
+    message = " ".join(str(x) for x in (error.get("type"), record.error_words(error), row.unsafe, unsearched) if x)
     text = f'<span class="err" title="{esc(message)}">{esc(_shorten(message, 48))}</span>' if message else ""
     return tags + text, esc(" ".join(flags) + " " + message)
 

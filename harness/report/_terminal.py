@@ -93,7 +93,7 @@ def flat(choice: Choice) -> list[dict]:
                    peak_memory=r.peak_memory, step_s=step.get("median"), step_cv=step.get("cv"),
                    compile_s=r.timing.get("compile_s"), tflops=r.flops.get("tflops"), mfu=r.flops.get("mfu"),
                    peak_allocated=r.memory.get("peak_allocated"), peak_reserved=r.memory.get("peak_reserved"),
-                   error=(r.error or {}).get("message"))
+                   error=record.error_words(r.error) or None)
         out.append(row)
     return out
 
