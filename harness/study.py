@@ -140,7 +140,7 @@ class Sweep:
             capped = not self.remaining()
             then = (f"the cap of {self.total} trials is reached; raise the spec's trials and re-run to search on"
                     if capped else "searching on")
-            self.progress.note(f"confirmation puts the best at {pareto.speed(after, self.spec.objective):.1f} "
+            self.progress.note(f"confirmation puts the leader at {pareto.speed(after, self.spec.objective):.1f} "
                                f"{self.spec.objective}/s (#{after['number']}), not the "
                                f"{pareto.speed(leader, self.spec.objective):.1f} the search stopped against"
                                f"{self.why_the_bar_fell(leader)}: {then}")
@@ -514,13 +514,13 @@ class Sweep:
             self.progress.note("confirming: " + confirmation_words(to_do))
         self.confirm_runs(chosen, rounds)
         for _ in range(CHALLENGERS):
-            challenger = self.challenger()
+            challenger, bar = self.challenger()
             if challenger is None:
                 break
             # beside your config, in rounds of their own: its tie with your config is read from runs made side
             # by side, and your config's earlier rounds ran beside the leader, minutes before
             raced = [challenger] + ([base] if base else [])
-            self.progress.note(f"#{challenger['number']} ran faster once than the confirmed best's median: "
+            self.progress.note(f"#{challenger['number']} ran faster once than {bar}: "
                                f"confirming it too" + (", side by side with your config" if base else ""))
             self.confirm_runs(raced, self.rounds_for(raced, CONFIRM_ROUNDS))
         self.settle_wide_tie()
@@ -662,28 +662,32 @@ class Sweep:
         return any((attrs.get(ledger.confirm_key(r["number"], k)) or {}).get("state") == "claimed"
                    for r in chosen for k in rounds)
 
-    def challenger(self) -> dict | None:
-        """The fastest unconfirmed fitting config that would be chosen over the confirmed best if its
+    def challenger(self) -> tuple[dict | None, str]:
+        """The fastest unconfirmed fitting config that would be chosen over the confirmed leader if its
         single run held (pareto.prefer), beyond the noise of either, or tied with it and lighter where
         memory is scarce; where the leader ties with your config, which stays, one faster than
-        your config beyond the noise: ties are not transitive, and confirmed it may be chosen over the tie."""
+        your config beyond the noise: ties are not transitive, and confirmed it may be chosen over the tie.
+        With it, the bar it beat, in the words the report uses (the leader, or your config)."""
         objective, rows = self.spec.objective, ledger.rows_of(self.study)
         fits = self.candidates(rows)
         capacity = pareto.capacity(fits, self.spec.memory_budget)
         best = pareto.pick([r for r in fits if pareto.confirmed(r)], objective, capacity)
         if best is None:
-            return None
+            return None, ""
         # raced and still unconfirmed (a run crashed or ran out of memory): not a config to act on, nor to race again
         fits = [r for r in fits if not pareto.confirmed(r) and self.race_left(r)]
         # beyond the noise of either (a single run a hair over the median is no news on a host whose runs
         # spread 8-10%, the quickstart raced one such after another), or tied and lighter where memory is scarce
         open_ = [r for r in fits if pareto.prefer([best, r], objective, capacity) is r
                  and (pareto.faster(r, best, objective) or not pareto.roomy([best, r], capacity))]
+        bar = f"the confirmed leader's median (#{best['number']})"
         choice = None if open_ else self.choice(rows)
         if choice is not None and choice.kept:
             base = next(r for r in rows if r["number"] == choice.baseline.number)
             open_ = [r for r in fits if pareto.faster(r, base, objective)]
-        return max(open_, key=lambda r: pareto.speed(r, objective), default=None)
+            bar = (f"your config (#{base['number']}) beyond the noise (your config stays: the leader, "
+                   f"#{choice.leader.number}, ties with it)")
+        return max(open_, key=lambda r: pareto.speed(r, objective), default=None), bar
 
     def race_left(self, row: dict) -> int:
         """Runs of `row`'s race not yet done: CONFIRM_ROUNDS rounds from the first it ran in (a challenger's

@@ -731,9 +731,10 @@ def test_a_worker_that_dies_mid_sweep_leaves_no_trial_running_for_the_one_that_g
 
 def test_where_a_tie_keeps_your_config_a_config_faster_than_yours_is_confirmed(tmp_path):
     """A noisy confirmation run of the leader (7.0 against 12.0) made it tie with your config, which stayed;
-    batch 16 fp32 measured 10.0 once, 1.4x yours, and was never confirmed or named."""
+    batch 16 fp32 measured 10.0 once, 1.4x yours, and was never confirmed or named. Its race is said against
+    your config, which the report names best: "faster once than the confirmed best's median" meant the leader."""
     spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32", "bf16-mixed"])
-    seen = {}
+    seen, notes = {}, []
 
     def table(config):
         key = (config["batch_size"], config["precision"])
@@ -743,11 +744,16 @@ def test_where_a_tie_keeps_your_config_a_config_faster_than_yours_is_confirmed(t
         return {"status": "ok", "throughput": runs[min(seen[key], 3) - 1], "peak_memory": 20 * MiB,
                 "timing": {"step_s": {"cv": 0.005}}}
 
-    sweep = sweep_for(spec, tmp_path, Runner(table), total=4, baseline={"batch_size": 8, "precision": "fp32"})
+    sweep = sweep_for(spec, tmp_path, Runner(table), total=4, baseline={"batch_size": 8, "precision": "fp32"},
+                      notes=notes)
     sweep.run()
     rows = ledger.rows_of(sweep.study)
     by_config = {(r["config"]["batch_size"], r["config"]["precision"]): r for r in rows}
     assert pareto.confirmed(by_config[(16, "fp32")]) and seen[(16, "fp32")] == 3
+    number = {key: r["number"] for key, r in by_config.items()}
+    assert f"#{number[(16, 'fp32')]} ran faster once than your config (#{number[(8, 'fp32')]}) beyond the noise (your " \
+           f"config stays: the leader, #{number[(16, 'bf16-mixed')]}, ties with it): confirming it too, side by side " \
+           "with your config" in notes, notes
     choice = pareto.choose(rows, spec.memory_budget, spec.headroom)
     assert choice.leader.number == by_config[(16, "bf16-mixed")]["number"]  # it ties with your config
     assert choice.best.number == by_config[(16, "fp32")]["number"]  # and this one surely beats yours
@@ -933,7 +939,7 @@ def test_a_challenger_whose_confirmation_run_failed_does_not_hold_up_the_race(tm
 
 
 def test_a_leader_unseated_by_a_failed_confirmation_run_is_said_so(tmp_path):
-    """--trials auto searched on saying "confirmation puts the best at 4.0 (#0), not the 12.0 the search
+    """--trials auto searched on saying "confirmation puts the leader at 4.0 (#0), not the 12.0 the search
     stopped against", though the confirmation measured 12.0: one run of the leader crashed."""
     spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32"])
     seen, notes = {}, []
@@ -949,7 +955,7 @@ def test_a_leader_unseated_by_a_failed_confirmation_run_is_said_so(tmp_path):
                       notes=notes)
     sweep.run()
     lead = next(r["number"] for r in ledger.rows_of(sweep.study) if r["config"]["batch_size"] == 16)
-    said = [n for n in notes if n.startswith("confirmation puts the best at")]
+    said = [n for n in notes if n.startswith("confirmation puts the leader at")]
     assert said and f"as #{lead}'s confirmation run 1 ended crash" in said[0], notes
 
 
