@@ -207,10 +207,10 @@ def test_columns_have_unique_titles_with_units_and_mfu_only_with_a_peak(page):
 
 
 def test_tiles_name_the_objective_unit(page):
-    assert "1,335 samples/s" in page and "your config 410 samples/s" in page
+    assert "1,335.0 samples/s" in page and "your config 410.0 samples/s" in page  # to the terminal's place
     assert not re.search(r"\d/s", page)  # never "182/s": every rate names what it counts
     tokens = render_html(synthetic_rows(), synthetic_study() | {"objective": "tokens"})
-    assert "best tokens/s" in tokens and "683,520 tokens/s" in tokens  # 1335 samples/s x 512 tokens
+    assert "best tokens/s" in tokens and "683,520.0 tokens/s" in tokens  # 1335 samples/s x 512 tokens
     assert re.findall(r"<th [^>]*>([^<]*)</th>", tokens)[2] == "tokens/s"  # the objective's column first
 
 
@@ -279,7 +279,7 @@ def test_renders_what_the_study_stores():
     assert "tiny-lm · cpu · 2026-11-03T14:07:00" in page
     assert "<dt>host_memory</dt><dd>16.00 GiB</dd>" in page and "<dt>driver</dt>" not in page
     assert "<dd>0.564</dd>" in page and "<dd>matmul ieee, cudnn False</dd>" in page  # not a raw float, not a dict
-    assert ">1,234<" in page and ">463,360<" in page
+    assert ">1,234.0<" in page and ">463,360.0<" in page
     assert 'class="badge st-running"' in page
 
 
@@ -418,7 +418,7 @@ def test_the_story_at_the_top_states_the_choice(tmp_path):
     assert "the machine was busy during 1 of 12 trials: #5" in story
     assert "noisy" in story and "#1" in story
     assert "next: run `bench sweep` again when the machine is quiet" in story
-    assert "1,335 samples/s" in page and "1,420" not in page  # the confirmed median, never the lucky first run
+    assert "1,335.0 samples/s" in page and "1,420" not in page  # the confirmed median, never the lucky first run
 
 
 def test_a_best_that_fit_only_through_allocator_retries_is_said_in_the_story_of_every_view():
@@ -487,7 +487,7 @@ def test_predictions_get_their_own_card_apart_from_the_measured_table_and_compil
     assert f"why best: {model['why']}" in story
     assert "compile: trial 3 spent 41.5s compiling" in story  # the terminal's payback line, in the story
     card = page.split("Predicted, not measured")[1].split("</section>")[0]
-    assert "~1,402" in card and "×1.08" in card and "~15.50 GiB" in card and "93%" in card and "41%" in card
+    assert "~1,401.5" in card and "×1.08" in card and "~15.50 GiB" in card and "93%" in card and "41%" in card
     assert "<b>batch_size</b> 96" in card
     trials = page.split('class="trials sortable"')[1].split("</table>")[0]
     assert "1,402" not in trials and trials.count("<tr ") == len(rows)  # never a row of the measured table

@@ -1,5 +1,5 @@
 """How a trial reads in the HTML report, shared by the page (`_html`) and its plots
-(`_svg`): escaping, rates rounded for people, configs in the order people think about
+(`_svg`): escaping, rates spelt as the terminal spells them, configs in the order people think about
 them. Every string that came from the user goes through `esc`.
 """
 from __future__ import annotations
@@ -7,6 +7,8 @@ from __future__ import annotations
 import html
 
 from harness.knobs import rank
+from harness.units import fixed
+
 
 def esc(value: object) -> str:
     """Escape anything for HTML text or a quoted attribute."""
@@ -14,14 +16,11 @@ def esc(value: object) -> str:
 
 
 def rate(value: float | None) -> str:
-    """Three significant digits or so, whatever the magnitude: 12,345 / 123 / 12.3 / 1.23 / 0.0123."""
+    """A speed to the place the terminal, the story and `bench apply` print it (104.7, not 105), its
+    thousands grouped for the eye (683,520.0)."""
     if value is None:
         return "-"
-    if value >= 100:
-        return f"{value:,.0f}"
-    if value >= 1:
-        return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
-    return f"{value:.3g}"
+    return f"{value:,.1f}" if abs(value) >= 1 else fixed(value, 1)
 
 
 def ordered(config: dict) -> list[tuple[str, object]]:
