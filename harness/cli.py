@@ -65,11 +65,17 @@ storage_option = click.option("--storage", metavar="URL", callback=a_storage,
 
 
 def user_errors(fn):
-    """UserError -> one line, exit 2 (a traceback only with --debug). Bugs keep their tracebacks."""
+    """UserError -> one line, exit 2 (a traceback only with --debug). Bugs keep their tracebacks. Ctrl-C
+    that a command does not catch itself (a sweep and a trial stop their trial) -> one line, exit 130,
+    not click's "Aborted!" and exit 1."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            err.print("interrupted: the command stopped (a file bench writes is replaced whole, never in part)",
+                      highlight=False, soft_wrap=True)
+            sys.exit(130)
         except UserError as exc:
             if click.get_current_context().find_root().params.get("debug"):
                 traceback.print_exc()  # the traceback asked for, and still the user's error's exit code
@@ -771,6 +777,8 @@ def refuse_own_file(path: Path, spec_path: str | None, spec, storage: str | None
                         "package.json is yours); write the report to another file, or remove that one first")
     if not target.parent.is_dir():
         raise UserError(f"{option} {path}: folder {target.parent} does not exist; create it, or write {writes} elsewhere")
+    if target.is_dir():  # `--out ""` too: click reads an empty path as "."
+        raise UserError(f"{option} {path}: a folder, not a file; name a file in it for {writes}")
 
 
 def written_by_report(path: Path) -> bool:

@@ -364,6 +364,17 @@ def test_ctrl_c_before_any_trial_does_not_claim_one_was_recorded(tmp_path, fault
     assert "interrupted: no trial was running, nothing measured is lost; re-run the same command to resume" in result.output
 
 
+@pytest.mark.parametrize("command", [["report"], ["report", "--format", "html"], ["apply", "best"]])
+def test_ctrl_c_in_report_or_apply_is_one_line_and_exit_130(tmp_path, monkeypatch, command):
+    """Ctrl-C a second into `bench apply` or `bench report` printed click's "Aborted!" and exited 1."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "pick_study", ctrl_c)
+    result = CliRunner().invoke(cli.main, command)
+    assert result.exit_code == 130 and "Aborted" not in result.output
+    assert result.output.strip().splitlines() == [
+        "interrupted: the command stopped (a file bench writes is replaced whole, never in part)"]
+
+
 def test_ctrl_c_while_a_trial_is_claimed_records_it_interrupted_not_running(tmp_path, faulty_path, monkeypatch):
     """Ctrl-C between ask and claim said "recorded as interrupted" and left the trial running until a resume."""
     import optuna
