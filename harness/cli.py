@@ -683,6 +683,24 @@ SMOKE_WARNING = ("this study is a BENCH_QUICK smoke run (short measurements, tin
                  "to act on; run the sweep without BENCH_QUICK, in a study of its own (--study NAME)")
 
 
+def chosen_words(which: str, budget: int | None) -> str | None:
+    """How `bench apply` named the row, for the header: a tier or a budget (best, or a trial number, needs no words)."""
+    if which not in pareto.TIERS and not (which == "best" and budget):
+        return None
+    named = "best" if which == "best" else f"the {which} tier"
+    return f"{named} under --budget {size(budget)}" if budget else named
+
+
+def noisy_baseline_warning(choice: pareto.Choice, chosen: pareto.Standing) -> str | None:
+    """A config written over your own when your own was too noisy to compare with: nothing shows it is faster."""
+    base = choice.baseline
+    if base is None or not base.noisy or chosen.record.baseline:
+        return None
+    return (f"your config (trial {base.number}) ran too noisy to compare against ({base.record.step_cv:.0%} CV, most "
+            f"often a busy machine), so nothing shows trial {chosen.number} is faster than it; run `bench sweep` "
+            "again on a quiet machine, which measures it again")
+
+
 def study_warnings(spec, rows: list[dict], info: dict) -> list[str]:
     """What every view of the study says before anyone acts on it: a smoke run, another model size."""
     return [w for w in (SMOKE_WARNING if info.get("smoke") else None, size_warning(spec, rows), leak_warning(rows)) if w]
@@ -851,12 +869,14 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     hidden = is_whole(which) and not budget and ledger.why_not_shown(study, int(which))
     if hidden:
         raise UserError(f"trial {which}: {hidden}")
-    chosen = choice.row_for(which, budget_option(budget, "--budget"), name)
+    budget = budget_option(budget, "--budget")
+    chosen = choice.row_for(which, budget, name)
+    made = choice.under(budget) if budget else choice  # the choice `which` was read from
     if spec.apply is None:
         raise UserError(f"{spec.shown}: has no `apply:` section naming the config file to write; add one")
     row = chosen.record
     against = choice.against_baseline(chosen)
-    provenance = {"study": name, "trial": row.number, "device": row.env.get("device"),
+    provenance = {"study": name, "trial": row.number, "chosen": chosen_words(which, budget), "device": row.env.get("device"),
                   "throughput": chosen.speed, "unit": choice.unit, "peak_memory": row.peak_memory,
                   "vs_baseline": against.text(choice.unit) if against else None,
                   "date": datetime.date.today().isoformat(), "bench_version": __version__,
@@ -881,8 +901,8 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     due = [p for p, is_due in ((plan, main_due), (profile, profile_due)) if is_due]
     if not dry_run:
         apply.check(*due)  # a read-only file is refused in one line, before a diff that will not be written
-    if which == "best" and budget is None and choice.kept:
-        out.print(f"keeping your config: {choice.why[0]}", highlight=False, markup=False)
+    if which == "best" and made.kept:
+        out.print(f"keeping your config: {made.why[0]}", highlight=False, markup=False)
     if row.baseline and plan.changes and to is None:
         out.print(f"{spec.apply.file} no longer holds your config as swept (edited since): the diff below writes "
                   f"trial {row.number}'s values back", highlight=False, markup=False)
@@ -891,6 +911,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
               + (f"; vs your config as swept (trial {choice.baseline.number}) {against.text(choice.unit)}"
                  if against else ""), highlight=False, markup=False)
     for warning in [*study_warnings(spec, rows, info), chosen.caveat and f"trial {row.number}: {chosen.caveat}",
+                    noisy_baseline_warning(choice, chosen),
                     elsewhere_warning(info, spec, storage, results) if to is None else None,
                     *held_edited_warnings(spec, held, row.config)]:
         if warning:

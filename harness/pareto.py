@@ -163,7 +163,7 @@ class Versus:
         if self.tie:
             return head + f" — a tie: {self.noise_words()}"
         apart = self.apart_words()
-        return head + (f" — beyond the noise: {apart}" if apart else "")
+        return head + " — beyond the noise" + (f": {apart}" if apart else "")
 
     def apart_words(self) -> str | None:
         """Why a ratio inside twice the paired runs' spread is no tie (None where it is not inside it)."""
@@ -274,8 +274,8 @@ class Choice:
 
     def against_baseline(self, row: Standing) -> Versus | None:
         """`row` against the user's config, as the report states it; None for the baseline itself, and
-        for a noisy row: its windows disagree too much for any ratio (or "tie: false") to mean anything."""
-        if self.baseline is None or not self.baseline.measured or row.record.baseline or row.noisy:
+        where either is noisy: its windows disagree too much for any ratio (or "tie: false") to mean anything."""
+        if self.baseline is None or not self.baseline.measured or row.record.baseline or row.noisy or self.baseline.noisy:
             return None
         return versus(row.record, self.baseline.record, self.objective)
 
@@ -295,6 +295,12 @@ class Choice:
             return self.trial_row(which, study)
         if which != "best" and which not in TIERS:
             raise UserError(f"{which!r}: say best, safe, balanced, aggressive or a trial number")
+        if budget and self.capacity and budget > self.capacity:
+            swept = (f"the {size(self.capacity)} budget the study was swept under" if self.capacity_label == "budget"
+                     else f"the {size(self.capacity)} of device memory the trials ran on")
+            raise UserError(f"--budget {size(budget)}: more than {swept}, so configs that ran out of memory there were "
+                            f"never measured above it; say at most {size(self.capacity)}, or sweep a new study with "
+                            f"--memory-budget SIZE")
         choice = self.under(budget) if budget else self
         row = choice.best if which == "best" else choice.tiers[which]
         if row is None and budget:
@@ -323,7 +329,7 @@ def speed(row, objective: str = "samples") -> float | None:
     """The throughput a study optimizes: samples/s, or tokens/s; the median over the trial and its
     confirmation runs where it was confirmed."""
     runs = Record.of(row).runs(objective)
-    return sorted(runs)[len(runs) // 2] if len(runs) > 2 else (runs[0] if runs else None)
+    return statistics.median(runs) if len(runs) > 2 else (runs[0] if runs else None)
 
 
 def figure_runs(row, objective: str = "samples") -> int:
@@ -606,7 +612,8 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
         v = versus(row, base_ok, objective) if row is not base_ok else None
         return v is not None and v.spread is not None and not v.tie and v.ratio > 1
     tiers = {name: kept(pick([r for r in usable if fits(r, h)], objective, cap), h) for name, h in TIERS.items()}
-    against = versus(leader, base, objective) if leader is not None and base in ok and leader is not base else None
+    # a noisy baseline's windows disagree too much for any ratio to it to mean anything (the story says so)
+    against = versus(leader, base, objective) if leader is not None and base_ok is not None and leader is not base else None
     best = kept(leader, headroom)
     front = {r.number for r in pareto_front(searched, objective)}
 

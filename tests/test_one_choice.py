@@ -90,16 +90,18 @@ def test_every_view_states_the_same_best_speedup_and_tie(project):
     said = f"{versus['ratio']:.2f}× ± {versus['spread']:.2f}"
     assert said == "1.40× ± 0.18" and versus["tie"] is False  # the paired rounds: 150/98, 130/102
     worded = f"{versus['ratio']:.2f}× the samples/s, ± {versus['spread']:.2f} over 2 runs each side by side"
-    assert "best: trial 1" in table and worded in table
-    assert "Best: trial #1" in page and said in page and "a tie" not in page and "141 samples/s" in page
+    assert "best: trial 1" in table and worded in table and "runs: measured runs the figure is the median of" in table
+    assert "Best: trial #1" in page and said in page and "a tie" not in page and "141.0 samples/s" in page
     assert [r["best"] for r in grid] == ["False", "True", "False"] and grid[1]["speed"] == "141.0"
     assert [r["leader"] for r in grid] == ["False", "True", "False"] and grid[1]["speed_unit"] == "samples/s"
     assert [r["tiers"].split() for r in grid] == [r["tiers"] for r in rows]  # the CSV carries what JSON does
     assert (grid[1]["vs_baseline"], grid[1]["vs_baseline_spread"], grid[1]["vs_baseline_paired"], grid[1]["tie"]) == \
         tuple(str(versus[k]) for k in ("ratio", "spread", "paired", "tie"))  # the spread says over how many runs
     assert grid[1]["vs_baseline_bound"] == str(versus["bound"]) and grid[1]["vs_baseline_apart_this"] == ""
-    assert "trial 1:" in dry and f"vs your config as swept (trial 0) {worded}" in dry
-    assert f"# bench apply: vs your config as swept: {worded}" in \
+    verdict = f"{worded} — beyond the noise"  # the story's words: the summary and apply's header said no verdict
+    assert f"vs baseline (trial 1 vs trial 0): {verdict}" in table and f"{worded}: beyond the noise" in page
+    assert "trial 1:" in dry and f"vs your config as swept (trial 0) {verdict}" in dry
+    assert f"# bench apply: vs your config as swept: {verdict}" in \
         bench("apply", "best", "--dry-run").output
     assert "a tie" not in table + dry
     spec = specs.load(project / "one.yaml")
@@ -195,7 +197,31 @@ def test_a_tie_with_the_users_config_is_not_applied_and_every_view_says_so(proje
     assert "Your config stays best: trial #0" in page
     result = bench("apply", "best")
     assert result.exit_code == 0 and "keeping your config" in result.output and "nothing written" in result.output
+    under = bench("apply", "best", "--budget", "9GiB")  # the choice made again says why it keeps yours too
+    assert under.exit_code == 0 and "keeping your config" in under.output and "nothing written" in under.output
     assert (project / CONFIG).read_text() == before and not list((project / "examples").glob("*.bench-backup-*"))
+
+
+def test_apply_under_a_budget_names_it_in_the_header_and_refuses_one_larger_than_the_sweeps(project):
+    """`apply safe --budget 1GiB` of a study swept under 400 MiB chose among configs measured under the smaller
+    wall (those that ran out of memory there never ran above it), and no header said which choice was written."""
+    make_study(project, CLEAR, {1: [150.0, 130.0], 0: [98.0, 102.0]})
+    header = bench("apply", "safe", "--budget", "8GiB", "--dry-run").output
+    assert "# bench apply: written by bench" in header and "trial 1 (the safe tier under --budget 8.00 GiB)" in header
+    assert "(best)" not in bench("apply", "best", "--dry-run").output  # plain best needs no words
+    larger = bench("apply", "safe", "--budget", "12GiB")
+    assert larger.exit_code == 2 and larger.output.strip().splitlines()[-1] == (
+        "error: --budget 12.00 GiB: more than the 10.00 GiB budget the study was swept under, so configs that ran out "
+        "of memory there were never measured above it; say at most 10.00 GiB, or sweep a new study with "
+        "--memory-budget SIZE")
+    assert not list((project / "examples").glob("*.bench-backup-*"))
+
+
+def test_a_confirmed_figure_over_an_even_number_of_runs_is_their_median(project):
+    """Four runs (a trial and three confirmation runs) gave the upper middle one, 141.0, not the median."""
+    make_study(project, CLEAR, {1: [150.0, 130.0, 120.0], 0: [98.0, 102.0]})
+    rows = json.loads(bench("report", "--format", "json").output)
+    assert rows[1]["speed"]["value"] == 135.5 and rows[1]["speed"]["runs"] == 4  # (130 + 141) / 2
 
 
 def test_a_kept_tie_names_whom_the_models_line_is_about_and_apply_says_when_it_writes_your_config_back(project):
@@ -323,6 +349,22 @@ def test_a_diverged_baseline_is_compared_with_nothing_in_every_view(project):
     assert "your config (#0) ended diverged: nothing to compare against" in page
     assert "vs your config - your config ended diverged" in page and "your config 100 samples/s" not in page
     assert "trial 1:" in dry and "vs your config" not in dry
+
+def test_a_noisy_baseline_is_compared_with_nothing_and_apply_says_nothing_shows_a_pick_is_faster(project):
+    """Your config's windows spread 159% CV on a busy host; the report still said "1.36× the samples/s:
+    beyond the noise" (its noise capped at 10%), and `apply safe` wrote a config 0.14× of yours with no word."""
+    make_study(project, [({"batch_size": 8, "precision": "fp32"}, 100.0, 2.0,
+                          {"timing": {"step_s": {"cv": 1.59, "median": 0.08}}})] + CLEAR[1:], {})
+    table, page, rows, grid, dry = views(project)
+    assert rows[0]["noisy"] and [r["vs_baseline"] for r in rows] == [None] * 3 and {r["vs_baseline"] for r in grid} == {""}
+    said = "timed windows disagree (159% CV, most often a busy machine): not a measurement to compare against"
+    assert f"baseline (trial 0): its {said}" in table and f"your config (#0)'s {said}" in html.unescape(page)
+    assert "×" not in table and "beyond the noise" not in page
+    assert "runs:" not in table  # every figure is one run: no runs column, and no legend for one
+    warned = "your config (trial 0) ran too noisy to compare against (159% CV, most often a busy machine), so nothing shows trial"
+    assert "vs your config" not in dry and warned in dry
+    assert warned in flat(bench("apply", "safe", "--dry-run").output)
+
 
 def test_a_noisy_trial_is_compared_with_your_config_in_no_view(project):
     """A trial whose windows disagreed (never ranked) carried `vs_baseline: {ratio: 3.0, tie: false}` in

@@ -351,7 +351,7 @@ def _provenance_lines(provenance: dict) -> list[str]:
     "measured on NVIDIA H200, 1234.5 samples/s, peak memory 12.00 GiB"; other keys as key=value."""
     p = {k: v for k, v in provenance.items() if v is not None}
     written = ["written by bench", str(p.pop("bench_version", ""))]
-    for key, form in (("date", "on {}"), ("study", "from study {}"), ("trial", "trial {}")):
+    for key, form in (("date", "on {}"), ("study", "from study {}"), ("trial", "trial {}"), ("chosen", "({})")):
         if key in p:
             written.append(form.format(p.pop(key)))
     measured = []

@@ -165,7 +165,8 @@ def table(choice: Choice, info: dict, width: int | None = None) -> Group:
         for i, s in enumerate(rows):
             body.add_row(*[Text(str(c.cells[i]), style=STATUS_STYLE.get(str(c.cells[i]), "") if c.header == "status" else "")
                            for c in columns], style="bold" if s.best else None)
-    return Group(body, Text("\n".join(notes + [legend(choice)])), summary(choice, info))
+    shows_runs = any(c.header == "runs" for c in columns)
+    return Group(body, Text("\n".join(notes + [legend(choice, shows_runs)])), summary(choice, info))
 
 
 def as_lines(columns: list[Column], rows: list[Standing]) -> list[str]:
@@ -230,11 +231,12 @@ def fit(columns: list[Column], rows: list[Standing], width: int | None) -> tuple
     return columns, notes
 
 
-def legend(choice: Choice) -> str:
+def legend(choice: Choice, shows_runs: bool) -> str:
+    """The marks and words the table uses; `runs` only where the table has that column."""
     base = "your config as swept" if choice.applies else "the spec's defaults: no apply: section, no config read"
+    runs = "runs: measured runs the figure is the median of   " if shows_runs else ""
     return (f"★ best   ◆ Pareto front   B baseline ({base})   ! loss rose beyond chance   "
-            "noisy: windows disagree, not ranked   runs: measured runs the figure is the median of   "
-            "GiB = 1024³ bytes, MiB = 1024² bytes")
+            f"noisy: windows disagree, not ranked   {runs}GiB = 1024³ bytes, MiB = 1024² bytes")
 
 
 def summary(choice: Choice, info: dict) -> Text:
@@ -328,6 +330,9 @@ def headline(choice: Choice) -> list[str]:
                          f"{choice.against_baseline(best).text(choice.unit)}, memory {signed_size(best.peak - base.peak)}")
     elif base is not None and not base.measured:
         lines.append(f"baseline (trial {base.number}) ended {base.record.status}: nothing to compare against")
+    elif base is not None and base.noisy and not best.record.baseline:
+        lines.append(f"baseline (trial {base.number}): its timed windows disagree ({base.record.step_cv:.0%} CV, most "
+                     "often a busy machine): not a measurement to compare against")
     if choice.capacity:
         lines.append(f"headroom left: {1 - best.peak / choice.capacity:.0%} of {size(choice.capacity)}")
     return lines
