@@ -955,6 +955,8 @@ def elsewhere_warning(info: dict, spec, storage: str | None, results: Path) -> s
     project = Path(results).resolve().parent
     if storage or not info.get("spec_relative") or spec.apply.file.resolve().is_relative_to(project):
         return None
+    if specs.same_path(project / info["spec_relative"], Path(spec.path)):  # found here: its target is its own choice
+        return None
     return (f"the spec is not at {project / info['spec_relative']}; using {spec.path}, where the study was swept, "
             f"so this writes {spec.apply.file}, outside {project}; pass --to FILE to write elsewhere")
 

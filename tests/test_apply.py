@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 import pytest
+import yaml
 from ruamel.yaml import YAML
 
 from harness import apply
@@ -239,6 +240,24 @@ def test_read_current_deepspeed_and_auto_means_unknown(tmp_path):
     assert read_current(target) == {"accumulation": 4, "precision": "bf16-mixed"}
 
 
+def test_a_deepspeed_auto_is_refused_before_the_sweep_and_at_apply_never_overwritten(tmp_path):
+    """"train_micro_batch_size_per_gpu": "auto" (the HF Trainer fills it from TrainingArguments) became 8, which
+    the Trainer then refuses to start with where its own per_device_train_batch_size says otherwise."""
+    file = copy("deepspeed.json", tmp_path)
+    data = json.loads(file.read_text())
+    data["train_micro_batch_size_per_gpu"] = data["gradient_accumulation_steps"] = "auto"
+    file.write_text(json.dumps(data, indent=4))
+    before, target = file.read_text(), target_for(file, preset="deepspeed")
+    said = ('train_micro_batch_size_per_gpu, gradient_accumulation_steps are "auto", which the HF Trainer fills from '
+            'its TrainingArguments; point apply at that file (preset: hf), or write numbers in place of "auto"')
+    with pytest.raises(UserError, match=re.escape(f"s.yaml: {file}: {said}")):
+        apply.refuse_unwritable(target, {"batch_size": [8, 16], "accumulation": [1, 2]}, "s.yaml")
+    with pytest.raises(UserError, match=re.escape(said)):
+        plan(target, {"batch_size": 16, "accumulation": 1}, PROVENANCE)
+    assert apply.refuse_unwritable(target, {"precision": ["fp32", "bf16-mixed"]}, "s.yaml") == []  # not its keys
+    assert file.read_text() == before
+
+
 def test_read_current_plain_and_an_unknown_spelling(tmp_path):
     file = copy("plain.yaml", tmp_path)
     assert read_current(target_for(file)) == {"batch_size": 32, "accumulation": 1, "precision": "fp32",
@@ -283,6 +302,42 @@ def test_lr_rule_without_a_batch_in_the_file_names_the_key_it_looked_for(tmp_pat
     target = target_for(file, preset="lightning", lr={"key": "optimizer.lr", "scale": "linear"})
     with pytest.raises(UserError, match=r"batch size is unknown \(no data.batch_size in the file\)"):
         plan(target, {"batch_size": 32}, PROVENANCE, create_keys=True)
+
+
+def test_lr_rule_with_batch_size_not_mapped_rescales_by_what_it_writes(tmp_path):
+    """`apply.keys.batch_size: null` with apply.lr refused every trial ("the current batch size is unknown"),
+    after a sweep that had not: the file's micro-batch is not written, so it cancels out of the ratio."""
+    file = copy("lightning.yaml", tmp_path)
+    target = target_for(file, preset="lightning", keys={"batch_size": None}, lr={"key": "optimizer.lr", "scale": "sqrt"})
+    same = plan(target, {"batch_size": 64, "accumulation": 1}, PROVENANCE)
+    assert [c.key for c in same.changes] == []  # accumulation 1 -> 1: the effective batch the file trains at stays
+    doubled = plan(target, {"batch_size": 64, "accumulation": 2}, PROVENANCE)
+    assert load(doubled.new_text)["optimizer"]["lr"] == pytest.approx(3.0e-4 * 2 ** 0.5, rel=1e-5)
+    assert load(doubled.new_text)["data"]["batch_size"] == 16
+
+
+def test_an_anchor_and_a_tag_in_front_of_a_value_stay(tmp_path):
+    """`accumulate_grad_batches: &acc 1` became `accumulate_grad_batches: 2`, and `lr: &lr !!float 3e-4`
+    lost both its anchor and its tag: only a tag alone in front was kept."""
+    file = copy("lightning.yaml", tmp_path)
+    file.write_text(file.read_text().replace("accumulate_grad_batches: 1", "accumulate_grad_batches: &acc 1")
+                    .replace("lr: 3.0e-4", "lr: &lr !!float 3.0e-4"))
+    target = target_for(file, preset="lightning", lr={"key": "optimizer.lr", "scale": "sqrt"})
+    new = plan(target, {"accumulation": 2}, PROVENANCE).new_text
+    assert "  accumulate_grad_batches: &acc 2\n" in new and "  lr: &lr !!float 4.24264e-4\n" in new
+
+
+@pytest.mark.parametrize("old, new", [("yes", "no"), ("Yes", "No"), ("on", "off")])
+def test_a_yaml_1_1_boolean_word_is_written_plain_as_the_file_spelt_it(tmp_path, old, new):
+    """`use_amp: yes` mapped with values {fp32: no, bf16-mixed: yes} became `use_amp: "no"`: a string, which
+    PyYAML (YAML 1.1) reads as truthy where it had read `yes` as True, so mixed precision stayed on."""
+    file = tmp_path / "train.yaml"
+    file.write_text(f"trainer:\n  use_amp: {old}   # mixed precision on\n  batch_size: 8\n")
+    target = target_for(file, keys={"precision": {"key": "trainer.use_amp", "values": {"fp32": new, "bf16-mixed": old}},
+                                    "batch_size": "trainer.batch_size"})
+    written = plan(target, {"precision": "fp32"}, PROVENANCE).new_text
+    assert re.search(rf"\n  use_amp: {new} +# mixed precision on\n", written)  # the comment keeps its column
+    assert yaml.safe_load(written)["trainer"]["use_amp"] is False  # as PyYAML read the old word: True
 
 
 @pytest.mark.parametrize("held", ["auto", "null"])

@@ -452,6 +452,18 @@ def test_apply_from_a_copy_without_the_spec_says_it_writes_the_original_project(
     assert "the spec is not at" not in CliRunner().invoke(main, ["apply", "best", "--dry-run"]).output
 
 
+def test_a_spec_found_in_its_project_whose_target_lies_outside_it_gives_no_warning(known_study, tmp_path_factory):
+    """`file: ../real/args.json` (or a symlink out of the project) warned "the spec is not at X; using X, where
+    the study was swept": the spec was where it was swept, and the target outside is the spec's own choice."""
+    import shutil
+    outside = tmp_path_factory.mktemp("real") / "config.yaml"
+    shutil.copyfile(known_study / "examples" / "config.yaml", outside)
+    spec = known_study / "known.yaml"
+    spec.write_text(spec.read_text().replace("examples/config.yaml", str(outside)))
+    out = CliRunner().invoke(main, ["apply", "best", "--dry-run"])
+    assert out.exit_code == 0 and str(outside) in out.output and "the spec is not at" not in out.output, out.output
+
+
 def test_a_study_named_by_its_folder_is_the_study(known_study):
     """`bench report results/known` (what tab completion gives) was "not a plain name"."""
     for name in ("results/known", "./results/known/", str(known_study / "results" / "known")):

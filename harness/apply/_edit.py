@@ -81,7 +81,7 @@ def _scalar_span(text: str, key_node: ScalarNode, node: ScalarNode) -> tuple[int
     if start == end:
         colon = text.index(":", key_node.end_mark.index)
         return colon + 1, colon + 1
-    if text[start] == "!":  # keep a tag (!!float) in front of the value
+    while text[start] in "!&":  # keep the node's tag (!!float) and anchor (&lr) in front of the value
         start = re.compile(r"\S+\s+").match(text, start).end()
     return start, end
 
@@ -208,6 +208,8 @@ def _render(value: object, fmt: str, old_token: str = "", old_style: str | None 
         return _float_text(value, scientific="e" in old_token.lower())
     if not isinstance(value, str):
         raise UserError(f"cannot write {type(value).__name__} value {value!r} into a config; only single values")
+    if fmt == "yaml" and old_style is None and _YAML11_BOOL.fullmatch(old_token) and _YAML11_BOOL.fullmatch(value):
+        return value  # yes for no, as the file spelt it: each YAML reads the new word as it read the old one
     if fmt == "yaml" and old_style == "'":
         return "'" + value.replace("'", "''") + "'"
     if fmt == "yaml" and old_style != '"' and _plain_is_safe(value):
@@ -228,6 +230,8 @@ def _float_text(value: float, scientific: bool) -> str:
 
 
 _PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+/-]*")
+_YAML11_BOOL = re.compile(r"yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF")
+"""Booleans to YAML 1.1 (PyYAML), strings to YAML 1.2: a word for which the file's reader decides."""
 
 
 def _plain_is_safe(text: str) -> bool:

@@ -80,6 +80,7 @@ def plan(target: ApplyTarget, values: dict, provenance: dict, *, to: Path | None
         raise UserError(f"--to {to}: must be a {target.format.upper()} file like {target.file.name}")
     doc = _load_document(target.file, target.format)
     assignments = _assignments(target, values, doc, current_values)
+    _refuse_auto(target, doc, [a.key for a in assignments])
     edits = _edits(doc, assignments, create_keys)
     body = _apply_edits(doc, edits)
     changes = [(a.key, None if old is ABSENT else old, a.value) for a, old in edits]
@@ -119,6 +120,16 @@ def _assignments(target: ApplyTarget, values: dict, doc: _Document,
     return out
 
 
+def _refuse_auto(target: ApplyTarget, doc: _Document, keys: list[str]) -> None:
+    """A DeepSpeed "auto" is the HF Trainer's to fill from its TrainingArguments, which must then agree
+    with any number written there (or the Trainer refuses to start): the values go into those arguments."""
+    auto = [key for key in keys if target.preset == "deepspeed" and _lookup(doc.data, key) == "auto"]
+    if auto:
+        raise UserError(f"{target.file}: {', '.join(auto)} {'is' if len(auto) == 1 else 'are'} \"auto\", which the HF "
+                        "Trainer fills from its TrainingArguments; point apply at that file (preset: hf), or write "
+                        "numbers in place of \"auto\"")
+
+
 def _knob_assignments(target: ApplyTarget, knob: str, value: object) -> list[_Assignment]:
     from_preset = target.keys.get(knob) == PRESETS[target.preset].get(knob)
     origin = f"preset {target.preset}, knob {knob}" if from_preset else f"apply.keys.{knob}"
@@ -141,6 +152,12 @@ def refuse_unwritable(target: ApplyTarget, searched: dict[str, list], shown: str
     A value a preset's map cannot spell (hf's gradient_checkpointing has no `selective`, which bench applies
     itself) is worth measuring still: said in the notes returned."""
     notes = []
+    if target.preset == "deepspeed":
+        keys = [m.key for knob in searched for m in target.keys.get(knob, ())]
+        try:
+            _refuse_auto(target, _load_document(target.file, target.format), keys)
+        except UserError as exc:
+            raise UserError(f"{shown}: {exc}") from None
     for knob, values in searched.items():
         for value in values:
             try:
@@ -189,6 +206,8 @@ def _lr_assignment(rule: LrRule, doc: _Document, values: dict, current: dict,
         raise UserError(f"{doc.path}: apply.lr: {launcher[0]} holds {launcher[1]!r}, not a count of processes, so the "
                         f"global batch it trains at is unknown and the learning rate cannot be rescaled from it; "
                         f"write the number of processes it runs on there, or remove apply.lr")
+    if not batch_keys:  # batch_size is not written: the file's micro-batch stays, whatever it is, and cancels out
+        current = {**current, "batch_size": 1}
     old_batch, new_batch = _effective_batch(current, {}), _effective_batch(values, current)
     if old_batch is None:
         held = next(((k, v) for k in batch_keys if (v := _lookup(doc.data, k)) is not ABSENT), None)
