@@ -316,6 +316,19 @@ def test_lr_rule_with_batch_size_not_mapped_rescales_by_what_it_writes(tmp_path)
     assert load(doubled.new_text)["data"]["batch_size"] == 16
 
 
+def test_a_comment_quoting_the_old_effective_batch_is_stale_when_accumulation_changes_it(tmp_path):
+    """`lr: 3.0e-4  # tuned for an effective batch of 16` was not flagged when accumulation 1 -> 2 made it 32:
+    only old values of changed keys were looked for, and the batch size itself did not change."""
+    file = copy("lightning.yaml", tmp_path)
+    file.write_text(file.read_text().replace("lr: 3.0e-4", "lr: 3.0e-4   # tuned for an effective batch of 16"))
+    target = target_for(file, preset="lightning", lr={"key": "optimizer.lr", "scale": "sqrt"})
+    p = plan(target, {"accumulation": 2}, PROVENANCE, current_values=read_current(target))
+    assert any("optimizer.lr: the comment '# tuned for an effective batch of 16' quotes 16, the old effective batch; "
+               "update the comment" in w for w in p.warnings), p.warnings
+    same = plan(target, {"accumulation": 1}, PROVENANCE, current_values=read_current(target))
+    assert same.warnings == ()  # the effective batch stays 16: the comment still holds
+
+
 def test_an_anchor_and_a_tag_in_front_of_a_value_stay(tmp_path):
     """`accumulate_grad_batches: &acc 1` became `accumulate_grad_batches: 2`, and `lr: &lr !!float 3e-4`
     lost both its anchor and its tag: only a tag alone in front was kept."""

@@ -14,15 +14,17 @@ from harness.apply._keymaps import ABSENT
 
 
 def stale_comments(doc: _Document, edits: list, new_text: str, effective: int | None = None,
-                   written: str | None = None) -> list[str]:
+                   written: str | None = None, old_effective: int | None = None) -> list[str]:
     """For each changed key whose line's comment quotes an old value of any changed key: one warning,
     with the line number in the new text (the provenance block above it shifts lines) of the file
     `written` (apply --to's; default the target's). `effective`: the
     global batch after the write (micro-batch x accumulation x processes, where that is not the
-    micro-batch): an old value that equals it may be a comment on the global batch, still true."""
+    micro-batch): an old value that equals it may be a comment on the global batch, still true.
+    `old_effective`: the global batch before, where the write changes it: quoted, it is an old value too."""
     if doc.format != "yaml":
         return []
     olds = [(a.key, old) for a, old in edits if old is not ABSENT and not isinstance(old, bool)]
+    olds += [("effective batch", old_effective)] if old_effective is not None else []
     name, out = written or doc.path.name, []
     for a, old in edits:
         if old is ABSENT:

@@ -96,7 +96,7 @@ def plan(target: ApplyTarget, values: dict, provenance: dict, *, to: Path | None
                 diff=_diff(doc.text, new_text, target.file, destination), changes=changes,
                 unmapped=unmapped, sidecar=sidecar, sidecar_text=sidecar_text,
                 warnings=tuple(stale_comments(doc, edits, new_text, _written_effective_batch(values, current_values),
-                                              destination.name)))
+                                              destination.name, _old_effective_batch(values, current_values))))
 
 
 def _assignments(target: ApplyTarget, values: dict, doc: _Document,
@@ -187,6 +187,15 @@ def _written_effective_batch(values: dict, current: dict | None) -> int | None:
         return None
     total = _effective_batch(values, current)
     return total if isinstance(total, int) and total != values["batch_size"] else None
+
+
+def _old_effective_batch(values: dict, current: dict | None) -> int | None:
+    """The global batch before a write that changes it, where the file's values are known: a comment that
+    quotes it (`lr: 3e-4  # tuned for an effective batch of 8`) goes stale though no key it names changed."""
+    if current is None:
+        return None
+    old, new = _effective_batch(current, {}), _effective_batch(values, current)
+    return old if old is not None and new is not None and old != new else None
 
 
 def _effective_batch(knobs: dict, fallback: dict) -> int | None:
