@@ -330,7 +330,7 @@ def headline(choice: Choice) -> list[str]:
                          f"{choice.against_baseline(best).text(choice.unit)}, memory {signed_size(best.peak - base.peak)}")
     elif base is not None and not base.measured:
         lines.append(f"baseline (trial {base.number}) ended {base.record.status}: nothing to compare against")
-    elif base is not None and base.noisy and not best.record.baseline:
+    elif base is not None and base.noisy:  # never best: a noisy config is not ranked
         lines.append(f"baseline (trial {base.number}): its timed windows disagree ({base.record.step_cv:.0%} CV, most "
                      "often a busy machine): not a measurement to compare against")
     if choice.capacity:
