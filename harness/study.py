@@ -366,11 +366,13 @@ class Sweep:
             return False
         baseline = bool(trial.user_attrs.get("baseline"))
         self.progress.trial_started(trial.number, done, self.total, config, baseline)
+        began = time.monotonic()
         try:
             with storage.heartbeat(self.study, trial):
                 rec = self.runner(config, trial.number)
-        except KeyboardInterrupt as stop:
-            self.tell_interrupted(trial, config, str(stop) or "interrupted by the user (Ctrl-C)")
+        except KeyboardInterrupt as stop:  # its wall time stays in the sweep's time split, as "ended early"
+            self.tell_interrupted(trial, config, str(stop) or "interrupted by the user (Ctrl-C)",
+                                  wall_s=time.monotonic() - began)
             raise
         if rec["status"] == record.INTERRUPTED and self.server_died_before(config):
             rec = dict(rec, status=record.CRASH, error={**rec["error"], "message": (
@@ -823,7 +825,8 @@ class Sweep:
                    and ((t.user_attrs.get("record") or {}).get("error") or {}).get("type") == launch.SERVER_DIED
                    for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))
 
-    def tell_interrupted(self, trial, config: dict | None, why: str, kind: str = "Interrupted") -> None:
+    def tell_interrupted(self, trial, config: dict | None, why: str, kind: str = "Interrupted",
+                         wall_s: float | None = None) -> None:
         """Never a measured result: FAIL, marked interrupted, and its config queued to run again.
 
         Without a config (asked from the sampler, killed before it was claimed) nothing is queued: the
@@ -832,6 +835,8 @@ class Sweep:
         rec = {"status": record.INTERRUPTED, "config": config or {}, "throughput": None, "peak_memory": None,
                "number": trial.number, "error": {"type": kind, "message": why},
                "log": self.log_of(trial.number, written=True)}  # what the child printed, where it got that far
+        if wall_s is not None:
+            rec["timing"] = {"trial_wall_s": wall_s}
         trial.set_user_attr("status", record.INTERRUPTED)
         trial.set_user_attr("record", rec)
         if config:  # queued before the FAIL: a kill between the two leaves a RUNNING trial, recovered again

@@ -396,6 +396,23 @@ def test_ctrl_c_while_a_trial_is_claimed_records_it_interrupted_not_running(tmp_
     assert again.exit_code == 0 and "left running by a process that died" not in again.output, again.output
 
 
+def test_a_trial_ctrl_c_stopped_keeps_its_wall_time_in_the_sweeps_time(tmp_path, faulty_path, monkeypatch):
+    """The report's time split left out a trial Ctrl-C stopped: "time in 2 trials" where 3 had run."""
+    from harness import launch
+
+    def stopped_after_a_while(*args, **kwargs):
+        time.sleep(0.5)
+        raise KeyboardInterrupt()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(launch, "run", stopped_after_a_while)
+    path = faulty_spec(tmp_path, "spent", ["none"], trials=1)
+    assert CliRunner().invoke(cli.main, ["sweep", str(path), "--device", "cpu"]).exit_code == 130
+    rows = json.loads(CliRunner().invoke(cli.main, ["report", "--format", "json"]).output)
+    assert [r["status"] for r in rows] == ["interrupted"] and rows[0]["timing"]["trial_wall_s"] >= 0.5
+    table = " ".join(CliRunner().invoke(cli.main, ["report"], env={"COLUMNS": "200"}).output.split())
+    assert "time in 1 trial, " in table and re.search(r"ended early \d+\.\ds \(100%\)", table), table
+
+
 def test_ctrl_c_during_a_confirmation_run_says_that_run_was_stopped(tmp_path, faulty_path, monkeypatch):
     """It said "no trial was running" while a confirmation run's child was measuring."""
     from harness import study as studies

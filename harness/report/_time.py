@@ -70,7 +70,7 @@ def lines(rows: list[Record]) -> list[str]:
     launched = sum(1 for r in rows if r.timing.get("trial_wall_s") is not None)
     parts = [f"{name} {duration(s)} ({s / wall:.0%})" for name, s in totals.items()
              if s or name != "ended early"]
-    out = [f"time in {launched} trials, {duration(wall)}: " + ", ".join(parts)]
+    out = [f"time in {launched} trial{'s' if launched != 1 else ''}, {duration(wall)}: " + ", ".join(parts)]
     counts = {REUSED[k]: n for k, n in reuse_counts(rows).items() if n}
     if counts:
         out.append("reused from an earlier trial (same build and shape, not measured again): "
