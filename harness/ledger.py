@@ -390,6 +390,19 @@ def why_not_shown(study: optuna.Study, number: int) -> str | None:
     return None
 
 
+UNCLAIMED_AFTER_S = 600
+"""A trial asked and not claimed this long ago was asked by a sweep that died: a claim takes milliseconds
+(minutes only while a database outage is ridden out)."""
+
+
+def never_claimed(trial: optuna.trial.FrozenTrial) -> bool:
+    """Asked, given its config, and never claimed by a worker (`kill -9` in between): no worker's process
+    can be checked, so its age tells. The next sweep recovers it under the claim lock at once."""
+    started = trial.datetime_start
+    return "worker" not in trial.user_attrs and started is not None and \
+        (datetime.datetime.now() - started).total_seconds() > UNCLAIMED_AFTER_S
+
+
 def rows_of(study: optuna.Study) -> list[dict]:
     """One row per trial for reports: the stored record plus number, baseline and duplicate marks."""
     rows, repeats, aside = [], confirmation_runs(study.user_attrs), superseded(study)
@@ -402,7 +415,7 @@ def rows_of(study: optuna.Study) -> list[dict]:
             continue  # a duplicate's measurement is in the table under its own number
         if not t.user_attrs.get("config") and not rec.get("config") and rec.get("status") in (None, record.INTERRUPTED):
             continue  # asked, and the sweep killed before it drew a config: nothing to show, nothing runs again
-        if t.state == TrialState.RUNNING and not rec and is_stale(t.user_attrs.get("worker")):
+        if t.state == TrialState.RUNNING and not rec and (is_stale(t.user_attrs.get("worker")) or never_claimed(t)):
             rec = {"status": record.INTERRUPTED, "throughput": None, "peak_memory": None, "error": {
                    "type": "Interrupted", "message": "its bench process died; the next `bench sweep` runs it again"}}
         elif t.state == TrialState.RUNNING and not rec:

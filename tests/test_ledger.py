@@ -73,6 +73,9 @@ def test_a_trial_asked_but_never_claimed_is_interrupted_and_runs_again(two_confi
         [line] = lines(first.stderr)
         assert "no space left" in line and "re-run the same command" in line
     assert [r["status"] for r in rows(two_configs, "ledger")] == ["running"]  # as the dead sweep left it
+    aged = bench(two_configs, "report", "ledger", "--format", "json",  # no worker was ever named: its age tells
+                 code="from harness import ledger; ledger.UNCLAIMED_AFTER_S = 0; from harness.cli import main; main()")
+    assert [r["status"] for r in json.loads(aged.stdout)] == ["interrupted"], aged.stderr
 
     again = bench(two_configs, "sweep", "ledger.yaml", "--device", "cpu")
     assert again.returncode == 0, again.stderr
