@@ -72,10 +72,9 @@ def user_errors(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except KeyboardInterrupt:
-            err.print("interrupted: the command stopped (a file bench writes is replaced whole, never in part)",
-                      highlight=False, soft_wrap=True)
-            sys.exit(130)
+        except KeyboardInterrupt as exc:  # launch.Stopped (SIGTERM, SIGHUP) carries its own exit code
+            err.print(f"{str(exc) or 'interrupted'}: the command stopped", highlight=False, soft_wrap=True)
+            sys.exit(getattr(exc, "exit_code", 130))
         except UserError as exc:
             if click.get_current_context().find_root().params.get("debug"):
                 traceback.print_exc()  # the traceback asked for, and still the user's error's exit code
@@ -324,8 +323,9 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
         raise UserError(f"{spec.shown}: apply: {knob} is read from {key}, which is not in {spec.apply.file.name}, but "
                         f"{theirs} is; fix the key under apply.keys (the sweep would measure a baseline that is not your config)")
     if spec.apply:  # what apply would refuse once the sweep has run, refused before it starts
-        for line in apply.refuse_unwritable(spec.apply, {**{k: list(d.choices or ()) for k, d in spec.search.items()},
-                                                         **{k: [v] for k, v in spec.fixed.items()}}, spec.shown):
+        written = {**{k: list(d.choices or ()) for k, d in spec.search.items()}, **{k: [v] for k, v in spec.fixed.items()}}
+        derived = {k: [] for k in spec.knob_names() if k not in written}  # accumulation from effective_batch
+        for line in apply.refuse_unwritable(spec.apply, {**written, **derived}, spec.shown):
             note(line)
     base = spec.baseline(current)
     for knob, line in missing.items():
@@ -696,9 +696,11 @@ def noisy_baseline_warning(choice: pareto.Choice, chosen: pareto.Standing) -> st
     base = choice.baseline
     if base is None or not base.noisy or chosen.record.baseline:
         return None
+    again = ("it stayed noisy when measured again on a quiet machine: give trials longer (trial.max_seconds)"
+             if "noisy_cv" in (base.record.remeasured_after or {}) else
+             "run `bench sweep` again on a quiet machine, which measures it again")
     return (f"your config (trial {base.number}) ran too noisy to compare against ({base.record.step_cv:.0%} CV, most "
-            f"often a busy machine), so nothing shows trial {chosen.number} is faster than it; run `bench sweep` "
-            "again on a quiet machine, which measures it again")
+            f"often a busy machine), so nothing shows trial {chosen.number} is faster than it; {again}")
 
 
 def study_warnings(spec, rows: list[dict], info: dict) -> list[str]:

@@ -58,11 +58,12 @@ def describe(error: dict) -> str:
     refusals, UserFacingError, are their message alone: the type names bench's class, not your bug)."""
     at = users_frame(error)
     head = first_line(error) if error.get("type") == "UserFacingError" else f"{error.get('type')}: {first_line(error)}"
-    return head + (f" (at {at})" if at else "") + (f"; {error['hint']}" if error.get("hint") else "")
+    return record.error_words({**error, "message": head + (f" (at {at})" if at else "")})
 
 
 def stop_message(error: dict, failed: int, log: str | None) -> str:
     fix = "fix it there" if users_frame(error) else "fix the cause the traceback shows"
     which = f"the first {failed} trials all failed" if failed > 1 else "the only config failed"
-    return (f"stopped: {which} with {describe(error)}; every config would fail "
-            f"the same way: {fix} and re-run the same command{f' (traceback: {log})' if log else ''}")
+    alike = "" if error.get("hint") else "; every config would fail the same way"  # a hint names the configs it fits
+    return (f"stopped: {which} with {describe(error)}{alike}: {fix} and re-run the same command"
+            f"{f' (traceback: {log})' if log else ''}")

@@ -217,7 +217,7 @@ class Choice:
     """The fastest candidate (ties within the noise broken by pick's rule)."""
     baseline: Standing | None
     versus: Versus | None
-    """The leader against the baseline (None without a measured baseline, or when it is the baseline)."""
+    """The leader against the baseline (None without a measured, steady baseline, or when it is the baseline)."""
     capacity: float | None
     capacity_label: str
     """"budget" or "device memory"."""
@@ -295,7 +295,8 @@ class Choice:
             return self.trial_row(which, study)
         if which != "best" and which not in TIERS:
             raise UserError(f"{which!r}: say best, safe, balanced, aggressive or a trial number")
-        if budget and self.capacity and budget > self.capacity:
+        # over it by more than its printed rounding: "say at most 79.21 GiB" must accept 79.21GiB
+        if budget and self.capacity and budget > self.capacity and size(budget) != size(self.capacity):
             swept = (f"the {size(self.capacity)} budget the study was swept under" if self.capacity_label == "budget"
                      else f"the {size(self.capacity)} of device memory the trials ran on")
             raise UserError(f"--budget {size(budget)}: more than {swept}, so configs that ran out of memory there were "
@@ -655,10 +656,9 @@ def unsearched_words(s: Standing) -> str:
 
 
 def _not_kept_because(choice: Choice) -> str:
-    """Why a tie does not keep the user's config: its windows disagree, or it leaves less than the headroom."""
+    """Why a tie does not keep the user's config: it leaves less than the headroom (a noisy one is compared
+    with nothing, so never ties)."""
     base = choice.baseline
-    if base.noisy:
-        return f"is not a steady measurement (windows {base.record.step_cv:.0%} CV)"
     return (f"peaks at {size(base.peak)} and leaves less than the {choice.headroom:.0%} headroom of the "
             f"{size(choice.capacity)} {choice.capacity_label}")
 
@@ -694,8 +694,7 @@ def _with_why(choice: Choice, unpaid: set) -> Choice:
     elif choice.sure_over_tie:
         sure = choice.against_baseline(choice.best)
         why.append(f"trial {choice.leader.number} leads but ties with your config within the noise; trial "
-                   f"{choice.best.number} is {sure.text(unit)}{'' if sure.apart_words() else ', beyond the noise'}: "
-                   f"trial {choice.best.number} is best")
+                   f"{choice.best.number} is {sure.text(unit)}: trial {choice.best.number} is best")
     elif choice.versus is not None and choice.versus.tie and choice.best is not None:
         why.append(f"trial {choice.best.number} ties with your config within the noise, but your config "
                    f"{_not_kept_because(choice)}: trial {choice.best.number} is best")

@@ -218,7 +218,7 @@ def error_words(error: dict | None, cut: int | None = None) -> str:
     error = error or {}
     message = " ".join(str(error.get("message") or "").split())  # a C++ error's newlines: one line
     message = message[:cut] if cut else message
-    return f"{message} ({error['hint']})" if error.get("hint") else message
+    return f"{message}; {error['hint']}" if error.get("hint") else message
 
 
 def figure_problem(rec: dict) -> str | None:

@@ -584,7 +584,8 @@ def dtype_hint(job: dict, message: str) -> str:
     with no dtype): torch names the two dtypes and the line, not the knob that made them differ."""
     if (job.get("config") or {}).get("precision") != "bf16-true":
         return ""
-    if "bfloat16" not in message.lower() or not re.search(r"\bfloat\b", message, re.IGNORECASE):
+    # "got Float and BFloat16", "Input type (torch.FloatTensor) and weight type (torch.BFloat16Tensor)", "float32"
+    if "bfloat16" not in message.lower() or not re.search(r"\bfloat(?:32|tensor)?\b", message, re.IGNORECASE):
         return ""
     return ("bf16-true casts the weights and the batch to bf16, and a tensor your code makes in float32 meets "
             "them: make it with its input's dtype (torch.rand(n, dtype=x.dtype)), or leave bf16-true out of "

@@ -327,6 +327,14 @@ def test_a_comment_quoting_the_old_effective_batch_is_stale_when_accumulation_ch
                "update the comment" in w for w in p.warnings), p.warnings
     same = plan(target, {"accumulation": 1}, PROVENANCE, current_values=read_current(target))
     assert same.warnings == ()  # the effective batch stays 16: the comment still holds
+    file.write_text(file.read_text().replace("precision: 32               # TODO: try AMP", "precision: 16-mixed  # 16-bit here"))
+    p = plan(target, {"accumulation": 2, "precision": "bf16-mixed"}, PROVENANCE, current_values=read_current(target))
+    assert [w for w in p.warnings if "16-bit" in w] == [
+        "lightning.yaml:11: trainer.precision: the comment '# 16-bit here' speaks of 16, not of the new value bf16-mixed; "
+        "check the comment still holds"], p.warnings  # not "quotes 16, the old effective batch": no batch in it
+    from harness.apply._plan import _old_effective_batch  # processes the launcher decides (`devices: auto`): unknown
+    assert _old_effective_batch({"nproc": 2}, {"batch_size": 8}) is None
+    assert _old_effective_batch({"nproc": 2}, {"batch_size": 8, "nproc": 1}) == 8
 
 
 def test_an_anchor_and_a_tag_in_front_of_a_value_stay(tmp_path):
@@ -338,6 +346,19 @@ def test_an_anchor_and_a_tag_in_front_of_a_value_stay(tmp_path):
     target = target_for(file, preset="lightning", lr={"key": "optimizer.lr", "scale": "sqrt"})
     new = plan(target, {"accumulation": 2}, PROVENANCE).new_text
     assert "  accumulate_grad_batches: &acc 2\n" in new and "  lr: &lr !!float 4.24264e-4\n" in new
+
+
+@pytest.mark.parametrize("before, after", [
+    ("  accumulate_grad_batches: &acc\n  precision: 32\n", "  accumulate_grad_batches: &acc 2\n  precision: 32\n"),
+    ("  precision: 32\n  accumulate_grad_batches: &acc", "  precision: 32\n  accumulate_grad_batches: &acc 2"),
+    ("  precision: 32\n  accumulate_grad_batches: !!int\n    1\n", "  precision: 32\n  accumulate_grad_batches: !!int\n    2\n"),
+])
+def test_an_anchored_null_or_a_tag_on_its_own_line_takes_the_value_in_place(tmp_path, before, after):
+    """Skipping an anchor ran past a null's end: a bench bug raised, an AttributeError at the file's end."""
+    file = tmp_path / "c.yaml"
+    file.write_text("trainer:\n" + before)
+    target = target_for(file, preset="lightning", keys={"batch_size": None})
+    assert plan(target, {"accumulation": 2}, PROVENANCE).new_text.endswith("trainer:\n" + after)
 
 
 @pytest.mark.parametrize("old, new", [("yes", "no"), ("Yes", "No"), ("on", "off")])

@@ -257,6 +257,40 @@ def test_a_profile_that_cannot_be_written_puts_the_main_config_back(project, mon
     assert not list(group.iterdir())
 
 
+def test_ctrl_c_between_the_main_config_and_its_profile_puts_the_main_config_back(project, monkeypatch):
+    """Only a failed write put the main config back: Ctrl-C between the two left them disagreeing."""
+    from harness.apply import _write
+    group = project / "conf" / "hardware"
+    group.mkdir(parents=True)
+    make_known_study(project, apply=HYDRA)
+    target = project / "examples" / "config.yaml"
+    before = target.read_bytes()
+    real = _write._atomic_write
+
+    def ctrl_c_in_the_group(path, *args, **kwargs):
+        if Path(path).parent == group:
+            raise KeyboardInterrupt()
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(_write, "_atomic_write", ctrl_c_in_the_group)
+    result = CliRunner().invoke(main, ["apply", "best"])
+    assert result.exit_code == 130 and result.output.strip().splitlines()[-1] == "interrupted: the command stopped"
+    assert target.read_bytes() == before and not list(group.iterdir())
+
+
+def test_a_deepspeed_auto_at_an_accumulation_derived_from_effective_batch_is_refused_before_the_sweep(project):
+    """Only searched and fixed knobs were checked before the sweep: the accumulation an effective_batch derives,
+    written by apply, met its "auto" hours later."""
+    ds = project / "ds.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": "auto",
+                              "bf16": {"enabled": False}}, indent=2))
+    spec = write_spec(project, "ds", search={"batch_size": [4, 8], "accumulation": {"effective_batch": 8}},
+                      apply={"file": "ds.json", "preset": "deepspeed"})
+    result = CliRunner().invoke(main, ["sweep", str(spec), "--device", "cpu"])
+    assert result.exit_code == 2 and 'gradient_accumulation_steps is "auto", which the HF Trainer fills' in result.output
+    assert not (project / "results" / "ds").exists()
+
+
 def test_a_profile_out_of_step_is_written_where_the_main_config_already_holds_best(project):
     """After an apply, a profile edited back to batch 4 (or deleted) was left so: "nothing to change:
     config.yaml already holds these values", while `hardware=test-gpu` overrode it with batch 4."""

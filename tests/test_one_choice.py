@@ -214,6 +214,7 @@ def test_apply_under_a_budget_names_it_in_the_header_and_refuses_one_larger_than
         "error: --budget 12.00 GiB: more than the 10.00 GiB budget the study was swept under, so configs that ran out "
         "of memory there were never measured above it; say at most 10.00 GiB, or sweep a new study with "
         "--memory-budget SIZE")
+    assert bench("apply", "safe", "--budget", "10.004GiB", "--dry-run").exit_code == 0  # the size it says, as typed back
     assert not list((project / "examples").glob("*.bench-backup-*"))
 
 
@@ -278,6 +279,8 @@ def test_a_sure_win_is_best_where_the_faster_leader_only_ties_with_your_config(p
     assert marks == {0: (False, False, None), 1: (False, True, True), 2: (True, False, False)}, marks
     said = "trial 1 leads but ties with your config within the noise; trial 2 is 1.24×"
     assert said in table and said in page
+    why = next(line for line in table.split(" next: ")[0].split("trial 1 leads")[1:])
+    assert why.count("beyond the noise") == 1 and "beyond the noise: trial 2 is best" in why, why  # it said it twice
     assert "vs baseline (trial 2 vs trial 0): 1.24× the samples/s, ±" in table and "trial #2 vs #0" in page
     assert "trial 2:" in dry and "vs your config as swept (trial 0) 1.24× the samples/s, ±" in dry and "keeping your config" not in dry
     assert "your config stays" not in table + page
@@ -361,6 +364,8 @@ def test_a_noisy_baseline_is_compared_with_nothing_and_apply_says_nothing_shows_
     assert f"baseline (trial 0): its {said}" in table and f"your config (#0)'s {said}" in html.unescape(page)
     assert "×" not in table and "beyond the noise" not in page
     assert "runs:" not in table  # every figure is one run: no runs column, and no legend for one
+    tile = "your config&#x27;s windows disagree (159% CV): nothing to compare with"  # the speedup tile said "best is your config"
+    assert tile in page and "best is your config" not in page
     warned = "your config (trial 0) ran too noisy to compare against (159% CV, most often a busy machine), so nothing shows trial"
     assert "vs your config" not in dry and warned in dry
     assert warned in flat(bench("apply", "safe", "--dry-run").output)

@@ -24,7 +24,6 @@ def stale_comments(doc: _Document, edits: list, new_text: str, effective: int | 
     if doc.format != "yaml":
         return []
     olds = [(a.key, old) for a, old in edits if old is not ABSENT and not isinstance(old, bool)]
-    olds += [("effective batch", old_effective)] if old_effective is not None else []
     name, out = written or doc.path.name, []
     for a, old in edits:
         if old is ABSENT:
@@ -34,6 +33,9 @@ def stale_comments(doc: _Document, edits: list, new_text: str, effective: int | 
         if not comment or (not isinstance(a.value, bool) and _quotes(comment, a.value)):
             continue  # a comment that names the new value too lists the choices (`# 32-true | bf16-mixed`)
         quoted = next(((key, value) for key, value in olds if _quotes(comment, value)), None)
+        on_batch = old_effective is not None and "batch" in comment.lower()  # "16-bit" is no effective batch
+        if quoted is None and on_batch and _quotes(comment, old_effective):
+            quoted = ("effective batch", old_effective)
         spoken = next((word for word in _vocabulary(a.map) if _quotes(comment, word)), None)
         figure = FIGURE.search(comment)
         line = _line_of(new_text, a.key.rpartition(".")[2], comment) or doc.text.count("\n", 0, start) + 1

@@ -76,14 +76,17 @@ def _uses(root: Node, node: Node) -> int:
     return count
 
 
+_PROPERTY = re.compile(r"\S+\s*")
+
+
 def _scalar_span(text: str, key_node: ScalarNode, node: ScalarNode) -> tuple[int, int]:
     start, end = node.start_mark.index, node.end_mark.index
     if start == end:
         colon = text.index(":", key_node.end_mark.index)
         return colon + 1, colon + 1
-    while text[start] in "!&":  # keep the node's tag (!!float) and anchor (&lr) in front of the value
-        start = re.compile(r"\S+\s+").match(text, start).end()
-    return start, end
+    while start < end and text[start] in "!&":  # keep the node's tag (!!float) and anchor (&lr) in front of the value
+        start = _PROPERTY.match(text, start, end).end()
+    return (end, end) if start >= end else (start, end)  # `key: &x` holds a null: the value goes after its anchor
 
 
 def _insert_keys(doc: _Document, new_keys: list[tuple[str, object]]) -> list[tuple[int, int, str]]:

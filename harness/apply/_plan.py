@@ -192,7 +192,7 @@ def _written_effective_batch(values: dict, current: dict | None) -> int | None:
 def _old_effective_batch(values: dict, current: dict | None) -> int | None:
     """The global batch before a write that changes it, where the file's values are known: a comment that
     quotes it (`lr: 3e-4  # tuned for an effective batch of 8`) goes stale though no key it names changed."""
-    if current is None:
+    if current is None or ("nproc" in values and "nproc" not in current):  # processes the launcher decides: unknown
         return None
     old, new = _effective_batch(current, {}), _effective_batch(values, current)
     return old if old is not None and new is not None and old != new else None
@@ -220,8 +220,7 @@ def _lr_assignment(rule: LrRule, doc: _Document, values: dict, current: dict,
     old_batch, new_batch = _effective_batch(current, {}), _effective_batch(values, current)
     if old_batch is None:
         held = next(((k, v) for k in batch_keys if (v := _lookup(doc.data, k)) is not ABSENT), None)
-        where = (f"{held[0]} holds {held[1]!r}, not a number" if held else
-                 f"no {' or '.join(batch_keys)} in the file" if batch_keys else "batch_size is not mapped")
+        where = f"{held[0]} holds {held[1]!r}, not a number" if held else f"no {' or '.join(batch_keys)} in the file"
         todo = ("write the batch size it runs at there" if held else
                 "write that key into the file, map apply.keys.batch_size to the key your file uses")
         raise UserError(f"{doc.path}: apply.lr: the current batch size is unknown ({where}), so the learning rate "

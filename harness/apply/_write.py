@@ -59,7 +59,7 @@ def write(plan: Plan) -> Path | None:
 
 def write_together(*plans: Plan) -> list[Path | None]:
     """Write every plan or none: all are checked before any is written, and where a later one cannot be
-    written (a full disk), those written before it are put back, so a main config and its Hydra
+    written (a full disk, or Ctrl-C), those written before it are put back, so a main config and its Hydra
     profile never disagree. Returns each plan's backup."""
     check(*plans)
     written = []
@@ -69,6 +69,10 @@ def write_together(*plans: Plan) -> list[Path | None]:
             backup = write(plan)
         except UserError as e:
             raise UserError(str(e) + "".join(_put_back(*done) for done in reversed(written))) from None
+        except KeyboardInterrupt:  # Ctrl-C between the two files: the first put back too
+            for done in reversed(written):
+                _put_back(*done)
+            raise
         written.append((plan, backup, sidecar))
     return [backup for _, backup, _ in written]
 

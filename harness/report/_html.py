@@ -136,12 +136,17 @@ def _speedup(choice: Choice) -> tuple[str, str]:
     who = choice.best if choice.sure_over_tie else choice.leader
     v = choice.against_baseline(choice.best) if choice.sure_over_tie else choice.versus
     if v is None:
-        if choice.baseline is None:
+        base = choice.baseline
+        if base is None:
             return "-", "no baseline measured"
-        return "-", f"your config ended {choice.baseline.record.status}" if not choice.baseline.measured else "best is your config"
+        if not base.measured:
+            return "-", f"your config ended {base.record.status}"
+        if base.noisy:
+            return "-", f"your config's windows disagree ({base.record.step_cv:.0%} CV): nothing to compare with"
+        return "-", "best is your config"
     return v.figure(), (f"a tie: {v.noise_words()}; " if v.tie else "") + \
         f"trial #{who.number} vs #{choice.baseline.number}, {v.side_by_side_words()}" + \
-        (f"; beyond the noise: {v.apart_words()}" if v.apart_words() else "")
+        ("" if v.tie else "; beyond the noise" + (f": {v.apart_words()}" if v.apart_words() else ""))
 
 
 def _memory_change(best: Standing, baseline: Standing | None) -> str:

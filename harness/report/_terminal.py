@@ -250,7 +250,7 @@ def summary_lines(choice: Choice, info: dict) -> list[str]:
         lines.append(f"capacity: {size(choice.capacity)} ({choice.capacity_label}), "
                      f"required headroom {choice.headroom:.0%}")
     lines += headline(choice)
-    lines += story(choice)[1:]
+    lines += story(choice)[1 if choice.best else 0:]  # its first line, on your config, is the headline's unless none is best
     best = choice.best
     if best and best.record.memory.get("breakdown"):
         reused = (best.record.reused or {}).get("breakdown")
