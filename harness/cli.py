@@ -159,6 +159,8 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
     logs = results if not storage or click.get_current_context().get_parameter_source("results").name != "DEFAULT" else None
     # every scenario is checked against the device before the first trial runs
     specs_to_run = [device_spec(spec, device) for spec in load_specs(spec_path, scenarios, study_name, memory_budget)]
+    if len(specs_to_run) > 1:
+        check_scenarios(specs_to_run, device, storage, results)
     started = time.monotonic()  # --timeout, else each spec's own `timeout:`, counts from the command's start
     choices = [run_sweep(spec, device, fixed_total or spec.trials,
                          deadline or (started + spec.timeout_s if spec.timeout_s else None),
@@ -314,7 +316,23 @@ def to_terminal(write) -> bool:
         return False
 
 
-def sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto) -> pareto.Choice:
+def check_scenarios(specs_to_run: list, device: str, storage_url: str | None, results: Path) -> None:
+    """Every scenario's apply target and resume, refused before the first trial of any: a refusal after the
+    first scenario had run would have written its trials."""
+    hardware = hardware_model(device)
+    for spec in specs_to_run:
+        spec, current, _, _ = with_your_config(spec, device)
+        try:
+            study = ledger.load(stores.existing_storage(storage_url, results, spec.study), spec.study)
+        except UserError:
+            continue  # a first sweep of this scenario: nothing to resume
+        if study.get_trials(deepcopy=False):
+            ledger.resumed(spec, study, device, hardware, check_only=True)
+
+
+def with_your_config(spec, device: str) -> tuple:
+    """The spec holding what your file says for knobs it does not search, your file's current values, the
+    knobs it lacks, and what apply would say of them (refused now what apply would refuse after the sweep)."""
     current = apply.read_current(spec.apply) if spec.apply else {}
     spec = spec.holding(current, device)  # what the spec does not search runs as your file has it
     missing = apply.not_found(spec.apply, current, spec.knob_names()) if spec.apply else {}
@@ -322,11 +340,18 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
         knob, key, theirs = typo
         raise UserError(f"{spec.shown}: apply: {knob} is read from {key}, which is not in {spec.apply.file.name}, but "
                         f"{theirs} is; fix the key under apply.keys (the sweep would measure a baseline that is not your config)")
-    if spec.apply:  # what apply would refuse once the sweep has run, refused before it starts
+    notes = []
+    if spec.apply:
         written = {**{k: list(d.choices or ()) for k, d in spec.search.items()}, **{k: [v] for k, v in spec.fixed.items()}}
         derived = {k: [] for k in spec.knob_names() if k not in written}  # accumulation from effective_batch
-        for line in apply.refuse_unwritable(spec.apply, {**written, **derived}, spec.shown):
-            note(line)
+        notes = apply.refuse_unwritable(spec.apply, {**written, **derived}, spec.shown)
+    return spec, current, missing, notes
+
+
+def sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto) -> pareto.Choice:
+    spec, current, missing, notes = with_your_config(spec, device)
+    for line in notes:
+        note(line)
     base = spec.baseline(current)
     for knob, line in missing.items():
         err.print(f"note: your current config: {line}; the baseline takes {knob} {base.get(knob)}",

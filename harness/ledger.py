@@ -107,7 +107,7 @@ def create(spec: Spec, storage, device: str, hardware: str | None = None) -> opt
     return study
 
 
-def resumed(spec: Spec, study: optuna.Study, device: str, hardware: str | None = None) -> Spec:
+def resumed(spec: Spec, study: optuna.Study, device: str, hardware: str | None = None, check_only: bool = False) -> Spec:
     """The spec as the study it resumes ran it; refused when the runs would not be comparable.
 
     Optuna refuses a categorical knob whose choices change within a study, so a resume's sampler keeps
@@ -118,10 +118,12 @@ def resumed(spec: Spec, study: optuna.Study, device: str, hardware: str | None =
     unlike measurements in one study: that needs a new study, as a smoke run (BENCH_QUICK) beside a
     real sweep does, either way round. Another objective does too, once a trial was measured in the
     old one, and another workload once one ran it; before that the new one is recorded (and the
-    trials that failed before training set aside), the only writes here.
+    trials that failed before training set aside), the only writes here, left out with `check_only`
+    (a sweep of several scenarios checks each one's study before the first trial of any).
     """
     info, name = study.user_attrs, spec.study
-    hint = "resume with the study's settings, or start a new study with --study NAME"
+    # --study names one study, so a spec of several scenarios needs the one named too
+    hint = f"resume with the study's settings, or start a new study with {scenario_flag(spec)}--study NAME"
     # a built-in workload's smoke run is another workload (its tiny preset); one's own factory is not
     if info.get("smoke", False) and not spec.smoke:
         raise UserError(f"study {name!r} is a BENCH_QUICK smoke run, whose short measurements are not ones to act "
@@ -143,7 +145,7 @@ def resumed(spec: Spec, study: optuna.Study, device: str, hardware: str | None =
                         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))):
         raise UserError(f"study {name!r} optimizes {info['objective']}/s, this run asks for {spec.objective}/s; {hint}")
     changed = workload_changes(info.get("workload"), spec.workload)
-    if changed and not ran_the_workload(study):
+    if changed and not ran_the_workload(study) and not check_only:
         # "cannot import faulty:buidl; fix it and re-run": nothing of the old one ran, so nothing to mix
         study.set_user_attr("workload", json.loads(json.dumps(spec.workload, default=str)))
         trials = study.get_trials(deepcopy=False)
@@ -153,7 +155,7 @@ def resumed(spec: Spec, study: optuna.Study, device: str, hardware: str | None =
         if failed:
             study.set_user_attr("stopped_on_error", sorted(set(study.user_attrs.get("stopped_on_error") or []) | failed))
         supersede(study, [t.number for t in trials if t.user_attrs.get("status") == record.INTERRUPTED])
-    elif changed:
+    elif changed and ran_the_workload(study):
         raise UserError(f"study {name!r} measured another workload ({'; '.join(changed)}): its trials and this "
                         f"run's would not be comparable; {hint}")
     sampled = {knob: tuple(choices) for knob, choices in (info.get("choices") or {}).items()}
@@ -170,12 +172,16 @@ def resumed(spec: Spec, study: optuna.Study, device: str, hardware: str | None =
         if new:
             raise UserError(f"study {name!r}: search.{knob} now has {', '.join(map(str, new))}, which the study's "
                             f"space ({', '.join(map(str, choices))}) lacks; Optuna cannot change a study's choices: "
-                            f"start a new study with --study NAME")
+                            f"start a new study with {scenario_flag(spec)}--study NAME")
         if tuple(dim.choices) != choices:
             kept[knob] = choices
-    if retarget:
+    if retarget and not check_only:
         study.set_user_attr("objective", spec.objective)
     return replace(spec, sampled=kept)
+
+
+def scenario_flag(spec: Spec) -> str:
+    return f"--scenario {spec.scenario} " if spec.scenario else ""
 
 
 def measuring_changes(spec: Spec, study: optuna.Study) -> list[str]:

@@ -392,6 +392,31 @@ def test_a_scenario_named_by_a_number_or_its_study_renamed_is_the_one_report_tak
         in both.output, both.output
 
 
+def test_every_scenario_is_checked_before_the_first_one_runs(project, monkeypatch):
+    """A resume refused for scenario b (another memory budget), or b's apply target misspelt, came after
+    scenario a had run a trial and its confirmations: exit 2 with a's trials written. And the refusal said
+    "start a new study with --study NAME", which a spec of several scenarios refuses without --scenario."""
+    from harness import study as studies
+    monkeypatch.setattr(studies.Sweep, "launch", lambda self, config, number, repeat=False: {
+        "status": "ok", "throughput": 100.0 * config["batch_size"], "peak_memory": 2**20 * config["batch_size"],
+        "timing": {"step_s": {"cv": 0.005}}})
+    spec = write_spec(project, "scen", trials=1, scenarios={"a": {"memory": {"budget": "8GiB"}},
+                                                            "b": {"memory": {"budget": "4GiB"}}})
+    assert bench("sweep", spec, "--device", "cpu").exit_code == 0
+    journal = project / "results" / "scen-a" / "journal.log"
+    before = journal.read_bytes()
+    spec.write_text(spec.read_text().replace("budget: 4GiB", "budget: 6GiB"))
+    refused = bench("sweep", spec, "--device", "cpu", "--trials", "3")
+    assert refused.exit_code == 2 and journal.read_bytes() == before, refused.output
+    assert refused.output.strip().splitlines()[-1].endswith(
+        "start a new study with --scenario b --study NAME"), refused.output
+    spec.write_text(spec.read_text().replace("budget: 6GiB", "budget: 4GiB").replace(
+        "b:\n", "b:\n    apply: {file: examples/confg.yaml, preset: lightning}\n"))
+    misspelt = bench("sweep", spec, "--device", "cpu", "--trials", "3")
+    assert misspelt.exit_code == 2 and "confg.yaml: file not found" in misspelt.output, misspelt.output
+    assert journal.read_bytes() == before
+
+
 def test_apply_and_the_html_report_warn_when_the_target_describes_another_size(swept):
     """The tiny preset was measured; the emberformer config describes the GPU model (d_model 128, 6 layers)."""
     folder, _, _ = swept
