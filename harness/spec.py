@@ -788,6 +788,8 @@ def parse_overrides(pairs: tuple[str, ...], spec: Spec) -> dict:
         key = key.strip()
         if not sep or not key:
             raise UserError(f"--set {pair!r}: write it as KNOB=VALUE, e.g. --set batch_size=64")
+        if not text.strip():  # YAML reads nothing as null, which every knob's check would call "None"
+            raise UserError(f"--set {key}=: no value; write one after the =, as in --set batch_size=64")
         if key not in allowed:
             raise UserError(f"--set {key}: unknown knob{did_you_mean(key, allowed)}; knobs: {', '.join(sorted(allowed))}")
         if key in out:

@@ -388,6 +388,8 @@ def test_factory_that_cannot_be_imported_stops_the_sweep(cwd, monkeypatch, modul
     (["--set", "batchsize=4"], "did you mean 'batch_size'?"),
     (["--set", "batch_size=-1"], "must be at least 1"),
     (["--set", "batch_size=abc"], "must be a whole number"),
+    (["--set", "batch_size="], "--set batch_size=: no value; write one after the ="),  # "got None"
+    (["--set", "compile= "], "--set compile=: no value; write one after the ="),
     (["--set", "precision=fp64"], "'fp64' is not a precision"),
     (["--set", "optimizer=sgd"], "'sgd' is not an optimizer"),  # "a optimizer"
     (["--set", "checkpointing=[full]"], "checkpointing"),
