@@ -940,7 +940,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     for warning in [*study_warnings(spec, rows, info), chosen.caveat and f"trial {row.number}: {chosen.caveat}",
                     noisy_baseline_warning(choice, chosen),
                     elsewhere_warning(info, spec, storage, results) if to is None else None,
-                    *held_edited_warnings(spec, held, row.config)]:
+                    *held_edited_warnings(spec, held, row.config), *(profile.warnings if profile else ())]:
         if warning:
             err.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
     if not main_due and not profile_due:

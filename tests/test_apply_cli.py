@@ -198,6 +198,27 @@ HYDRA = {"file": "examples/config.yaml", "preset": "lightning", "keys": {"batch_
          "hydra": {"group_dir": "conf/hardware"}}
 
 
+@pytest.mark.parametrize("defaults, warned", [
+    ("  - hardware: default\n  - _self_\n", "its defaults list has hardware before _self_"),
+    ("  - override /hardware@_global_: default\n", "its defaults list has hardware and no _self_"),
+    ("  - _self_\n  - hardware: default\n", None),
+])
+def test_a_defaults_list_that_composes_the_profile_before_the_config_is_warned_of(project, defaults, warned):
+    """Hydra 1.1 and later let the main config override what its defaults list composed before `_self_`:
+    the profile bench wrote changed nothing, and apply said nothing of it."""
+    (project / "conf" / "hardware").mkdir(parents=True)
+    make_known_study(project, apply=HYDRA)
+    config = project / "examples" / "config.yaml"
+    config.write_text("defaults:\n" + defaults + config.read_text())
+    result = apply("best", "--dry-run")
+    assert result.exit_code == 0, result.output
+    said = [line for line in result.output.splitlines() if "defaults list" in line]
+    if warned is None:
+        assert said == [], said
+    else:
+        assert len(said) == 1 and warned in said[0] and "put `- _self_` above `- hardware: ...`" in said[0], said
+
+
 def test_a_read_only_hydra_group_is_refused_before_the_main_config_is_written(project):
     """The main config was written (with a backup), then the profile refused: exit 2 with a changed file."""
     group = project / "conf" / "hardware"

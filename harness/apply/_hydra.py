@@ -3,6 +3,7 @@ main config already has."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from harness.apply._document import BOM, _Document, _load_document, _lookup, _parse_data, _set
@@ -41,11 +42,36 @@ def write_hydra_profile(target: ApplyTarget, values: dict, device_name: str, pro
     old_text = path.read_bytes().decode("utf-8") if path.exists() else ""
     unmapped = [knob for knob in values if knob not in target.keys]
     if old_text.strip(BOM + " \t\r\n"):
-        return _edited_profile(path, old_text, target, doc, assignments, profile, provenance, unmapped)
-    lines = [PACKAGE, *_provenance_lines(provenance), *_block_lines(profile, 0, 2, "yaml")]
-    new_text = "".join(line + "\n" for line in lines)
-    return Plan(source=path if old_text else None, path=path, old_text=old_text, new_text=new_text,
-                diff=_diff(old_text, new_text, path, path), changes=_created(assignments, profile), unmapped=unmapped)
+        plan = _edited_profile(path, old_text, target, doc, assignments, profile, provenance, unmapped)
+    else:
+        lines = [PACKAGE, *_provenance_lines(provenance), *_block_lines(profile, 0, 2, "yaml")]
+        new_text = "".join(line + "\n" for line in lines)
+        plan = Plan(source=path if old_text else None, path=path, old_text=old_text, new_text=new_text,
+                    diff=_diff(old_text, new_text, path, path), changes=_created(assignments, profile), unmapped=unmapped)
+    overridden = _overridden_by_the_main_config(target, doc)
+    return replace(plan, warnings=plan.warnings + ((overridden,) if overridden else ()))
+
+
+def _overridden_by_the_main_config(target: ApplyTarget, doc: _Document) -> str | None:
+    """Hydra 1.1 and later compose the main config at its defaults list's `_self_` (at the end where the list
+    has none): a group entry before it is overridden by the main config's own values, so `hardware=h200`
+    would change nothing of what bench wrote. No defaults list: `+hardware=h200` comes after the config."""
+    defaults = doc.data.get("defaults")
+    if not isinstance(defaults, list):
+        return None
+    folder = Path(target.hydra_group_dir).resolve()
+    group = folder.relative_to(target.file.resolve().parent).as_posix() \
+        if folder.is_relative_to(target.file.resolve().parent) else folder.name
+    names = [(next(iter(e)) if isinstance(e, dict) and e else str(e)) for e in defaults]
+    names = [re.sub(r"^(override|optional)\s+|@.*$", "", n).strip().lstrip("/") for n in names]
+    at = next((i for i, n in enumerate(names) if n == group), None)
+    self_at = names.index("_self_") if "_self_" in names else len(names)
+    if at is None or at > self_at:
+        return None
+    where = "before _self_" if "_self_" in names else "and no _self_ (which Hydra 1.1 and later read as last)"
+    return (f"{target.file.name}: its defaults list has {group} {where}, so your config's own values override "
+            f"the {group} profile's and `{group}=...` changes nothing bench wrote; put `- _self_` above "
+            f"`- {group}: ...` for the profile to apply")
 
 
 def _edited_profile(path: Path, old_text: str, target: ApplyTarget, main: _Document, assignments: list[_Assignment],
