@@ -775,7 +775,13 @@ def pick_study(name: str | None, scenario: str | None, results: Path, storage: s
     if given is not None and info.get("scenario"):
         raise UserError(f"study {given!r} was swept as scenario {info['scenario']}, and --scenario {scenario} "
                         "names another; give the study or the scenario, not both")
-    return required_spec(info, storage, results, scenario).study
+    try:
+        return required_spec(info, storage, results, scenario).study
+    except UserError as exc:
+        if given is not None:
+            raise
+        raise UserError(f"--scenario {scenario}: looked for in the spec of the most recent study, {name}: {exc}; name "
+                        f"a study of the spec that has it, as in `bench report STUDY --scenario {scenario}`") from None
 
 
 def refuse_own_file(path: Path, spec_path: str | None, spec, storage: str | None, results: Path, name: str,

@@ -387,6 +387,12 @@ def test_a_scenario_named_by_a_number_or_its_study_renamed_is_the_one_report_tak
                         (["scen-24", "--scenario", "24"], "scen-24")):
         shown = bench("report", *args)
         assert shown.exit_code == 0 and shown.output.startswith(f"study {study}:"), (args, shown.output)
+    plain = write_spec(project, "plain", trials=1)  # the most recent study now has no scenarios
+    assert bench("sweep", plain, "--device", "cpu").exit_code == 0
+    other = bench("report", "--scenario", "24")  # said only "plain.yaml: no scenario '24'; scenarios: none"
+    assert other.exit_code == 2 and "--scenario 24: looked for in the spec of the most recent study, plain:" in \
+        other.output and "`bench report STUDY --scenario 24`" in other.output, other.output
+    assert bench("report", "scen", "--scenario", "24").output.startswith("study scen-24:")
     both = bench("report", "scen-b", "--scenario", "24")
     assert both.exit_code == 2 and "study 'scen-b' was swept as scenario b, and --scenario 24 names another" \
         in both.output, both.output
