@@ -321,7 +321,7 @@ def check_scenarios(specs_to_run: list, device: str, storage_url: str | None, re
     first scenario had run would have written its trials."""
     hardware = hardware_model(device)
     for spec in specs_to_run:
-        spec, current, _, _ = with_your_config(spec, device)
+        spec = with_your_config(spec, device)[0]
         try:
             study = ledger.load(stores.existing_storage(storage_url, results, spec.study), spec.study)
         except UserError:

@@ -197,7 +197,8 @@ def _indent_step(root: MappingNode) -> int:
 
 def _render(value: object, fmt: str, old_token: str = "", old_style: str | None = None) -> str:
     """The value as text, readable as the same value by YAML 1.1 (PyYAML), YAML 1.2 and JSON,
-    in the old token's style where it had one (quotes, True vs true, 3.0e-4 vs 0.0003)."""
+    in the old token's style where it had one (quotes, True vs true, 3.0e-4 vs 0.0003); a plain yes/no
+    word in place of another is left to the file's reader, to read as it read the old one."""
     if isinstance(value, bool):
         word = "true" if value else "false"
         if fmt == "yaml" and old_token[:1].isupper():
