@@ -251,9 +251,11 @@ def test_a_read_only_config_is_refused_in_one_line_without_its_diff(known_study)
     assert dry.exit_code == 0 and "@@" in dry.output
 
 
-def test_a_profile_that_cannot_be_written_puts_the_main_config_back(project, monkeypatch):
+@pytest.mark.parametrize("fault", ["full disk", "ctrl-c"])
+def test_a_profile_that_cannot_be_written_puts_the_main_config_back(project, monkeypatch, fault):
     """A full disk under the profile's write, after the main config was written: exit 2 said the profile
-    was unchanged, and config.yaml held the new batch size with no profile to match it."""
+    was unchanged, and config.yaml held the new batch size with no profile to match it. Then only a failed
+    write put it back: Ctrl-C between the two left them disagreeing."""
     import errno
     from harness.apply import _write
     group = project / "conf" / "hardware"
@@ -263,40 +265,22 @@ def test_a_profile_that_cannot_be_written_puts_the_main_config_back(project, mon
     before = target.read_bytes()
     real = _write._atomic_write
 
-    def full_disk_in_the_group(path, *args, **kwargs):
+    def fails_in_the_group(path, *args, **kwargs):
         if Path(path).parent == group:
-            raise OSError(errno.ENOSPC, "No space left on device")
+            raise OSError(errno.ENOSPC, "No space left on device") if fault == "full disk" else KeyboardInterrupt()
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(_write, "_atomic_write", full_disk_in_the_group)
+    monkeypatch.setattr(_write, "_atomic_write", fails_in_the_group)
     result = CliRunner().invoke(main, ["apply", "best"])
     said = " ".join(result.output.split())
-    assert result.exit_code == 2, result.output
-    assert "test-gpu.yaml: could not write it (No space left on device)" in said, said
-    assert f"{target} is put back as it was" in said and "wrote" not in said, said
+    if fault == "full disk":
+        assert result.exit_code == 2, result.output
+        assert "test-gpu.yaml: could not write it (No space left on device)" in said, said
+        assert f"{target} is put back as it was" in said and "wrote" not in said, said
+    else:
+        assert result.exit_code == 130 and said.endswith("interrupted: the command stopped"), said
     assert target.read_bytes() == before and not list(target.parent.glob("*.bench-backup-*"))
     assert not list(group.iterdir())
-
-
-def test_ctrl_c_between_the_main_config_and_its_profile_puts_the_main_config_back(project, monkeypatch):
-    """Only a failed write put the main config back: Ctrl-C between the two left them disagreeing."""
-    from harness.apply import _write
-    group = project / "conf" / "hardware"
-    group.mkdir(parents=True)
-    make_known_study(project, apply=HYDRA)
-    target = project / "examples" / "config.yaml"
-    before = target.read_bytes()
-    real = _write._atomic_write
-
-    def ctrl_c_in_the_group(path, *args, **kwargs):
-        if Path(path).parent == group:
-            raise KeyboardInterrupt()
-        return real(path, *args, **kwargs)
-
-    monkeypatch.setattr(_write, "_atomic_write", ctrl_c_in_the_group)
-    result = CliRunner().invoke(main, ["apply", "best"])
-    assert result.exit_code == 130 and result.output.strip().splitlines()[-1] == "interrupted: the command stopped"
-    assert target.read_bytes() == before and not list(group.iterdir())
 
 
 def test_a_deepspeed_auto_at_an_accumulation_derived_from_effective_batch_is_refused_before_the_sweep(project):
