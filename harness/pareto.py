@@ -160,10 +160,14 @@ class Versus:
             head = f"{self.ratio:.2f}× the {unit} ({self.side_by_side_words()})"
         else:  # the spread is of the ratio, so it has no unit: "± 0.13 samples/s" misread it
             head = f"{self.ratio:.2f}× the {unit}, ± {self.spread:.2f} over {self.side_by_side_words()}"
+        return f"{head} — {self.verdict()}"
+
+    def verdict(self) -> str:
+        """"a tie: within the noise (...)" or "beyond the noise[: why]": the words every view gives."""
         if self.tie:
-            return head + f" — a tie: {self.noise_words()}"
+            return f"a tie: {self.noise_words()}"
         apart = self.apart_words()
-        return head + " — beyond the noise" + (f": {apart}" if apart else "")
+        return "beyond the noise" + (f": {apart}" if apart else "")
 
     def apart_words(self) -> str | None:
         """Why a ratio inside twice the paired runs' spread is no tie (None where it is not inside it)."""

@@ -120,10 +120,12 @@ def _assignments(target: ApplyTarget, values: dict, doc: _Document,
     return out
 
 
-def _refuse_auto(target: ApplyTarget, doc: _Document, keys: list[str]) -> None:
+def _refuse_auto(target: ApplyTarget, doc: _Document | None, keys: list[str]) -> None:
     """A DeepSpeed "auto" is the HF Trainer's to fill from its TrainingArguments, which must then agree
     with any number written there (or the Trainer refuses to start): the values go into those arguments."""
-    auto = [key for key in keys if target.preset == "deepspeed" and _lookup(doc.data, key) == "auto"]
+    if target.preset != "deepspeed":
+        return
+    auto = [key for key in keys if _lookup(doc.data, key) == "auto"]
     if auto:
         raise UserError(f"{target.file}: {', '.join(auto)} {'is' if len(auto) == 1 else 'are'} \"auto\", which the HF "
                         "Trainer fills from its TrainingArguments; point apply at that file (preset: hf), or write "
@@ -152,12 +154,12 @@ def refuse_unwritable(target: ApplyTarget, searched: dict[str, list], shown: str
     A value a preset's map cannot spell (hf's gradient_checkpointing has no `selective`, which bench applies
     itself) is worth measuring still: said in the notes returned."""
     notes = []
-    if target.preset == "deepspeed":
-        keys = [m.key for knob in searched for m in target.keys.get(knob, ())]
-        try:
-            _refuse_auto(target, _load_document(target.file, target.format), keys)
-        except UserError as exc:
-            raise UserError(f"{shown}: {exc}") from None
+    rescales = target.lr is not None and {"batch_size", "accumulation", "nproc"} & set(searched)
+    doc = _load_document(target.file, target.format) if rescales or target.preset == "deepspeed" else None
+    try:
+        _refuse_auto(target, doc, [m.key for knob in searched for m in target.keys.get(knob, ())])
+    except UserError as exc:
+        raise UserError(f"{shown}: {exc}") from None
     for knob, values in searched.items():
         for value in values:
             try:
@@ -168,8 +170,7 @@ def refuse_unwritable(target: ApplyTarget, searched: dict[str, list], shown: str
                 notes.append(f"{knob}={value} is measured, but the preset {target.preset} cannot write it into "
                              f"{target.file.name}: `bench apply` of a config with it refuses (map it under "
                              f"apply.keys.{knob}.values to write it)")
-    rescales = target.lr is not None and {"batch_size", "accumulation", "nproc"} & set(searched)
-    lr = _lookup(_load_document(target.file, target.format).data, target.lr.key) if rescales else 1.0
+    lr = _lookup(doc.data, target.lr.key) if rescales else 1.0
     if isinstance(lr, bool) or not isinstance(lr, (int, float)):
         raise UserError(f"{shown}: apply.lr.key {target.lr.key} {_holds(lr)}, not a learning rate to rescale; "
                         f"fix apply.lr.key or remove apply.lr")

@@ -144,9 +144,8 @@ def _speedup(choice: Choice) -> tuple[str, str]:
         if base.noisy:
             return "-", f"your config's windows disagree ({base.record.step_cv:.0%} CV): nothing to compare with"
         return "-", "best is your config"
-    return v.figure(), (f"a tie: {v.noise_words()}; " if v.tie else "") + \
-        f"trial #{who.number} vs #{choice.baseline.number}, {v.side_by_side_words()}" + \
-        ("" if v.tie else "; beyond the noise" + (f": {v.apart_words()}" if v.apart_words() else ""))
+    return v.figure(), (f"{v.verdict()}; " if v.tie else "") + \
+        f"trial #{who.number} vs #{choice.baseline.number}, {v.side_by_side_words()}" + ("" if v.tie else f"; {v.verdict()}")
 
 
 def _memory_change(best: Standing, baseline: Standing | None) -> str:

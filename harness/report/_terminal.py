@@ -344,9 +344,8 @@ def story(choice: Choice) -> list[str]:
     best, base, leader, v, unit = choice.best, choice.baseline, choice.leader, choice.versus, choice.unit
     lines = []
     if v is not None:
-        apart = f": {v.apart_words()}" if v.apart_words() else ""
-        verdict = (f"a tie: {v.noise_words()}, so your config stays; `bench apply best` keeps its values"
-                   if choice.kept else f"a tie: {v.noise_words()}" if v.tie else f"beyond the noise{apart}")
+        verdict = f"{v.verdict()}, so your config stays; `bench apply best` keeps its values" if choice.kept \
+            else v.verdict()
         lines.append(f"trial #{leader.number} against your config (#{base.number}): {v.text(unit).split(' — ')[0]}: "
                      f"{verdict}")
     elif best is not None and base is not None and best is base:
