@@ -511,6 +511,27 @@ def test_absent_key_is_refused_then_created_with_create_keys(tmp_path):
     assert ("model.activation.checkpoint", None, "full") in p.changes
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("a: 1\ntrainer:\nb: 2\n", "a: 1\ntrainer:\n  precision: bf16-mixed\n  batch_size: 32\nb: 2\n"),
+    ("a: 1\ntrainer: ~   # filled later\nb: 2\n",
+     "a: 1\ntrainer:   # filled later\n  precision: bf16-mixed\n  batch_size: 32\nb: 2\n"),
+    ("a: 1\ntrainer: null", "a: 1\ntrainer:\n  precision: bf16-mixed\n  batch_size: 32\n"),
+    ("a: {trainer: null, b: 2}\n", None),
+])
+def test_create_keys_fills_an_empty_section(tmp_path, text, expected):
+    """`trainer:` left empty (null) was refused with "trainer is not a mapping": the keys fill it."""
+    file = tmp_path / "c.yaml"
+    file.write_text(text)
+    section = "a.trainer" if text.startswith("a: {") else "trainer"
+    target = target_for(file, keys={"precision": f"{section}.precision", "batch_size": f"{section}.batch_size"})
+    p = plan(target, {"precision": "bf16-mixed", "batch_size": 32}, {}, create_keys=True)
+    if expected is not None:
+        assert p.new_text.endswith(expected)
+    data = load(p.new_text)
+    trainer = data["a"]["trainer"] if section == "a.trainer" else data["trainer"]
+    assert trainer == {"precision": "bf16-mixed", "batch_size": 32}
+
+
 def test_create_keys_in_json_follows_the_layout(tmp_path):
     file = tmp_path / "ds.json"
     file.write_text('{\n  "train_micro_batch_size_per_gpu": 8,\n  "fp16": {"enabled": true}\n}\n')

@@ -131,7 +131,9 @@ def _lookup(data: object, key: str) -> object:
 def _set(data: dict, key: str, value: object) -> None:
     *parents, last = key.split(".")
     for part in parents:
-        data = data.setdefault(part, {})
+        if data.get(part) is None:  # absent, or an empty section (`trainer:`) that the key fills
+            data[part] = {}
+        data = data[part]
     data[last] = value
 
 

@@ -91,36 +91,60 @@ def _scalar_span(text: str, key_node: ScalarNode, node: ScalarNode) -> tuple[int
 
 def _insert_keys(doc: _Document, new_keys: list[tuple[str, object]]) -> list[tuple[int, int, str]]:
     """Splices adding the missing keys: all keys under one existing mapping go in one place."""
-    groups: dict[int, tuple[MappingNode, dict]] = {}
+    groups: dict[int, tuple[Node, ScalarNode | None, MappingNode, dict]] = {}
     for key, value in new_keys:
-        node, rest = _deepest_mapping(doc, key)
-        _, tree = groups.setdefault(id(node), (node, {}))
+        node, rest, empty_key, parent = _deepest_mapping(doc, key)
+        *_, tree = groups.setdefault(id(node), (node, empty_key, parent, {}))
         _set(tree, ".".join(rest), value)
     # deepest mapping first: insertions at one offset (the end of a section that ends the file, or of a
     # mapping that ends its parent) keep this order in the text (harness.apply._plan._apply_edits)
-    deepest_first = sorted(groups.values(), key=lambda group: -_column(group[0]))
-    return [_flow_insertion(doc, node, tree) if node.flow_style else _block_insertion(doc, node, tree)
-            for node, tree in deepest_first]
+    deepest_first = sorted(groups.values(), key=lambda group: -_column(group[0], group[1]))
+    return [_filling(doc, node, key_node, parent, tree) if key_node is not None
+            else _flow_insertion(doc, node, tree) if node.flow_style else _block_insertion(doc, node, tree)
+            for node, key_node, parent, tree in deepest_first]
 
 
-def _column(node: MappingNode) -> int:
-    """How deep a mapping sits: the column of its keys (the root's is 0)."""
+def _column(node: Node, empty_key: ScalarNode | None) -> int:
+    """How deep a mapping sits: the column of its keys (the root's is 0); an empty section's keys go
+    deeper than its own key."""
+    if empty_key is not None:
+        return empty_key.start_mark.column + 1
     return node.value[0][0].start_mark.column if node.value else 0
 
 
-def _deepest_mapping(doc: _Document, key: str) -> tuple[MappingNode, list[str]]:
-    """The deepest mapping on the key's path that exists, and the parts of the key below it."""
+def _deepest_mapping(doc: _Document, key: str) -> tuple[Node, list[str], ScalarNode | None, MappingNode]:
+    """The deepest mapping on the key's path that exists, the parts of the key below it, and, where the
+    path reaches an empty section (`trainer:` or `trainer: null`), that section's key and its parent:
+    the new keys fill the section."""
     node, parts = doc.root, key.split(".")
     for i, part in enumerate(parts):
         pair = _child(node, part)
         if pair is None:
-            return node, parts[i:]
+            return node, parts[i:], None, node
         child = pair[1]
+        _refuse_shared(doc, key, child)
+        if isinstance(child, ScalarNode) and child.tag.endswith(":null"):
+            return child, parts[i + 1:], pair[0], node
         if not isinstance(child, MappingNode):
             raise UserError(f"{doc.path}: cannot create {key}: {'.'.join(parts[:i + 1])} is not a mapping")
-        _refuse_shared(doc, key, child)
         node = child
     raise AssertionError(f"{key} exists; it is replaced, not created")
+
+
+def _filling(doc: _Document, empty: ScalarNode, key_node: ScalarNode, parent: MappingNode,
+             tree: dict) -> tuple[int, int, str]:
+    """The empty section's null (`~`, `null` or nothing) replaced by the new keys, in the parent's style."""
+    start, end = _scalar_span(doc.text, key_node, empty)
+    if parent.flow_style:
+        return start, end, (" " if start == end else "") + "{" + ", ".join(_flow_entries(tree, doc.format)) + "}"
+    text, newline = doc.text, "\r\n" if "\r\n" in doc.text else "\n"
+    while start > 0 and text[start - 1] == " ":  # `key: ~` becomes `key:`
+        start -= 1
+    line_end = _end_of_line(text, end)
+    comment = text[end:line_end] if text[end:line_end].endswith("\n") else text[end:line_end] + newline
+    indent = key_node.start_mark.column + _indent_step(doc.root)
+    lines = _block_lines(tree, indent, _indent_step(doc.root), doc.format)
+    return start, line_end, comment + "".join(line + newline for line in lines)
 
 
 def _block_insertion(doc: _Document, node: MappingNode, tree: dict) -> tuple[int, int, str]:
