@@ -41,7 +41,9 @@ class Meter:
         self.hb.beat("first_step")
         t0 = measure.now(self.device)
         self.step()
-        first = measure.now(self.device) - t0
+        # the slowest rank's: each rank's clock starts after its own setup, and the warm-up's cut reads this
+        # figure, so ranks that read their own could disagree on the cut and run different collectives
+        first = self.across_ranks(measure.now(self.device) - t0)
         self.flush_losses()
         self.timing["compile_s"] = first if compiled else 0.0
         self.timing["first_step_s"] = first

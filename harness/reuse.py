@@ -26,11 +26,13 @@ class Figures:
         self.reused: dict[str, dict] = {}
         """figure -> where it came from ({"trial": N}), for the record."""
 
-    def get(self, figure: str, key: dict, measure):
-        """The filed figure for `key`, or `measure()`'s result, filed for the next trial."""
+    def get(self, figure: str, key: dict, measure, found_by_all=lambda found: found):
+        """The filed figure for `key`, or `measure()`'s result, filed for the next trial. Over several
+        processes `found_by_all` says whether every rank found it: where measuring takes a step (a gradient
+        all-reduce), a rank that took the file would skip a collective the others run."""
         path = self._path(figure, key)
         filed = _read(path) if path else None
-        if filed is not None:
+        if found_by_all(filed is not None):
             self.reused[figure] = {"trial": filed.get("trial"), "key": filed["key"]}
             return filed["value"]
         value = measure()

@@ -418,7 +418,8 @@ class Trial:
         """`breakdown`, measured once per study, build and shape (harness.reuse)."""
         if self.timing.get("cut_short"):  # out of the race: it cannot be the best, whose memory the report breaks down
             return None  # (a 20 s bf16 step on a CPU would cost another 13 s here)
-        return self.figures.get("breakdown", self.figure_key("precision", "checkpointing", "optimizer"), self.breakdown)
+        return self.figures.get("breakdown", self.figure_key("precision", "checkpointing", "optimizer"), self.breakdown,
+                                found_by_all=lambda found: not self.across_ranks(float(not found)))
 
     def take_breakdown(self) -> None:
         t0 = time.perf_counter()

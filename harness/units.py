@@ -26,17 +26,7 @@ def is_whole(text: str) -> bool:
 
 def parse_size(value: object, where: str) -> int:
     """'24GiB', '512MiB', '2GB' or a plain number of bytes -> bytes."""
-    if isinstance(value, bool):
-        raise UserError(f"{where}: expected a size like 24GiB, got {value!r}")
-    if value is None:  # YAML's null: Python's None is not what was written
-        raise UserError(f"{where}: is empty; write a size like 24GiB, 512MiB or 2GB")
-    if isinstance(value, (int, float)):
-        number, unit = _finite(value, where, "size"), ""
-    else:
-        m = _NUMBER_UNIT.match(str(value))
-        if not m or m.group(2).lower() not in _SIZE_UNITS:
-            raise UserError(f"{where}: cannot read size {value!r}; write it like 24GiB, 512MiB or 2GB")
-        number, unit = float(m.group(1)), m.group(2).lower()
+    number, unit = _number_and_unit(value, where, "size", _SIZE_UNITS, "24GiB", "24GiB, 512MiB or 2GB")
     if number * _SIZE_UNITS[unit] > MAX_SIZE:
         raise UserError(f"{where}: size {value!r} is beyond any machine (over 1 EiB); write it like 24GiB")
     size = int(number * _SIZE_UNITS[unit])
@@ -53,21 +43,26 @@ def parse_size(value: object, where: str) -> int:
 
 def parse_duration(value: object, where: str) -> float:
     """'500ms', '90s', '10m', '1.5h' or a plain number of seconds -> seconds."""
-    if isinstance(value, bool):
-        raise UserError(f"{where}: expected a duration like 10m, got {value!r}")
-    if value is None:  # YAML's null (or nothing after the colon): Python's None is not what was written
-        raise UserError(f"{where}: is empty; write a duration like 90s, 10m or 1.5h")
-    if isinstance(value, (int, float)):
-        number, unit = _finite(value, where, "duration"), ""
-    else:
-        m = _NUMBER_UNIT.match(str(value))
-        if not m or m.group(2).lower() not in _DURATION_UNITS:
-            raise UserError(f"{where}: cannot read duration {value!r}; write it like 90s, 10m or 1.5h")
-        number, unit = float(m.group(1)), m.group(2).lower()
+    number, unit = _number_and_unit(value, where, "duration", _DURATION_UNITS, "10m", "90s, 10m or 1.5h")
     seconds = number * _DURATION_UNITS[unit]
     if seconds <= 0:
         raise UserError(f"{where}: duration must be positive, got {value!r}")
     return seconds
+
+
+def _number_and_unit(value: object, where: str, what: str, units: dict, one: str, examples: str) -> tuple[float, str]:
+    """A number and its unit (lower case, "" for none) as written: `value` is what YAML or the command
+    line gave, so a bool or a null is refused as what it was, not read as 1, 0 or "None"."""
+    if isinstance(value, bool):
+        raise UserError(f"{where}: expected a {what} like {one}, got {value!r}")
+    if value is None:  # YAML's null (or nothing after the colon): Python's None is not what was written
+        raise UserError(f"{where}: is empty; write a {what} like {examples}")
+    if isinstance(value, (int, float)):
+        return _finite(value, where, what), ""
+    m = _NUMBER_UNIT.match(str(value))
+    if not m or m.group(2).lower() not in units:
+        raise UserError(f"{where}: cannot read {what} {value!r}; write it like {examples}")
+    return float(m.group(1)), m.group(2).lower()
 
 
 ENV_MOST_S = 7 * 86400.0

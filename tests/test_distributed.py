@@ -380,3 +380,101 @@ def test_the_trial_child_refuses_what_it_would_silently_ignore(tmp_path):
         job = spec.job("cpu", {**spec.config({"batch_size": 4}), **config})
         rec = launch.run(job, launch.Limits(120, 60), None)
         assert rec["status"] == record.ERROR and message in rec["error"]["message"], rec.get("error")
+
+
+RANKS_CUTTING = '''
+import datetime, os, sys, time
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+from harness.meter import Meter
+
+class Beat:
+    def beat(self, *args): pass
+
+class Window:
+    memory = {}
+    def steady_window(self): pass
+
+def rank(r, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=r, world_size=2, timeout=datetime.timedelta(seconds=20))
+    steps = []
+    def step():  # a first step of 0.1 s, warm-up steps of 0.3 s, and the gradient all-reduce
+        time.sleep(0.1 if not steps else 0.3)
+        dist.all_reduce(torch.ones(1))
+        steps.append(1)
+    def slowest(value):
+        t = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t)
+    timing = {}
+    meter = Meter(step, torch.device("cpu"), Beat(), {"warmup_steps": 3, "warm_slow_below": 1000}, Window(),
+                  timing, slowest)
+    if r == 0:
+        time.sleep(0.5)  # rank 0 ends its setup later: rank 1's first step waits for it at the all-reduce
+    meter.first_step(False)
+    meter.warm_up(8)
+    print(r, timing["warmup_steps"], round(timing["first_step_s"], 3), flush=True)
+
+if __name__ == "__main__":
+    mp.spawn(rank, args=(int(sys.argv[1]),), nprocs=2)
+'''
+
+
+def test_ranks_agree_on_the_warm_up_cut_whatever_their_setup_took(tmp_path):
+    """A rank that ended its setup later timed a shorter first step, judged its slow warm-up step
+    "disturbed" and went on warming up while the other rank cut: different collectives, a gloo abort
+    (a hang on NCCL)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "ranks.py"
+    script.write_text(RANKS_CUTTING)
+    done = subprocess.run([sys.executable, str(script), str(port)], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = sorted(done.stdout.split("\n")[:2])
+    assert len(lines) == 2 and lines[0].split()[1:] == lines[1].split()[1:], done.stdout
+
+
+RANKS_FILED = '''
+import datetime, json, os, sys
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+from harness import reuse
+
+def rank(r, port, folder):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=r, world_size=2, timeout=datetime.timedelta(seconds=20))
+    def slowest(value):
+        t = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t)
+    def measure():  # the breakdown's backward: a gradient all-reduce
+        dist.all_reduce(torch.ones(1))
+        return {"activations": 1}
+    figures = reuse.Figures(os.path.join(folder, f"rank{r}"), 7)  # as if another worker filed it between the reads
+    key = {"batch_size": 8}
+    if r == 0:
+        figures.get("breakdown", key, lambda: {"activations": 2})
+    value = figures.get("breakdown", key, measure, found_by_all=lambda found: not slowest(float(not found)))
+    dist.barrier()
+    print(r, json.dumps(value), flush=True)
+
+if __name__ == "__main__":
+    mp.spawn(rank, args=(int(sys.argv[1]), sys.argv[2]), nprocs=2)
+'''
+
+
+def test_a_figure_filed_for_one_rank_only_is_measured_by_every_rank(tmp_path):
+    """Another worker filing the breakdown between two ranks' reads: the rank that took the file skipped
+    the backward (a gradient all-reduce) the other ran."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "ranks.py"
+    script.write_text(RANKS_FILED)
+    done = subprocess.run([sys.executable, str(script), str(port), str(tmp_path)], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(done.stdout.split("\n")[:2]) == ['0 {"activations": 1}', '1 {"activations": 1}']

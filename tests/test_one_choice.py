@@ -313,6 +313,11 @@ def test_a_config_with_a_value_the_spec_no_longer_searches_is_never_best_in_any_
     said = "trial 2 is faster (190.0 samples/s) but not chosen: precision=bf16-true is not in the search as last swept"
     assert said in table and said in html.unescape(page) and "tag-unsearched" in \
         (project / "results" / "one" / "report.html").read_text()
+    lines = [line.split() for line in bench("report", COLUMNS="200").output.splitlines()]
+    marks = {cells[0]: cells[1] for cells in lines if cells[:1] in (["2"], ["3"])}  # the mark column, else the batch
+    assert marks == {"2": "x", "3": "16"} and "x a value not in the search as last swept" in table
+    assert "tag-unsearched" in \
+        (project / "results" / "one" / "report.html").read_text()
     assert [r["unsearched"] for r in grid] == ["", "", "precision=bf16-true", ""] and grid[1]["best"] == "True"
     assert "trial 1:" in dry and "bf16-true" not in dry.split("---")[0]
     assert "never chosen as best: precision=bf16-true" in flat(bench("apply", "2", "--dry-run").output)

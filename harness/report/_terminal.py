@@ -198,7 +198,7 @@ def columns_for(choice: Choice) -> list[Column]:
 
 def flags(s: Standing) -> str:
     return ("★" if s.best else "") + ("◆" if s.pareto else "") + ("B" if s.record.baseline else "") + \
-        ("!" if s.unsafe else "")
+        ("!" if s.unsafe else "") + ("x" if s.record.unsearched else "")
 
 
 def fits(columns: list[Column], width: int) -> bool:
@@ -235,7 +235,8 @@ def legend(choice: Choice, shows_runs: bool) -> str:
     """The marks and words the table uses; `runs` only where the table has that column."""
     base = "your config as swept" if choice.applies else "the spec's defaults: no apply: section, no config read"
     runs = "runs: measured runs the figure is the median of   " if shows_runs else ""
-    return (f"★ best   ◆ Pareto front   B baseline ({base})   ! loss rose beyond chance   "
+    unsearched = "x a value not in the search as last swept   " if any(s.record.unsearched for s in choice.rows) else ""
+    return (f"★ best   ◆ Pareto front   B baseline ({base})   ! loss rose beyond chance   {unsearched}"
             f"noisy: windows disagree, not ranked   {runs}GiB = 1024³ bytes, MiB = 1024² bytes")
 
 
