@@ -394,7 +394,7 @@ class Window:
     memory = {}
     def steady_window(self): pass
 
-def rank(r, port):
+def rank(r, port, folder):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=r, world_size=2, timeout=datetime.timedelta(seconds=20))
     steps = []
@@ -413,10 +413,13 @@ def rank(r, port):
         time.sleep(0.5)  # rank 0 ends its setup later: rank 1's first step waits for it at the all-reduce
     meter.first_step(False)
     meter.warm_up(8)
-    print(r, timing["warmup_steps"], round(timing["first_step_s"], 3), flush=True)
+    with open(os.path.join(folder, f"out{r}"), "w") as out:
+        out.write(f'{timing["warmup_steps"]} {timing["first_step_s"]:.3f}')
+    dist.barrier()
+    dist.destroy_process_group()  # a rank that exits with the group up can abort the other's last collective
 
 if __name__ == "__main__":
-    mp.spawn(rank, args=(int(sys.argv[1]),), nprocs=2)
+    mp.spawn(rank, args=(int(sys.argv[1]), sys.argv[2]), nprocs=2)
 '''
 
 
@@ -424,17 +427,8 @@ def test_ranks_agree_on_the_warm_up_cut_whatever_their_setup_took(tmp_path):
     """A rank that ended its setup later timed a shorter first step, judged its slow warm-up step
     "disturbed" and went on warming up while the other rank cut: different collectives, a gloo abort
     (a hang on NCCL)."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    script = tmp_path / "ranks.py"
-    script.write_text(RANKS_CUTTING)
-    done = subprocess.run([sys.executable, str(script), str(port)], capture_output=True, text=True, timeout=120,
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = sorted(done.stdout.split("\n")[:2])
-    assert len(lines) == 2 and lines[0].split()[1:] == lines[1].split()[1:], done.stdout
+    first, second = _two_gloo_ranks(RANKS_CUTTING, tmp_path)
+    assert first == second, (first, second)
 
 
 RANKS_FILED = '''
@@ -457,8 +451,10 @@ def rank(r, port, folder):
     if r == 0:
         figures.get("breakdown", key, lambda: {"activations": 2})
     value = figures.get("breakdown", key, measure, found_by_all=lambda found: not slowest(float(not found)))
+    with open(os.path.join(folder, f"out{r}"), "w") as out:
+        out.write(json.dumps(value))
     dist.barrier()
-    print(r, json.dumps(value), flush=True)
+    dist.destroy_process_group()
 
 if __name__ == "__main__":
     mp.spawn(rank, args=(int(sys.argv[1]), sys.argv[2]), nprocs=2)
@@ -468,13 +464,19 @@ if __name__ == "__main__":
 def test_a_figure_filed_for_one_rank_only_is_measured_by_every_rank(tmp_path):
     """Another worker filing the breakdown between two ranks' reads: the rank that took the file skipped
     the backward (a gradient all-reduce) the other ran."""
+    assert _two_gloo_ranks(RANKS_FILED, tmp_path) == ['{"activations": 1}', '{"activations": 1}']
+
+
+def _two_gloo_ranks(script_text: str, tmp_path: Path) -> list[str]:
+    """Runs a two-rank gloo script on a free port; each rank writes its answer to `out<rank>` (printed
+    lines of two ranks interleave under load)."""
     import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     script = tmp_path / "ranks.py"
-    script.write_text(RANKS_FILED)
+    script.write_text(script_text)
     done = subprocess.run([sys.executable, str(script), str(port), str(tmp_path)], capture_output=True, text=True,
                           timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-2000:]
-    assert sorted(done.stdout.split("\n")[:2]) == ['0 {"activations": 1}', '1 {"activations": 1}']
+    return [(tmp_path / f"out{r}").read_text() for r in range(2)]
