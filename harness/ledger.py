@@ -357,21 +357,35 @@ def confirmation_runs(attrs: dict) -> dict[str, list[dict]]:
     the runs of a study from before them (one `repeats` attribute)."""
     runs = {number: list(done) for number, done in (attrs.get("repeats") or {}).items()}
     for number, round_, slot in confirm_slots(attrs):
-        if isinstance(slot, dict) and slot.get("state") == "done":
+        if not isinstance(slot, dict):
+            continue
+        if slot.get("state") == "done":
             runs.setdefault(str(number), []).append({**slot["run"], "round": round_})
+        elif isinstance(slot.get("kept"), dict):  # a busy run to be made again: it stands until the new one is
+            runs.setdefault(str(number), []).append({**slot["kept"], "round": round_})
     return runs
 
 
-def superseded(study: optuna.Study) -> set[int]:
-    """Trials set aside and run again: one that stopped a sweep with an error in the user's code
-    (Sweep.retry_what_stopped_the_last_sweep), or one measured on a busy machine or noisy
-    (Sweep.remeasure_what_ran_busy)."""
-    return set(study.user_attrs.get("superseded") or [])
+def superseded(study: optuna.Study, trials: list | None = None) -> set[int]:
+    """Trials set aside: one that stopped a sweep with an error in the user's code (listed by
+    Sweep.retry_what_stopped_the_last_sweep when it queues it again), and one measured on a busy machine
+    or noisy once its re-measurement is recorded (Sweep.remeasure_what_ran_busy): read from the new
+    trial's record, so a sweep stopped before it was measured keeps the old measurement standing."""
+    trials = study.get_trials(deepcopy=False) if trials is None else trials
+    replaced = {t.user_attrs["remeasures"] for t in trials
+                if "remeasures" in t.user_attrs and t.user_attrs.get("record") and not interrupted(t)}
+    return set(study.user_attrs.get("superseded") or []) | replaced
+
+
+def remeasured(trials: list) -> set[int]:
+    """Trials whose config is queued, running or measured again on a quiet machine (their counting
+    place is the new trial's)."""
+    return {t.user_attrs["remeasures"] for t in trials if "remeasures" in t.user_attrs}
 
 
 def supersede(study: optuna.Study, numbers) -> None:
     """Set trials `numbers` aside: no view shows them, their configs' new trials stand in."""
-    study.set_user_attr("superseded", sorted(superseded(study) | set(numbers)))
+    study.set_user_attr("superseded", sorted(set(study.user_attrs.get("superseded") or []) | set(numbers)))
 
 
 def why_not_shown(study: optuna.Study, number: int) -> str | None:
@@ -387,11 +401,15 @@ def why_not_shown(study: optuna.Study, number: int) -> str | None:
         return f"its config was already measured as trial {original}; say `bench apply {original}`"
     if "outside_space" in trial.user_attrs:
         return "its config is outside what the spec searches now, so it never ran; `bench report` lists the trials"
-    if number in superseded(study):
+    if number in superseded(study, trials):
         config = trial.user_attrs.get("config")
-        again = [t.number for t in trials
+        again = [t for t in trials
                  if t.number > number and config and t.user_attrs.get("config") == config and not not_run_itself(t)]
-        instead = f"; its config ran again as trial {again[0]}" if again else ", its config queued to run again"
+        measured = [t.number for t in again if t.user_attrs.get("record") and not interrupted(t)]
+        waiting = [t.number for t in again if t.state in (TrialState.WAITING, TrialState.RUNNING)]
+        instead = (f"; its config ran again as trial {measured[0]}" if measured else
+                   f"; its config is queued to run again as trial {waiting[0]}" if waiting else
+                   ", its config queued to run again")
         return f"it was set aside{instead}; `bench report` lists the trials that stand"
     return None
 
@@ -411,9 +429,10 @@ def never_claimed(trial: optuna.trial.FrozenTrial) -> bool:
 
 def rows_of(study: optuna.Study) -> list[dict]:
     """One row per trial for reports: the stored record plus number, baseline and duplicate marks."""
-    rows, repeats, aside = [], confirmation_runs(study.user_attrs), superseded(study)
+    trials = study.get_trials(deepcopy=False)
+    rows, repeats, aside = [], confirmation_runs(study.user_attrs), superseded(study, trials)
     unsearched = study.user_attrs.get("unsearched") or {}
-    for t in study.get_trials(deepcopy=False):
+    for t in trials:
         if t.state in (TrialState.WAITING,) or t.number in aside:
             continue
         rec = dict(t.user_attrs.get("record") or {})

@@ -621,7 +621,7 @@ def no_experimental_warning():
         yield
 
 
-REQUEUE_KEEPS = ("baseline", "config", "remeasured_after")
+REQUEUE_KEEPS = ("baseline", "config", "remeasured_after", "remeasures")
 """What a trial queued again keeps of the one it replaces: what it is (your config?), and why it runs again."""
 
 

@@ -353,7 +353,7 @@ class Sweep:
             self.set_aside(trial, config, drawn)
             self.enqueue_unmeasured(trial.number)
             return False
-        if previous is not None and previous.number != trial.number:
+        if previous is not None and previous.number not in (trial.number, trial.user_attrs.get("remeasures")):
             self.tell_duplicate(trial, previous)
             self.progress.duplicate(trial.number, previous.number, config)
             self.enqueue_unmeasured(trial.number)
@@ -594,8 +594,11 @@ class Sweep:
                     self.mark([s for s in slots if s[1] == round_], {"state": "free"})
 
     def mark(self, slots: list[tuple[dict, int]], state: dict) -> None:
+        """Each slot set to `state`, keeping the busy run it makes again (remeasure_what_ran_busy)."""
+        attrs = self.study.user_attrs
         for row, round_ in slots:
-            self.study.set_user_attr(ledger.confirm_key(row["number"], round_), state)
+            key = ledger.confirm_key(row["number"], round_)
+            self.study.set_user_attr(key, {**state, **kept_run(attrs.get(key))})
 
     def confirmation_run(self, row: dict, round_: int, rounds: range) -> bool:
         """One claimed confirmation run, made and recorded; False where its child was stopped from
@@ -609,7 +612,9 @@ class Sweep:
             return False
         run = {"status": rec["status"], "throughput": rec.get("throughput"), "tokens_per_s": rec.get("tokens_per_s"),
                "peak_memory": rec.get("peak_memory"), "busy": rec.get("busy")}
-        self.study.set_user_attr(ledger.confirm_key(row["number"], round_), {"state": "done", "run": run})
+        key = ledger.confirm_key(row["number"], round_)
+        # the busy run it replaces is kept: a round stopped half-way runs again whole, and stands till then
+        self.study.set_user_attr(key, {"state": "done", "run": run, **kept_run(self.study.user_attrs.get(key))})
         value = pareto.speed(run, self.spec.objective) if run["throughput"] else None  # the unit trials are told in
         speed = f"{value:.1f} {self.spec.objective}/s" if value else (rec.get("error") or {}).get("message", "")
         # counted among this config's own runs: a challenger's rounds 2-3 are its runs 1 and 2, not "3 of 4"; a
@@ -863,26 +868,28 @@ class Sweep:
     def remeasure_what_ran_busy(self) -> None:
         """On a quiet machine, what a busy one measured runs again, so that "run the same command again
         when the machine is quiet" does what it says: a trial measured busy, or too noisy to rank (once),
-        is set aside (superseded) and its config queued; a busy confirmation run is freed to run again.
-        A confirmed trial keeps its own run: the median of its runs already outvotes one busy figure."""
+        has its config queued, and a busy confirmation run is freed to run again. Each old figure stands
+        until its new one is recorded (ledger.superseded, `kept`): a sweep stopped before that loses
+        nothing. A confirmed trial keeps its own run: the median of its runs already outvotes one busy figure."""
         with self.claiming():
+            trials = self.study.get_trials(deepcopy=False)
             rows, attrs = ledger.rows_of(self.study), self.study.user_attrs
-            again = [r for r in rows if r["status"] == record.OK and not pareto.confirmed(r) and (
-                     r.get("busy") or (pareto.noisy(r) and "noisy_cv" not in (r.get("remeasured_after") or {})))]
-            trials = {t.number: t for t in self.study.get_trials(deepcopy=False)}
+            queued = ledger.remeasured(trials)
+            again = [r for r in rows if r["status"] == record.OK and not pareto.confirmed(r) and r["number"] not in queued
+                     and (r.get("busy") or (pareto.noisy(r) and "noisy_cv" not in (r.get("remeasured_after") or {})))]
+            by_number = {t.number: t for t in trials}
             for r in again:
                 first = r.get("busy") or {"noisy_cv": record.Record.of(r).step_cv}
-                ledger.requeue(self.study, self.spec, r["config"], {**trials[r["number"]].user_attrs, "remeasured_after": first})
-            if again:
-                ledger.supersede(self.study, [r["number"] for r in again])
+                ledger.requeue(self.study, self.spec, r["config"], {**by_number[r["number"]].user_attrs,
+                                                                     "remeasured_after": first, "remeasures": r["number"]})
             done = {(n, k): slot["run"] for n, k, slot in ledger.confirm_slots(attrs)
                     if isinstance(slot, dict) and slot.get("state") == "done" and isinstance(slot.get("run"), dict)}
             runs = [slot for slot, run in done.items() if run.get("busy")]
             # a busy run's round runs again whole: the other configs' runs of it too, to be side by side again
             spoiled = {k for _, k in runs}
             partners = [slot for slot in done if slot[1] in spoiled]
-            for number, round_ in set(runs) | set(partners):
-                self.study.set_user_attr(ledger.confirm_key(number, round_), {"state": "free"})
+            for slot in set(runs) | set(partners):
+                self.study.set_user_attr(ledger.confirm_key(*slot), {"state": "free", "kept": done[slot]})
         if again:
             self.progress.note(f"the machine is quiet: measuring again {len(again)} trial(s) a busy machine or noise "
                                "spoiled (" + ", ".join(f"#{r['number']}" for r in again) + ")")
@@ -926,7 +933,8 @@ class Sweep:
 
     def counted(self) -> int:
         """Trials that count toward the total: measured (not duplicates, not interrupted) or running."""
-        aside = ledger.superseded(self.study)
+        trials = self.study.get_trials(deepcopy=False)
+        aside = ledger.superseded(self.study, trials) | ledger.remeasured(trials)  # the new trial counts instead
         done = sum(1 for t in self.finished() if not ledger.not_run_itself(t) and t.number not in aside
                    and not ledger.interrupted(t) and t.user_attrs.get("status") != record.SKIPPED)
         running = len(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))  # other workers'
@@ -978,6 +986,11 @@ def cpu_step_limit(spec: Spec) -> float:
     quickstart's batch 1024 ran 20 s steps for 178 of its 180 s), and a warm-up step in half the stall limit."""
     steps = 1 + spec.measure.warmup_steps + spec.measure.min_windows + 2
     return min(spec.stall_s / 2, spec.trial_timeout_s / (2 * steps))
+
+
+def kept_run(slot) -> dict:
+    """Of a confirmation slot, the busy run it is to make again ({"kept": run}), or nothing."""
+    return {"kept": slot["kept"]} if isinstance(slot, dict) and isinstance(slot.get("kept"), dict) else {}
 
 
 def usable_memory(spec: Spec) -> float | None:

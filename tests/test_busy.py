@@ -174,7 +174,7 @@ def test_run_again_on_a_quiet_machine_measures_again_what_a_busy_one_spoiled(tmp
     assert again["number"] != first["number"] and again["status"] == "ok" and not again["busy"]
     assert again["remeasured_after"]["busy_cores"] == 1.9
     assert "measuring again 1 trial(s) a busy machine or noise spoiled (#0)" in "\n".join(progress.lines)
-    assert study.user_attrs[ledger.confirm_key(first["number"], 0)] == {"state": "free"}
+    assert study.user_attrs[ledger.confirm_key(first["number"], 0)] == {"state": "free", "kept": {**run, "busy": BUSY}}
     # its partner runs again with it, to be side by side again; the other round stays as measured
     assert [study.user_attrs[ledger.confirm_key(7, k)]["state"] for k in (0, 1)] == ["free", "done"]
     assert "1 confirmation run(s) made on a busy machine run again, with the 1 run(s) side by side with them" \
@@ -183,12 +183,47 @@ def test_run_again_on_a_quiet_machine_measures_again_what_a_busy_one_spoiled(tmp
     said = f"re-measured #1 ({report.describe(again['config'])}): the machine was busy during its first run (1.9 of 2 cores"
     assert said in str(report.summary(choice, {}))
     assert said in html.unescape(report.render_html(choice, {"name": "load"}))  # the page said nothing of it
-    assert "when the machine is quiet" not in report.next_step(choice)
+    assert "when the machine is quiet" not in report.next_step(choice), ledger.rows_of(study)
 
     progress = Lines()  # measured quiet: the next resume has nothing to measure again
     studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=progress).run()
     assert [r["number"] for r in ledger.rows_of(study)] == [again["number"]]
     assert not any("measuring again" in line for line in progress.lines)
+
+
+def test_a_sweep_stopped_before_the_re_measurement_loses_nothing(tmp_path, monkeypatch):
+    """The busy trial was set aside and its confirmation runs freed before anything ran again: Ctrl-C (or
+    --timeout) right after the quiet machine's resume began dropped measured trials and changed the best."""
+    monkeypatch.setattr(busy, "POLL_S", 0.01)
+    steady = {"factory": "faulty:build", "params": {"fault": "none", "at_step": 3, "steady_ms": 20}}
+    spec = specs.load(faulty_spec(tmp_path, "load", ["none"], workload=steady))
+    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
+    monkeypatch.setenv(busy.WAIT_ENV, "0")
+    monkeypatch.setattr(busy, "now", lambda device, sample_s=busy.SAMPLE_S: BUSY)
+    studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=Lines()).run()
+    (first,) = ledger.rows_of(study)
+    run = {"status": "ok", "throughput": 1.0, "peak_memory": 1, "busy": BUSY}
+    study.set_user_attr(ledger.confirm_key(first["number"], 0), {"state": "done", "run": run})
+
+    def stopped(config, number, repeat=False):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(busy, "now", lambda device, sample_s=busy.SAMPLE_S: None)  # quiet now
+    monkeypatch.setenv(busy.WAIT_ENV, "120")
+    with pytest.raises(KeyboardInterrupt):
+        studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=Lines(), runner=stopped).run()
+    (kept,) = [r for r in ledger.rows_of(study) if r["status"] != "interrupted"]  # the re-measurement shows, to run again
+    assert kept["number"] == first["number"] and kept["throughput"] == first["throughput"]
+    assert kept["repeats"] == [{**run, "round": 0}]
+    assert ledger.why_not_shown(study, first["number"]) is None
+
+    progress = Lines()  # the resume measures it again, once, and then the new trial stands in for it
+    monkeypatch.setattr(busy, "verdict", lambda before, after: None)
+    studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=progress).run()
+    (again,) = [r for r in ledger.rows_of(study) if r["status"] != "interrupted"]
+    assert again["number"] != first["number"] and not again["busy"]
+    assert sum(t.user_attrs.get("remeasures") == first["number"] for t in study.trials
+               if t.state == optuna.trial.TrialState.COMPLETE) == 1
+    assert f"ran again as trial {again['number']}" in ledger.why_not_shown(study, first["number"])
 
 
 def oom(number: int, busy_flag=None) -> dict:

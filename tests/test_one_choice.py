@@ -144,8 +144,12 @@ def test_apply_of_a_trial_set_aside_or_a_repeat_says_so_and_names_what_stands_in
     assert aside.exit_code == 2 and "trial 2: it was set aside, its config queued to run again" in flat(aside.output)
     assert twice.exit_code == 2 and "already measured as trial 1; say `bench apply 1`" in flat(twice.output)
     assert absent.exit_code == 2 and "trial 9: not in study one" in flat(absent.output)
+    config = study.trials[2].user_attrs["config"]
+    study.enqueue_trial({}, user_attrs={"config": config})  # queued, not yet run: it did not "run again"
+    assert "its config is queued to run again as trial 4;" in flat(bench("apply", "2").output)
     rerun = study.ask({})
-    rerun.set_user_attr("config", study.trials[2].user_attrs["config"])
+    rerun.set_user_attr("config", config)
+    rerun.set_user_attr("record", {"status": "crash", "config": config})
     study.tell(rerun, state=optuna.trial.TrialState.FAIL)
     assert f"its config ran again as trial {rerun.number};" in flat(bench("apply", "2").output)
     assert (project / CONFIG).read_bytes() == before
