@@ -145,7 +145,10 @@ class Record:
                    extra=extra, version=int(raw.get("version") or 1))
 
     def rate(self, objective: str = "samples") -> float | None:
-        """This trial's own run's throughput in the study's objective: samples/s or tokens/s."""
+        """This trial's own run's throughput in the study's objective: samples/s or tokens/s. None for an
+        `oom`: one over the budget ran to the end, but at a speed the budget does not allow."""
+        if self.status == OOM:
+            return None
         return self.tokens_per_s if objective == "tokens" else self.throughput
 
     def runs(self, objective: str = "samples") -> list[float]:

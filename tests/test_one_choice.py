@@ -42,7 +42,7 @@ def make_study(project, trials, repeats, name="one", **spec_overrides):
                "loss": {"first": 4.8, "last": 4.6}, "env": {"device": "Test GPU"}, "error": None,
                "number": trial.number}
         for key, value in extra.items():
-            rec[key] = {**rec[key], **value} if isinstance(value, dict) and key in rec else value
+            rec[key] = {**rec[key], **value} if isinstance(value, dict) and isinstance(rec.get(key), dict) else value
         sweep.tell(trial, rec)
     study.set_user_attr("repeats", {str(n): [{"status": "ok", "throughput": t, "tokens_per_s": None,
                                                "peak_memory": None, "busy": None} for t in runs]
@@ -592,3 +592,18 @@ def test_a_resume_with_a_value_taken_out_of_the_search_says_so_and_chooses_among
     assert "note: trial #2 measured batch_size=32, which this sweep does not search (the spec's search, on this " \
            "machine): kept as measured, never chosen as best" in flat(second.output), second.output
     assert [b for _, b in best()] == [16]
+
+
+def test_a_trial_over_the_budget_shows_no_speed_in_any_view(project):
+    """A CPU trial that ran to the end with its peak over the budget is `oom` (OverBudget), and its
+    record keeps the throughput it measured: every view showed that speed, and a ratio to your config,
+    for a config the budget does not allow (the CSV's docs: speed empty for an OOM)."""
+    over = ({"batch_size": 64, "precision": "fp32"}, 777.0, 12.0,
+            {"status": "oom", "error": {"type": "OverBudget", "message": "peak 12.0 GiB over the 10.0 GiB budget"}})
+    make_study(project, CLEAR + [over], {})
+    table, page, rows, grid, _ = views(project)
+    assert "777" not in table and "7.8" not in table and "777" not in page
+    (row,) = [r for r in rows if r["status"] == "oom"]
+    assert row["speed"] is None and row["vs_baseline"] is None
+    (line,) = [g for g in grid if g["status"] == "oom"]
+    assert line["speed"] == "" and line["vs_baseline"] == ""
