@@ -871,8 +871,8 @@ LIMITS = {
     # field of Spec (or of its Measure): (lowest, highest). A comparison with NaN is false, so NaN fails too.
     "trials": (1, 1_000_000),
     "timeout_s": (1.0, 366 * DAY),  # a sweep shorter than a second starts no trial
-    "trial_timeout_s": (0.001, 7 * DAY),
-    "stall_s": (0.001, 7 * DAY),
+    "trial_timeout_s": (1.0, 7 * DAY),  # shorter, every trial ends in its own start-up
+    "stall_s": (1.0, 7 * DAY),
     "memory_budget": (1, 2**50),
     "headroom": (0.0, 0.99),
     "seed": (0, 2**32 - 1),  # what numpy's generators (Optuna's samplers) take
@@ -902,6 +902,11 @@ def check_numbers(spec: Spec, where: str) -> None:
         if value is not None and not low <= value <= high:
             key = SPEC_KEYS.get(name, name.replace("measure.", "trial."))
             raise UserError(f"{where}: {key} must be between {low!r} and {high!r}, got {value!r}")
+    window = spec.measure.window_s
+    if window * 2 > spec.stall_s:  # a window ends with one whole step more than its target
+        raise UserError(f"{where}: trial.window ({window:g} s) must be at most half of trial.stall ({spec.stall_s:g} s): "
+                        "a trial reports progress once per window, so every trial would read as a hang; "
+                        "shorten trial.window (default 0.5s) or raise trial.stall")
     for knob, dim in spec.search.items():
         values = dim.choices or [v for v in (dim.low, dim.high) if isinstance(v, int)]  # high may be `auto`
         for value in values:

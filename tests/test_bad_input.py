@@ -155,6 +155,10 @@ BAD_NUMBERS = {
                                         "heads 2 does not divide d_model 99999999999", "pick heads from 1, 3, 9"),
     "timeout_and_stall_nan": ("trial: {timeout: .nan, stall: .nan}", "trial.timeout", "finite"),
     "stall_nan": ("trial: {stall: .nan}", "trial.stall", "finite"),
+    # every trial read as a hang: the sweep hears from a trial once per window
+    "window_over_half_the_stall": ("trial: {window: 90s, stall: 60s}", "trial.window (90 s) must be at most half",
+                                   "raise trial.stall"),
+    "stall_of_a_millisecond": ("trial: {stall: 1ms}", "trial.stall must be between 1.0", "got 0.001"),
     "max_seconds_nan": ("trial: {max_seconds: .nan}", "trial.max_seconds", "finite"),
     "target_cv_nan": ("trial: {target_cv: .nan}", "trial.target_cv", "nan"),
     "loss_tolerance_nan": ("trial: {loss_tolerance: .nan}", "trial.loss_tolerance", "nan"),
@@ -397,7 +401,7 @@ def test_factory_that_cannot_be_imported_stops_the_sweep(cwd, monkeypatch, modul
     (["--set", "batch_size=4", "--set", "batch_size=8"], "--set batch_size: given twice"),  # kept the last silently
     (["--timeout", "garbage"], "--timeout"),
     (["--timeout", ""], "--timeout: cannot read duration ''"),  # ran with the spec's limit, as if not given
-    (["--timeout", "200h"], "--timeout 200h: a trial takes 0.001s to 7 days"),  # ran with no limit to speak of
+    (["--timeout", "200h"], "--timeout 200h: a trial takes 1s to 7 days"),  # ran with no limit to speak of
     (["--memory-budget", "garbage"], "--memory-budget"),
     (["--memory-budget", ""], "--memory-budget: cannot read size ''"),  # ran under the spec's budget
     (["--memory-budget", "2048TiB"], "--memory-budget 2048TiB: a memory budget is at most 1024 TiB"),
