@@ -10,6 +10,7 @@ and a trial whose windows disagree is `noisy` and never ranked (harness.pareto).
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -109,24 +110,29 @@ def wait_budget() -> float:
 class Quiet:
     """A sweep's waits for a quiet machine, bounded in all by `budget_s` (BENCH_QUIET_WAIT)."""
 
-    def __init__(self, device: str, say=print, budget_s: float | None = None):
+    def __init__(self, device: str, say=print, budget_s: float | None = None, deadline: float | None = None):
         if budget_s is None:
             budget_s = wait_budget()
         self.device, self.say, self.left = device, say, budget_s
+        self.deadline = deadline  # time.monotonic() at the sweep's --timeout: no wait runs past it
         self.busy_runs = 0
 
     def wait(self, what: str, longest: float = EACH_WAIT_S) -> dict | None:
-        """Look at the machine before `what`; while it is busy, wait (at most `longest`, and only what
-        is left of the sweep's budget). The verdict that stands: None when quiet."""
+        """Look at the machine before `what`; while it is busy, wait (at most `longest`, only what is left
+        of the sweep's budget, and never past the sweep's deadline). The verdict that stands: None when quiet."""
         flag = now(self.device)
         if flag is None:
             return None
-        bound = min(longest, self.left)
+        to_deadline = math.inf if self.deadline is None else self.deadline - time.monotonic()
+        bound = min(longest, self.left, to_deadline)
         if bound <= 0:
-            self.say(f"machine busy before {what} ({describe(flag)}); no waiting left ({WAIT_ENV}): "
+            why = "the sweep's time limit" if to_deadline <= 0 < self.left else WAIT_ENV
+            self.say(f"machine busy before {what} ({describe(flag)}); no waiting left ({why}): "
                      "measuring anyway, its figures will be noise")
             return flag
-        self.say(f"machine busy before {what} ({describe(flag)}): waiting up to {bound:.0f}s for quiet")
+        shown = f"{bound:.0f}" if bound >= 10 else f"{bound:.1f}"
+        self.say(f"machine busy before {what} ({describe(flag)}): waiting up to {shown}s for quiet"
+                 + (" (the sweep's time limit)" if bound == to_deadline else ""))
         start = time.monotonic()
         while flag is not None and time.monotonic() - start < bound:
             time.sleep(min(POLL_S, max(bound - (time.monotonic() - start), 0.0)))

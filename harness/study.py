@@ -112,7 +112,7 @@ class Sweep:
         # read once: the apply target's run length decides whether a compile pays back (harness.pareto)
         self.run_steps = apply.run_length(self.spec.apply)[0] if self.spec.apply else None
         self.stale = 0  # measured trials since the best last improved
-        self.quiet = busy.Quiet(self.device, say=lambda line: self.progress.note(line))
+        self.quiet = busy.Quiet(self.device, say=lambda line: self.progress.note(line), deadline=self.deadline)
 
     def run(self) -> None:
         launch.prestart()  # the warm trial server imports torch while the study gets ready

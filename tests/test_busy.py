@@ -4,6 +4,7 @@ answer is noise. Load is staged through busy.now (it cannot be staged reliably o
 import html
 import io
 import os
+import re
 import subprocess
 import sys
 import time
@@ -277,3 +278,16 @@ def test_a_re_measurement_lost_with_its_worker_keeps_its_reason_when_queued_agai
     storage.requeue_stale(study, study.trials[lost.number])
     again = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))[0]
     assert again.user_attrs["remeasured_after"] == {"noisy_cv": 0.2} and again.user_attrs["retry_of"] == lost.number
+
+
+def test_the_wait_for_quiet_ends_at_the_sweeps_time_limit(monkeypatch):
+    """`--timeout 5s` on a busy machine waited the full 60 s for quiet before the sweep, then said
+    "measuring anyway" and measured nothing: the limit had passed."""
+    monkeypatch.setattr(busy, "POLL_S", 0.01)
+    monkeypatch.setattr(busy, "now", lambda device, sample_s=busy.SAMPLE_S: BUSY)
+    said = []
+    quiet = busy.Quiet("cpu", say=said.append, budget_s=120, deadline=time.monotonic() + 0.3)
+    began = time.monotonic()
+    assert quiet.wait("the sweep starts", longest=60) == BUSY
+    assert time.monotonic() - began < 10 and re.search(r"waiting up to 0\.\ds for quiet \(the sweep's time limit\)", said[0])
+    assert "no waiting left (the sweep's time limit)" in (quiet.wait("trial 0"), said[-1])[1]
