@@ -716,6 +716,11 @@ def chosen_words(which: str, budget: int | None) -> str | None:
     return f"{named} under --budget {size(budget)}" if budget else named
 
 
+SPOILED_WARNING = ("the figures deciding this study's answer were measured on a busy machine or too noisy to rank, "
+                   "so the answer is noise: run the same `bench sweep` again when the machine is quiet (it measures "
+                   "them again), then apply")
+
+
 def noisy_baseline_warning(choice: pareto.Choice, chosen: pareto.Standing) -> str | None:
     """A config written over your own when your own was too noisy to compare with: nothing shows it is faster."""
     base = choice.baseline
@@ -913,7 +918,10 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
                   "throughput": chosen.speed, "unit": choice.unit, "peak_memory": row.peak_memory,
                   "vs_baseline": against.text(choice.unit) if against else None,
                   "date": datetime.date.today().isoformat(), "bench_version": __version__,
-                  "note": "a BENCH_QUICK smoke run, not numbers to act on" if info.get("smoke") else None}
+                  "note": "; ".join(note for note in (
+                      "a BENCH_QUICK smoke run, not numbers to act on" if info.get("smoke") else None,
+                      "measured on a busy machine or too noisy to rank: the answer is noise" if report.spoiled(made)
+                      else None) if note) or None}
     if to is not None:
         refuse_own_file(to, spec_path_of(info, storage, results), spec, storage, results, name, option="--to")
     current = apply.read_current(spec.apply)
@@ -944,7 +952,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
               + (f"; vs your config as swept (trial {choice.baseline.number}) {against.text(choice.unit)}"
                  if against else ""), highlight=False, markup=False)
     for warning in [*study_warnings(spec, rows, info), chosen.caveat and f"trial {row.number}: {chosen.caveat}",
-                    noisy_baseline_warning(choice, chosen),
+                    noisy_baseline_warning(choice, chosen) or (SPOILED_WARNING if report.spoiled(made) else None),
                     elsewhere_warning(info, spec, storage, results) if to is None else None,
                     *held_edited_warnings(spec, held, row.config), *(profile.warnings if profile else ())]:
         if warning:

@@ -607,3 +607,19 @@ def test_a_trial_over_the_budget_shows_no_speed_in_any_view(project):
     assert row["speed"] is None and row["vs_baseline"] is None
     (line,) = [g for g in grid if g["status"] == "oom"]
     assert line["speed"] == "" and line["vs_baseline"] == ""
+
+
+def test_apply_of_an_answer_a_busy_machine_decided_says_it_is_noise(project):
+    """`bench report` called the answer noise (best measured on a busy machine) while `bench apply best`
+    wrote it with no word of it, in its output or in the header it leaves in the file."""
+    busy = {"load1": 3.5, "cores": 2, "busy_cores": 1.9, "steal": 0.0, "gpu_processes": 0}
+    trials = [CLEAR[0], (*CLEAR[1][:3], {"busy": busy}), *CLEAR[2:]]
+    make_study(project, trials, {})
+    assert "quiet" in bench("report").output
+    applied = bench("apply", "best")
+    assert applied.exit_code == 0, applied.output
+    assert "warning: the figures deciding this study's answer were measured on a busy machine" in flat(applied.output)
+    assert "the answer is noise" in (project / CONFIG).read_text()
+    make_study(project, CLEAR, {}, name="quiet")  # and not a word of it where the machine was quiet
+    calm = bench("apply", "best", "--dry-run", "--study", "quiet")
+    assert calm.exit_code == 0 and "busy machine" not in calm.output and "answer is noise" not in calm.output, calm.output
