@@ -291,3 +291,16 @@ def test_the_wait_for_quiet_ends_at_the_sweeps_time_limit(monkeypatch):
     assert quiet.wait("the sweep starts", longest=60) == BUSY
     assert time.monotonic() - began < 10 and re.search(r"waiting up to 0\.\ds for quiet \(the sweep's time limit\)", said[0])
     assert "no waiting left (the sweep's time limit)" in (quiet.wait("trial 0"), said[-1])[1]
+
+
+def test_the_reports_worst_busy_figure_is_the_one_with_most_cores_taken():
+    """"at worst" named the verdict with the highest load average, which counts bench's own child too:
+    load 4.0 with 0.5 cores others', over load 3.0 with 1.9 cores others' (the one that slowed a trial)."""
+    light = {"load1": 4.0, "cores": 2, "busy_cores": 0.5, "steal": 0.0, "gpu_processes": 0}
+    def ok(number, flag):
+        return {"number": number, "status": "ok", "config": {"batch_size": 8 << number}, "throughput": 100.0 + number,
+                "peak_memory": 1 << 30, "busy": flag, "baseline": number == 0, "error": None,
+                "timing": {"step_s": {"cv": 0.01, "median": 0.1}}}
+    choice = report.annotate([ok(0, light), ok(1, BUSY), ok(2, None)], {"name": "load"})
+    said = " ".join(" ".join(report.story(choice)).split())
+    assert "at worst 1.9 of 2 cores in use by others" in said, said

@@ -421,7 +421,8 @@ def busy_story(choice: Choice) -> str | None:
     if not busy_rows:
         return "the machine was quiet for every trial (load, CPU steal and other GPU processes checked each time)"
     verdicts = [v for s in busy_rows for v in (s.record.busy, *(r.busy for r in s.record.repeats)) if v]
-    worst = max(verdicts, key=lambda b: b.get("load1", 0))
+    # others' cores in use is what slows a trial; load1 counts bench's own child too (older records lack it)
+    worst = max(verdicts, key=lambda b: (b.get("busy_cores", 0), b.get("load1", 0)))
     return (f"the machine was busy during {len(busy_rows)} of {len(ran_rows)} trials: "
             + ", ".join(f"#{s.number}" + ("" if s.record.busy else " (in confirmation)") for s in busy_rows)
             + f"; at worst {busy.describe(worst)}; their figures may be low")
