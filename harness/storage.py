@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import socket
+import sqlite3
 import time
 import warnings
 from pathlib import Path
@@ -161,6 +162,9 @@ def existing_storage(url: str | None, results: Path, study: str, say: Callable[[
         if database is not None and not database.is_file():  # connecting would create an empty one
             raise UserError(f"--storage {redact(url)}: no database at {database}; check the path (sqlite:/// "
                             "then a relative path, sqlite://// then an absolute one)")
+        if database is not None and not holds_optuna_tables(database):  # Optuna would create them in it
+            raise UserError(f"--storage {redact(url)}: {database} holds no Optuna study (not a database a sweep "
+                            "wrote); check the path, or run `bench sweep --storage` with it first")
         return open_database(url, heartbeat=False)
     path = study_dir(results, study) / JOURNAL
     if not path.exists():
@@ -170,6 +174,16 @@ def existing_storage(url: str | None, results: Path, study: str, say: Callable[[
         say(f"{path}: its last record is cut off at line {journal.torn} (a crash or a full disk): this shows the "
             "whole records before it; the next `bench sweep` of the study repairs it")
     return optuna.storages.JournalStorage(journal)
+
+
+def holds_optuna_tables(database: Path) -> bool:
+    """The SQLite file has Optuna's `studies` table; read without writing a byte (Optuna's connect would
+    create its schema in any file, an empty one or another program's)."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            return db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='studies'").fetchone() is not None
+    except sqlite3.DatabaseError:  # not a SQLite file at all
+        return False
 
 
 def torn_for_good(path: Path, settle_s: float = 0.3) -> bool:
