@@ -856,8 +856,11 @@ def check_name(name, where: str) -> str:
     end, no invisible or direction-changing characters (U+202E shows "evil.yaml" as "lmay.live"), not hidden
     (a leading '.': `ls results` leaves it out), nothing a shell expands in the path bench prints
     (`$(...)`, a backquote, `*`, `?`)."""
+    if isinstance(name, str) and len(name) > 200:  # a folder name is at most 255 bytes; bench adds to it
+        raise UserError(f"{where}: the name is {len(name)} characters long; a study name is at most 200 "
+                        "(it names a folder under results/): shorten it")
     if (not isinstance(name, str) or not name.strip() or name.startswith(".") or _NOT_IN_A_NAME.search(name)
-            or len(name) > 200 or name.startswith("-") or name != name.strip() or _INVISIBLE.search(name)
+            or name.startswith("-") or name != name.strip() or _INVISIBLE.search(name)
             or unicodedata.category(name[0]).startswith("M")  # a combining mark joins whatever precedes it
             or any(unicodedata.category(c) in ("Cf", "Cc", "Cs", "Zl", "Zp") for c in name)):
         raise UserError(f"{where}: {name!r} is not a plain name (it names a folder under results/); "

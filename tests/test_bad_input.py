@@ -223,6 +223,7 @@ BAD_NAMES = {
     "study_substitution": ("study: 'a$(rm -rf ~)'", "is not a plain name"),  # a shell runs it in the path bench prints
     "study_backquote": ("study: 'a`id`'", "is not a plain name"),
     "study_glob": ("study: 'run*'", "'run*' is not a plain name"),
+    "study_too_long": ("study: " + "a" * 201, "the name is 201 characters long; a study name is at most 200"),
     "scenario_path": ("scenarios: {'x/../../../y': {trials: 1}}", "scenarios.x/../../../y", "is not a plain name"),
     # a scenario YAML reads as no string was run, or shown, as the Python value: `null:` ran the spec bare
     "scenario_null": ("scenarios: {null: {trials: 1}, big: {trials: 2}}", "scenarios: None reads as null in YAML"),
