@@ -904,6 +904,8 @@ def check_numbers(spec: Spec, where: str) -> None:
         value = getattr(spec.measure if owner else spec, attr)
         if value is not None and not low <= value <= high:
             key = SPEC_KEYS.get(name, name.replace("measure.", "trial."))
+            if name == "memory_budget" and value > high:  # said in TiB, as --memory-budget says it, not in bytes
+                raise UserError(f"{where}: {key}: a memory budget is at most {high / 1024**4:g} TiB; give one like 24GiB")
             raise UserError(f"{where}: {key} must be between {low!r} and {high!r}, got {value!r}")
     window = spec.measure.window_s
     if window * 2 > spec.stall_s:  # a window ends with one whole step more than its target
