@@ -606,7 +606,7 @@ def restrict_to_effective_batch(dims, fixed, effective: int, where: str, auto_lo
     keep = tuple(b for b in sizes if all(effective % (b * n) == 0 for n in nprocs))
     if not keep:
         per = f" x nproc {', '.join(map(str, nprocs))}" if nprocs != (1,) else ""
-        raise UserError(f"{where}: no batch_size in {list(sizes)}{per} divides effective_batch {effective}; "
+        raise UserError(f"{where}: no batch_size in {list(given)}{per} divides effective_batch {effective}; "
                         "pick sizes that divide it")
     dims = dict(dims)
     if len(keep) == 1:

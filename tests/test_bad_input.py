@@ -155,6 +155,8 @@ BAD_NUMBERS = {
                                         "heads 2 does not divide d_model 99999999999", "pick heads from 1, 3, 9"),
     "timeout_and_stall_nan": ("trial: {timeout: .nan, stall: .nan}", "trial.timeout", "finite"),
     "stall_nan": ("trial: {stall: .nan}", "trial.stall", "finite"),
+    "effective_batch_divided_by_none": ("search: {batch_size: [4, 8], accumulation: {effective_batch: 6}}",
+                                        "no batch_size in [4, 8] divides effective_batch 6"),  # said [4]: 8 was left out
     "budget_over_a_pebibyte": ("memory: {budget: 2048TiB}", "memory.budget: a memory budget is at most 1024 TiB"),
     # every trial read as a hang: the sweep hears from a trial once per window
     "window_over_half_the_stall": ("trial: {window: 90s, stall: 60s}", "trial.window (90 s) must be at most half",
