@@ -302,7 +302,7 @@ class Planner:
         measured = next((r for r in fits if r["config"] == twin), None)
         twin_speed = pareto.speed(measured, self.objective) if measured else float(np.exp(fitted.predict([twin])["speed"][0]))
         against = f"#{measured['number']}, the same with {knob}={other}" if measured else \
-            f"the same with {knob}={other}, predicted {twin_speed:.1f}"
+            f"the same with {knob}={other}, predicted {twin_speed:.1f} {self.objective}/s"
         return speed / twin_speed, f"{knob}={value} {words}: {speed / twin_speed - 1:+.0%} over {against}"
 
     def needed_to_fit(self, config: dict, knob: str, other, rows: list[dict], fitted: model.Fit) -> bool:

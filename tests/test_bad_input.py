@@ -365,6 +365,11 @@ def test_python_tags_construct_nothing(cwd, tag):
     # two trials failed alike with a TypeError raised in bench's own file before the sweep stopped
     ("not_a_workload", "def build(params):\n    return {'model': None}\n",
      "not_a_workload:build returned dict, not a harness.workloads.Workload; return Workload"),
+    # "'int' object is not callable", and the same for a model: neither named the factory or the fix
+    ("not_callable", "build = 5\n", "workload.factory not_callable:build is int, not a function"),
+    ("model_not_a_module", "from harness.workloads import Workload\n"
+     "def build(params):\n    return Workload(model='net', dataset=[1], loss=None)\n",
+     "model_not_a_module:build returned a Workload whose model is str, not a torch.nn.Module"),
 ])
 def test_factory_that_cannot_be_imported_stops_the_sweep(cwd, monkeypatch, module, code, phrase):
     """Found out by the first trial (the parent never imports user code); the sweep stops with exit 2,

@@ -684,7 +684,7 @@ def test_a_knob_faster_at_the_same_batch_is_credited_against_that_batch_not_the_
     best = plan.best(rows)
     why = plan.why(rows, best)
     saves = re.match(r"precision=bf16-mixed saves (\d+)% per sample \(fitted\): \+(\d+)% over the same with precision=fp32, "
-                     r"predicted \d+\.\d$", why)
+                     r"predicted \d+\.\d samples/s$", why)  # in a unit, as every figure is
     assert best["number"] == 3 and saves and saves[1] == saves[2], why  # the gain is the knob's own, at batch 128 x 2
     measured = rows + [{**rows[1], "number": 4, "config": {**best["config"], "precision": "fp32"}, "throughput": 200.0}]
     assert plan.why(measured, plan.best(measured)).endswith(

@@ -246,10 +246,17 @@ def build(workload: dict) -> Workload:
         fn = importlib.import_module(ADAPTERS[form]).adapter(workload)
     elif workload.get("factory"):
         fn = load_factory(workload["factory"])
+        if not callable(fn):  # "'int' object is not callable" named neither the factory nor the fix
+            raise NotAWorkload(f"workload.factory {workload['factory']} is {type(fn).__name__}, not a function; "
+                               "name a function (or class) that takes the params dict and returns a Workload")
     else:
         fn = importlib.import_module(WORKLOADS[workload["name"]].module).build
     built = fn(dict(workload.get("params") or {}))
     if isinstance(built, Workload):
+        import torch  # the child's: the parent never builds a workload
+        if workload.get("factory") and not form and not isinstance(built.model, torch.nn.Module):
+            raise NotAWorkload(f"{workload['factory']} returned a Workload whose model is {type(built.model).__name__}, "
+                               "not a torch.nn.Module; set Workload(model=...) to the module to train")
         return built
     if form or not workload.get("factory"):  # bench's own adapter or built-in workload: bench's bug
         raise TypeError(f"{form or workload.get('name')} built {type(built).__name__}, not a Workload")
