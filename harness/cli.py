@@ -914,14 +914,14 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
         raise UserError(f"{spec.shown}: has no `apply:` section naming the config file to write; add one")
     row = chosen.record
     against = choice.against_baseline(chosen)
+    noise = report.spoiled(made)  # the report's rule: the figures deciding this answer are noise
     provenance = {"study": name, "trial": row.number, "chosen": chosen_words(which, budget), "device": row.env.get("device"),
                   "throughput": chosen.speed, "unit": choice.unit, "peak_memory": row.peak_memory,
                   "vs_baseline": against.text(choice.unit) if against else None,
                   "date": datetime.date.today().isoformat(), "bench_version": __version__,
-                  "note": "; ".join(note for note in (
-                      "a BENCH_QUICK smoke run, not numbers to act on" if info.get("smoke") else None,
-                      "measured on a busy machine or too noisy to rank: the answer is noise" if report.spoiled(made)
-                      else None) if note) or None}
+                  "note": "; ".join([*(["a BENCH_QUICK smoke run, not numbers to act on"] if info.get("smoke") else []),
+                                     *(["measured on a busy machine or too noisy to rank: the answer is noise"]
+                                       if noise else [])]) or None}
     if to is not None:
         refuse_own_file(to, spec_path_of(info, storage, results), spec, storage, results, name, option="--to")
     current = apply.read_current(spec.apply)
@@ -952,7 +952,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
               + (f"; vs your config as swept (trial {choice.baseline.number}) {against.text(choice.unit)}"
                  if against else ""), highlight=False, markup=False)
     for warning in [*study_warnings(spec, rows, info), chosen.caveat and f"trial {row.number}: {chosen.caveat}",
-                    noisy_baseline_warning(choice, chosen) or (SPOILED_WARNING if report.spoiled(made) else None),
+                    noisy_baseline_warning(choice, chosen) or (SPOILED_WARNING if noise else None),
                     elsewhere_warning(info, spec, storage, results) if to is None else None,
                     *held_edited_warnings(spec, held, row.config), *(profile.warnings if profile else ())]:
         if warning:

@@ -144,9 +144,8 @@ def test_now_takes_what_it_counts_as_ours_out_of_others(monkeypatch):
     assert flag is None or flag["busy_cores"] == 0.0  # steal or a GPU may still flag it; cores in use may not
 
 
-def test_run_again_on_a_quiet_machine_measures_again_what_a_busy_one_spoiled(tmp_path, monkeypatch):
-    """The advice "run the same command again when the machine is quiet" once measured nothing: the
-    resume found every trial measured. Now the busy trial runs again in a new one, which says why."""
+def swept_busy(tmp_path, monkeypatch):
+    """A one-trial study swept while the machine was busy: (spec, study, its one row)."""
     monkeypatch.setattr(busy, "POLL_S", 0.01)
     # steady_ms: the re-measured trial is never `noisy`, which would make "when the machine is quiet" the
     # right advice after all (it failed so once in a full suite on a loaded 2-core VM)
@@ -157,6 +156,13 @@ def test_run_again_on_a_quiet_machine_measures_again_what_a_busy_one_spoiled(tmp
     monkeypatch.setattr(busy, "now", lambda device, sample_s=busy.SAMPLE_S: BUSY)
     studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=Lines()).run()
     (first,) = ledger.rows_of(study)
+    return spec, study, first
+
+
+def test_run_again_on_a_quiet_machine_measures_again_what_a_busy_one_spoiled(tmp_path, monkeypatch):
+    """The advice "run the same command again when the machine is quiet" once measured nothing: the
+    resume found every trial measured. Now the busy trial runs again in a new one, which says why."""
+    spec, study, first = swept_busy(tmp_path, monkeypatch)
     assert first["busy"]["busy_cores"] == 1.9
     run = {"status": "ok", "throughput": 1.0, "peak_memory": 1, "busy": None}
     study.set_user_attr(ledger.confirm_key(first["number"], 0), {"state": "done", "run": {**run, "busy": BUSY}})
@@ -195,14 +201,7 @@ def test_run_again_on_a_quiet_machine_measures_again_what_a_busy_one_spoiled(tmp
 def test_a_sweep_stopped_before_the_re_measurement_loses_nothing(tmp_path, monkeypatch):
     """The busy trial was set aside and its confirmation runs freed before anything ran again: Ctrl-C (or
     --timeout) right after the quiet machine's resume began dropped measured trials and changed the best."""
-    monkeypatch.setattr(busy, "POLL_S", 0.01)
-    steady = {"factory": "faulty:build", "params": {"fault": "none", "at_step": 3, "steady_ms": 20}}
-    spec = specs.load(faulty_spec(tmp_path, "load", ["none"], workload=steady))
-    study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
-    monkeypatch.setenv(busy.WAIT_ENV, "0")
-    monkeypatch.setattr(busy, "now", lambda device, sample_s=busy.SAMPLE_S: BUSY)
-    studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=Lines()).run()
-    (first,) = ledger.rows_of(study)
+    spec, study, first = swept_busy(tmp_path, monkeypatch)
     run = {"status": "ok", "throughput": 1.0, "peak_memory": 1, "busy": BUSY}
     study.set_user_attr(ledger.confirm_key(first["number"], 0), {"state": "done", "run": run})
 
