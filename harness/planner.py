@@ -252,11 +252,12 @@ class Planner:
             return f"#{best['number']} is the fastest config measured that fits"
         below = max(smaller, key=lambda r: r["config"]["batch_size"], default=None)
         gain, line = max(reasons, default=(0.0, ""), key=lambda x: x[0])
-        if below is None or gain >= speed / pareto.speed(below, self.objective):
+        over_below = self.over(best, below) if below is not None else None
+        if below is None or gain >= over_below:
             return line
-        if pareto.speed(below, self.objective) >= speed:
+        if over_below <= 1:
             return None  # a smaller batch's one run was faster: best won on its confirmed runs, which the choice says
-        words = f"{speed / pareto.speed(below, self.objective) - 1:+.0%} over batch {below['config']['batch_size']}"
+        words = f"{over_below - 1:+.0%} over batch {below['config']['batch_size']}"
         if not larger:
             over = any(not search.fits(r, self.usable) and r.get("status") in ("ok", "diverged", "oom", "skipped")
                        for r in above_batch)
@@ -264,7 +265,7 @@ class Planner:
             scope = "that fits" if over else "that ran steadily" if above_batch else "measured"
             return f"batch {batch} is the largest of its family {scope}: {words}"
         above = min(larger, key=lambda r: r["config"]["batch_size"])
-        gain = speed / pareto.speed(above, self.objective) - 1
+        gain = self.over(best, above) - 1
         if gain > 0:
             return (f"batch {batch} is the fastest of its family: {words} and {gain:+.0%} over batch "
                     f"{above['config']['batch_size']}, which also fits")
@@ -293,17 +294,25 @@ class Planner:
             return None
         if words != AS_MEASURED:  # its per-sample and activation figures are the model's, not a measurement
             words += " (fitted)"
-        speed = pareto.speed(best, self.objective)
         if lets_fit:
-            gain = speed / pareto.speed(alt, self.objective)
+            gain = self.over(best, alt)
             return gain, f"{knob}={value} {words}: {gain - 1:+.0%} over the best without it " \
                          f"(#{alt['number']}, {search.describe(alt['config'])})"
         twin = {**best["config"], knob: other}
         measured = next((r for r in fits if r["config"] == twin), None)
-        twin_speed = pareto.speed(measured, self.objective) if measured else float(np.exp(fitted.predict([twin])["speed"][0]))
-        against = f"#{measured['number']}, the same with {knob}={other}" if measured else \
-            f"the same with {knob}={other}, predicted {twin_speed:.1f} {self.objective}/s"
-        return speed / twin_speed, f"{knob}={value} {words}: {speed / twin_speed - 1:+.0%} over {against}"
+        if measured:
+            gain, against = self.over(best, measured), f"#{measured['number']}, the same with {knob}={other}"
+        else:
+            twin_speed = float(np.exp(fitted.predict([twin])["speed"][0]))
+            gain = pareto.speed(best, self.objective) / twin_speed
+            against = f"the same with {knob}={other}, predicted {twin_speed:.1f} {self.objective}/s"
+        return gain, f"{knob}={value} {words}: {gain - 1:+.0%} over {against}"
+
+    def over(self, row: dict, other: dict) -> float:
+        """`row`'s speed over `other`'s as the report gives it (pareto.versus): the ratio of the runs the two
+        made side by side where both were confirmed together, else of their figures. The medians of runs
+        made minutes apart said +48% where the same pair's side-by-side rounds, shown below it, said 1.32x."""
+        return pareto.versus(row, other, self.objective).ratio
 
     def needed_to_fit(self, config: dict, knob: str, other, rows: list[dict], fitted: model.Fit) -> bool:
         """Would `config` with `knob` at `other` not fit? Measured (its memory family was over the memory

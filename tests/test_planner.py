@@ -698,3 +698,21 @@ def test_a_knob_is_not_credited_with_a_batch_that_fit_without_it_nor_with_a_cost
     assert planner.Planner.effect_words({"t": 1.0, "O": 1.0, "A": 0.61}, 64, False) == "is faster as measured"
     assert planner.Planner.effect_words({"t": 2.49, "O": 1.0, "A": 0.61}, 64, False) is None
     assert planner.Planner.effect_words({"t": 0.7, "O": 1.0, "A": 0.61}, 64, False) == "saves 30% per sample"
+
+
+def test_why_gives_the_ratio_of_runs_made_side_by_side_as_the_report_does():
+    """An audit's study said "why best: ... +48% over batch 32" (medians of runs made minutes apart) and,
+    two lines below, 1.32x your config (the same two configs' confirmation rounds, run side by side):
+    one pair, two figures. Where both were confirmed together, why uses the paired ratio."""
+    fp32 = {"precision": "fp32", "checkpointing": "none", "compile": "off", "accumulation": 1}
+
+    def confirmed(number, batch, own, rounds, baseline=False):
+        return {"number": number, "status": "ok", "config": {"batch_size": batch, **fp32}, "throughput": own,
+                "peak_memory": batch * 2**20, "timing": {"step_s": {"cv": 0.01}}, "baseline": baseline,
+                "repeats": [{"status": "ok", "throughput": s, "round": k} for k, s in enumerate(rounds, 1)]}
+    rows = [confirmed(0, 32, 100.0, (140.0, 90.0), baseline=True), confirmed(1, 64, 150.0, (150.0, 100.0))]
+    plan = planner.Planner([r["config"] for r in rows], usable=0.9 * 2**30, limit=2**30, device="cpu")
+    best = plan.best(rows)
+    assert best["number"] == 1
+    paired = pareto.versus(rows[1], rows[0]).ratio  # rounds 150/140 and 100/90: 1.09, not the medians' 1.50
+    assert plan.why(rows, best) == f"batch 64 is the largest of its family measured: {paired - 1:+.0%} over batch 32"
