@@ -342,3 +342,22 @@ def test_a_leader_whose_confirmation_is_half_done_is_not_outranked_by_your_confi
     choice = pareto.choose([base, failed], 24 * GiB, 0.1)
     assert choice.best.number == 0 and choice.passed_over.number == 6
     assert "its confirmation run 2 ended crash" in " ".join(choice.why)
+
+
+def test_json_and_csv_say_where_the_terminal_prints_no_ratio():
+    """The terminal and the page print "?×" where rounds side by side disagree too much for any ratio
+    (4.04 and 26.4 made a "15.21×"); JSON and CSV carried that 15.21 with nothing saying it means nothing."""
+    import csv
+    import io
+    import json
+    from harness import report
+    base = row(0, 63.7, 0.09, cv=0.07, baseline=True, repeats=[{"status": "ok", "throughput": t} for t in (76.9, 64.1)])
+    wild = row(6, 90.0, 0.63, cv=0.05, repeats=[{"status": "ok", "throughput": t} for t in (720.0, 77.0)])
+    steady = row(4, 81.2, 0.63, cv=0.05, repeats=[{"status": "ok", "throughput": t} for t in (82.5, 87.4)])
+    for other, untellable in ((wild, True), (steady, False)):
+        choice = report.annotate([base, other], {"memory_budget": 24 * GiB, "headroom": 0.1})
+        assert choice.versus.untellable is untellable
+        versus = next(r for r in json.loads(report.to_json(choice)) if r["number"] == other["number"])["vs_baseline"]
+        assert versus["untellable"] is untellable
+        line = next(r for r in csv.DictReader(io.StringIO(report.to_csv(choice))) if r["number"] == str(other["number"]))
+        assert line["vs_baseline_untellable"] == str(untellable)

@@ -48,7 +48,8 @@ def marks(s: Standing, choice: Choice) -> dict:
             "noisy": s.noisy, "unsafe": s.unsafe, "unsearched": list(s.record.unsearched) or None,
             "speed": {"value": s.speed, "unit": choice.unit, "runs": s.runs, "cv": s.cv, "noise": s.noise}
             if s.speed else None,
-            "vs_baseline": against.__dict__ if against else None,
+            # untellable: the rounds side by side disagree too much for any ratio (the terminal's "?×")
+            "vs_baseline": {**against.__dict__, "untellable": against.untellable} if against else None,
             **({"model": choice.model} if s.best and choice.model else {})}
 
 
@@ -86,6 +87,7 @@ def flat(choice: Choice) -> list[dict]:
                    speed_cv=figure.get("cv"), vs_baseline=versus.get("ratio"),
                    vs_baseline_spread=versus.get("spread"), vs_baseline_paired=versus.get("paired"),
                    vs_baseline_bound=versus.get("bound"), tie=versus.get("tie"),
+                   vs_baseline_untellable=versus.get("untellable"),
                    # runs side by side wholly apart: this config's slowest (or fastest) and your fastest (or slowest)
                    vs_baseline_apart_this=(versus.get("apart") or (None, None))[0],
                    vs_baseline_apart_yours=(versus.get("apart") or (None, None))[1],
@@ -100,7 +102,7 @@ def flat(choice: Choice) -> list[dict]:
 
 CSV_LEAD = ("number", "status", "baseline", "pareto", "best", "leader", "tier", "noisy", "unsafe", "unsearched", "tiers")
 CSV_FIGURES = ("speed", "speed_unit", "runs", "speed_cv", "vs_baseline", "vs_baseline_spread", "vs_baseline_paired",
-               "vs_baseline_bound", "tie", "vs_baseline_apart_this", "vs_baseline_apart_yours", "throughput",
+               "vs_baseline_bound", "tie", "vs_baseline_untellable", "vs_baseline_apart_this", "vs_baseline_apart_yours", "throughput",
                "tokens_per_s", "peak_memory", "step_s", "step_cv", "compile_s", "tflops", "mfu", "peak_allocated",
                "peak_reserved", "error")
 """The CSV's columns either side of config.*: fixed, so a study with no trial yet still has a header row
