@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import io
+import json
 import re
 import shutil
 import struct
@@ -504,3 +505,20 @@ def test_predictions_get_their_own_card_apart_from_the_measured_table_and_compil
 def test_no_predictions_no_card():
     page = render_html(synthetic_rows(), synthetic_study())
     assert "Predicted, not measured" not in page
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="headless browser test needs `chromium` on PATH")
+def test_a_long_environment_string_wraps_instead_of_widening_a_narrow_page(tmp_path):
+    """An audit's page on a phone-wide window: a CPU name with its flags widened the Environment card's
+    grid past the window, and the whole page scrolled sideways (only the trials table is meant to)."""
+    study = synthetic_study()
+    study["env"]["cpu"] = "Intel(R)_Xeon(R)_Platinum_8480+_flags_avx512f,avx512dq,avx512cd,avx512bw,avx512vl,amx_tile,amx_bf16"
+    probe = ("<script>const w=window.innerWidth;const wide=[...document.querySelectorAll('main *')]"
+             ".filter(e=>e.getBoundingClientRect().right>w+1&&!e.closest('.table-wrap')).map(e=>e.tagName);"
+             "document.body.dataset.wide=JSON.stringify([w,document.documentElement.scrollWidth,wide]);</script></body>")
+    report = tmp_path / "narrow.html"
+    report.write_text(render_html(synthetic_rows(), study).replace("</body>", probe))
+    dom = _chromium(tmp_path, "--window-size=400,2400", "--dump-dom", report.as_uri())
+    width, scrolled, wide = json.loads(html.unescape(re.search(r'data-wide="([^"]+)"', dom).group(1)))
+    assert scrolled == width and wide == [], (width, scrolled, wide)

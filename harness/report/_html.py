@@ -480,7 +480,7 @@ table.predicted { border-collapse:collapse; width:100%; font-size:12.5px; font-s
 .err { color:#912018; }
 dl.env { display:grid; grid-template-columns:max-content 1fr; gap:4px 18px; margin:0; font-size:13px; }
 dl.env dt { color:var(--muted); }
-dl.env dd { margin:0; font-family:ui-monospace,SFMono-Regular,Menlo,monospace; }
+dl.env dd { margin:0; font-family:ui-monospace,SFMono-Regular,Menlo,monospace; min-width:0; overflow-wrap:anywhere; }
 @media (max-width:800px) { .stats,.tiers,.two { grid-template-columns:1fr; } }
 """
 
