@@ -522,3 +522,17 @@ def test_a_long_environment_string_wraps_instead_of_widening_a_narrow_page(tmp_p
     dom = _chromium(tmp_path, "--window-size=400,2400", "--dump-dom", report.as_uri())
     width, scrolled, wide = json.loads(html.unescape(re.search(r'data-wide="([^"]+)"', dom).group(1)))
     assert scrolled == width and wide == [], (width, scrolled, wide)
+
+
+def test_the_batch_plot_draws_a_noisy_trial_hollow_and_off_its_familys_line():
+    """The frontier plot drew a noisy trial hollow (not ranked) and the batch plot drew it filled, on its
+    family's line, as if its figure were a point of that curve."""
+    rows = synthetic_rows() + [_trial(12, "ok", 8, "fp32", throughput=200.0, peak=int(5 * GiB)),
+                               _trial(13, "ok", 32, "fp32", throughput=900.0, peak=int(15 * GiB))]
+    rows[-1]["timing"]["step_s"]["cv"] = 0.8  # its windows disagree: noisy
+    batch = _svg(render_html(rows, synthetic_study()), "batch")
+    assert re.search(r'<g class="dot hollow" data-trial="13">', batch)
+    assert not re.search(r'<g class="dot hollow" data-trial="(0|12)">', batch)
+    (path,) = re.findall(r'<path class="series-line" d="([^"]+)"', batch)
+    assert path.count("L") == 1  # trials 0 and 12 only: fp32, eager, no checkpointing, accumulation 1
+    assert "hollow: noisy or unsafe (not ranked)" in render_html(rows, synthetic_study())

@@ -450,6 +450,7 @@ svg.plot { width:100%; height:auto; display:block; font-size:12px; }
 .arrow-label { font-weight:700; fill:#555; paint-order:stroke; stroke:#fff; stroke-width:4px; }
 .series-line { fill:none; stroke:var(--c); stroke-width:2.4; }
 .series .dot circle { fill:var(--c); stroke:#fff; stroke-width:1.2; }
+.series .dot.hollow circle { fill:#fff; stroke:var(--c); stroke-width:2; }
 .oom-batch path { stroke:var(--c); stroke-width:2; stroke-linecap:round; }
 .segment { stroke:#fff; stroke-width:1; }
 .leader { fill:none; stroke-width:1.2; }

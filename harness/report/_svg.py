@@ -396,7 +396,8 @@ def batch_plot(choice: Choice) -> str:
     body = [_axes(frame, x, y, [(p, f"{p:g}") for p in powers], [(t, _tick_label(t)) for t in y_ticks],
                   "micro-batch size (log2)", f"throughput ({choice.unit})")]
     precisions = _precisions(measured + ooms)
-    body += [_family_line(x, y, family) for family in _families(measured)]
+    # a line joins ranked trials only: a noisy run's figure is no point on its family's curve
+    body += [_family_line(x, y, family) for family in _families([r for r in measured if _ranked(r)])]
     body += [_batch_dot(x, y, r) for r in _on_top_last(measured)]
     body.append(_batch_ooms(frame, x, ooms, precisions))
     items = [(_glyph(f'<circle cx="10" cy="10" r="5" fill="{PRECISION_COLOURS.get(p, OTHER_COLOUR)}"/>'),
@@ -404,6 +405,9 @@ def batch_plot(choice: Choice) -> str:
     if any(r.record.baseline for r in measured):
         items.append((_glyph('<circle cx="10" cy="10" r="5" fill="#888" stroke="#111" stroke-width="2.5"/>'),
                       "baseline (dark outline)"))
+    if not all(_ranked(r) for r in measured):
+        items.append((_glyph('<circle cx="10" cy="10" r="5" fill="#fff" stroke="#888" stroke-width="2"/>'),
+                      "hollow: noisy or unsafe (not ranked)"))
     if ooms:
         items.append((_glyph('<path d="M5 5L15 15M5 15L15 5" stroke="#777" stroke-width="2"/>'),
                       "OOM at that batch size"))
@@ -442,9 +446,15 @@ def _family_line(x: _Scale, y: _Scale, family: list[dict]) -> str:
             f'<title>{esc(others)}</title><path class="series-line" d="M{line}"/></g>')
 
 
+def _ranked(row: Standing) -> bool:
+    """A trial the choice ranks: not noisy (its windows disagree) and not unsafe (a worse loss)."""
+    return not row.noisy and not row.unsafe
+
+
 def _batch_dot(x: _Scale, y: _Scale, row: Standing) -> str:
     mark = " baseline" if row.record.baseline else ""
-    return (f'<g class="series{mark}" style="--c:{_colour(row)}"><g class="dot" data-trial="{esc(row.number)}">'
+    hollow = "" if _ranked(row) else " hollow"
+    return (f'<g class="series{mark}" style="--c:{_colour(row)}"><g class="dot{hollow}" data-trial="{esc(row.number)}">'
             f'{_tooltip(row)}<circle cx="{x(_batch(row))}" cy="{y(row.speed)}" r="4.5"/></g></g>')
 
 
