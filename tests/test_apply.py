@@ -330,8 +330,9 @@ def test_a_comment_quoting_the_old_effective_batch_is_stale_when_accumulation_ch
     file.write_text(file.read_text().replace("precision: 32               # TODO: try AMP", "precision: 16-mixed  # 16-bit here"))
     p = plan(target, {"accumulation": 2, "precision": "bf16-mixed"}, PROVENANCE, current_values=read_current(target))
     assert [w for w in p.warnings if "16-bit" in w] == [
-        "lightning.yaml:11: trainer.precision: the comment '# 16-bit here' speaks of 16, not of the new value bf16-mixed; "
+        "lightning.yaml:12: trainer.precision: the comment '# 16-bit here' speaks of 16, not of the new value bf16-mixed; "
         "check the comment still holds"], p.warnings  # not "quotes 16, the old effective batch": no batch in it
+    # (line 12: the provenance block above it ends with lr_from)
     from harness.apply._plan import _old_effective_batch  # processes the launcher decides (`devices: auto`): unknown
     assert _old_effective_batch({"nproc": 2}, {"batch_size": 8}) is None
     assert _old_effective_batch({"nproc": 2}, {"batch_size": 8, "nproc": 1}) == 8
@@ -469,6 +470,37 @@ def test_lr_scales_against_given_current_values(tmp_path):
     target = target_for(file, preset="lightning", lr={"key": "optimizer.lr"})
     p = plan(target, {"batch_size": 16}, PROVENANCE, current_values={"batch_size": 32, "accumulation": 1})
     assert load(p.new_text)["optimizer"]["lr"] == pytest.approx(1.5e-4)
+
+
+@pytest.mark.parametrize("name, lr_key, fmt", [("lightning.yaml", "optimizer.lr", "yaml"),
+                                                 ("deepspeed.json", "optimizer.params.lr", "json")])
+def test_lr_comes_back_exactly_when_the_batch_does(tmp_path, name, lr_key, fmt):
+    """An audit: lr 1e-4 at batch 8, applied at batch 16 (sqrt: 1.41421e-4, six figures), 48 and back at 8,
+    read 9.99996e-05: each apply rescaled the last one's rounded value. Now each rescales from the value
+    the first apply found (kept in the provenance), so trying configs and going back returns yours."""
+    file = copy(name, tmp_path)
+    file.write_text(re.sub(r'("lr": |\n\s*lr: )[^,}\s#]+', r"\g<1>1.0e-4", file.read_text()))
+    target = target_for(file, preset="lightning" if fmt == "yaml" else "deepspeed", lr={"key": lr_key, "scale": "sqrt"})
+    knobs = read_current(target)
+    mine = {"batch_size": knobs["batch_size"], "accumulation": knobs.get("accumulation", 1)}
+    original = load(file.read_text(), fmt)
+    for key in lr_key.split("."):
+        original = original[key]
+    seen = []
+    for batch in (mine["batch_size"] * 2, mine["batch_size"] * 6, mine["batch_size"]):
+        write(plan(target, {**mine, "batch_size": batch}, PROVENANCE))
+        lr = load(file.read_text(), fmt)
+        for key in lr_key.split("."):
+            lr = lr[key]
+        seen.append(lr)
+    assert original == 1e-4 and seen[0] == 1.41421e-4 and seen[1] == 2.44949e-4
+    assert seen[2] == original  # yours, to the last digit (9.99996e-05 when each rescaled the last)
+    # an lr you edit after an apply is yours: rescaled from it, not from what bench found before
+    edited = re.sub(r'("lr": |\n\s*lr: )[^,}\s#]+', r"\g<1>5e-4", file.read_text())
+    assert edited != file.read_text()
+    file.write_text(edited)
+    p = plan(target, {**mine, "batch_size": mine["batch_size"] * 2}, PROVENANCE)
+    assert (lr_key, 5e-4, float(f"{5e-4 * 2 ** 0.5:.6g}")) in p.changes
 
 
 def test_new_small_floats_stay_floats_for_pyyaml(tmp_path):

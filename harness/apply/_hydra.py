@@ -30,7 +30,7 @@ def write_hydra_profile(target: ApplyTarget, values: dict, device_name: str, pro
     if target.hydra_group_dir is None:
         raise UserError("apply.hydra is not set in the spec; add apply: {hydra: {group_dir: conf/hardware}}")
     doc = _load_document(target.file, target.format)
-    assignments = _assignments(target, values, doc, current_values=current_values)
+    assignments, _ = _assignments(target, values, doc, current_values=current_values)
     _edits(doc, assignments, create_keys=False)  # refuses keys the main config lacks
     profile = {}
     for a in assignments:

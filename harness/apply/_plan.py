@@ -79,7 +79,9 @@ def plan(target: ApplyTarget, values: dict, provenance: dict, *, to: Path | None
     if FORMATS.get(destination.suffix.lower()) != target.format:
         raise UserError(f"--to {to}: must be a {target.format.upper()} file like {target.file.name}")
     doc = _load_document(target.file, target.format)
-    assignments = _assignments(target, values, doc, current_values)
+    assignments, lr_from = _assignments(target, values, doc, current_values)
+    if lr_from is not None:  # the next apply rescales from it, not from this one's six figures
+        provenance = {**provenance, "lr_from": f"{lr_from[0]!r} at effective batch {lr_from[1]}"}
     _refuse_auto(target, doc, [a.key for a in assignments])
     edits = _edits(doc, assignments, create_keys)
     body = _apply_edits(doc, edits)
@@ -100,24 +102,27 @@ def plan(target: ApplyTarget, values: dict, provenance: dict, *, to: Path | None
 
 
 def _assignments(target: ApplyTarget, values: dict, doc: _Document,
-                 current_values: dict | None) -> list[_Assignment]:
-    """Every key the chosen values put into the file, in key-map order."""
-    out = []
+                 current_values: dict | None) -> tuple[list[_Assignment], tuple | None]:
+    """Every key the chosen values put into the file, in key-map order, and the (lr, effective batch) the
+    lr rule rescaled from (None without one)."""
+    out, lr_from = [], None
     for knob, value in values.items():
         out += _knob_assignments(target, knob, value)
     if target.lr is None and target.preset != "deepspeed":
-        return out
+        return out, lr_from
     # Only these rules look at the current batch; reading it otherwise could refuse a file for
     # nothing (e.g. an interpolated `batch_size: ${data.bs}`).
     current = current_values if current_values is not None else \
         _read_knobs(target, doc, ("batch_size", "accumulation", "nproc"))
     if target.lr is not None:  # from the knobs written: one without a key leaves the file's value running
         written = {k: v for k, v in values.items() if target.keys.get(k)}
-        out += _lr_assignment(target.lr, doc, written, current, [m.key for m in target.keys.get("batch_size", ())],
-                              [m.key for m in target.keys.get("nproc", ())])
+        rescaled, lr_from = _lr_assignment(target.lr, doc, written, current,
+                                           [m.key for m in target.keys.get("batch_size", ())],
+                                           [m.key for m in target.keys.get("nproc", ())])
+        out += rescaled
     if target.preset == "deepspeed":
         out += _deepspeed_total(target, doc, values, current)
-    return out
+    return out, lr_from
 
 
 def _refuse_auto(target: ApplyTarget, doc: _Document | None, keys: list[str]) -> None:
@@ -209,8 +214,9 @@ def _effective_batch(knobs: dict, fallback: dict) -> int | None:
 
 
 def _lr_assignment(rule: LrRule, doc: _Document, values: dict, current: dict,
-                   batch_keys: list[str], count_keys: list[str]) -> list[_Assignment]:
-    """The learning rate rescaled for the new effective batch; nothing when that batch is unchanged."""
+                   batch_keys: list[str], count_keys: list[str]) -> tuple[list[_Assignment], tuple | None]:
+    """The learning rate rescaled for the new effective batch (nothing when that batch is unchanged), and
+    the (lr, effective batch) it is rescaled from, for the provenance (None where nothing was rescaled)."""
     launcher = next(((k, v) for k in count_keys if (v := _lookup(doc.data, k)) is not ABSENT), None)
     if "nproc" in values and "nproc" not in current and launcher:  # "auto", a device list: the launcher decides
         raise UserError(f"{doc.path}: apply.lr: {launcher[0]} holds {launcher[1]!r}, not a count of processes, so the "
@@ -226,18 +232,59 @@ def _lr_assignment(rule: LrRule, doc: _Document, values: dict, current: dict,
                 "write that key into the file, map apply.keys.batch_size to the key your file uses")
         raise UserError(f"{doc.path}: apply.lr: the current batch size is unknown ({where}), so the learning rate "
                         f"cannot be rescaled from it; {todo}, or remove apply.lr")
-    if new_batch == old_batch:
-        return []
     lr = _lookup(doc.data, rule.key)
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)):
+    number = not isinstance(lr, bool) and isinstance(lr, (int, float))
+    if new_batch == old_batch:  # the lr stays; where a previous apply rescaled it, its origin stays recorded
+        return [], _lr_rescaled_from(rule, doc, lr, old_batch) if number else None
+    if not number:
         raise UserError(f"{doc.path}: apply.lr.key {rule.key} {_holds(lr)}, not a learning rate to rescale; "
                         "fix apply.lr.key or remove apply.lr")
-    ratio = new_batch / old_batch
-    factor = ratio if rule.scale == "linear" else math.sqrt(ratio)
-    if not math.isfinite(lr * factor) or lr <= 0:  # NaN, or 1e308 scaled past the largest float
-        raise UserError(f"{doc.path}: apply.lr.key {rule.key} holds {lr!r}, which rescaled is {lr * factor!r}; "
+    origin = _lr_rescaled_from(rule, doc, lr, old_batch) or (lr, old_batch)
+    value = _rescaled(rule, origin, new_batch)
+    if not math.isfinite(value) or lr <= 0:  # NaN, or 1e308 scaled past the largest float
+        raise UserError(f"{doc.path}: apply.lr.key {rule.key} holds {lr!r}, which rescaled is {value!r}; "
                         "a learning rate to rescale is a positive finite number: fix it, or remove apply.lr")
-    return [_Assignment(KeyMap(rule.key), float(f"{lr * factor:.6g}"), f"apply.lr ({rule.scale})")]
+    return [_Assignment(KeyMap(rule.key), value, f"apply.lr ({rule.scale})")], origin
+
+
+LR_FROM = re.compile(r"\blr_from=(\S+) at effective batch (\d+)")
+"""The provenance's record of the lr a previous apply rescaled from, and at which effective batch."""
+
+
+def _lr_rescaled_from(rule: LrRule, doc: _Document, lr: float, batch: int) -> tuple[float, int] | None:
+    """The lr and effective batch a previous apply rescaled from, where the file still holds what that apply
+    wrote (`lr` at `batch`): rescaling each apply's six-figure value drifted (1e-4 at batch 8, then 16, 48
+    and 8 again, came back 9.99996e-05). None where none did, or you edited the lr since (it is yours)."""
+    said = _lr_said(doc)
+    return said if said is not None and _rescaled(rule, said, batch) == lr else None
+
+
+def _rescaled(rule: LrRule, origin: tuple[float, int], batch: int) -> float:
+    """The origin's lr at `batch`, to six figures; the origin's own value, unrounded, at its own batch."""
+    lr, at = origin
+    if batch == at:
+        return lr
+    factor = batch / at if rule.scale == "linear" else math.sqrt(batch / at)
+    product = lr * factor
+    return float(f"{product:.6g}") if math.isfinite(product) else product
+
+
+def _lr_said(doc: _Document) -> tuple[float, int] | None:
+    """(lr, effective batch) from the provenance a previous apply left: the YAML's block, or the sidecar."""
+    if doc.format == "yaml":
+        said = " ".join(line for line in doc.text.splitlines()[:64] if line.startswith(PROVENANCE_MARK))
+    else:
+        try:
+            record = json.loads(doc.path.with_name(doc.path.name + SIDECAR_SUFFIX).read_text(encoding="utf-8"))
+            said = f"lr_from={record['provenance']['lr_from']}"
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    found = LR_FROM.search(said)
+    try:
+        lr = float(found.group(1)) if found else math.nan
+    except ValueError:
+        return None
+    return (lr, int(found.group(2))) if math.isfinite(lr) and lr > 0 and int(found.group(2)) > 0 else None
 
 
 def _deepspeed_total(target: ApplyTarget, doc: _Document, values: dict, current: dict) -> list[_Assignment]:
