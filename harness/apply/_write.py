@@ -15,7 +15,7 @@ from harness.errors import UserError
 
 BACKUP_INFIX = ".bench-backup-"
 KEEP_BACKUPS = 5
-"""Backups kept per file: the newest ones; one per apply would grow without bound."""
+"""Backups kept per file: the newest ones, besides the oldest (one per apply would grow without bound)."""
 STALE_TMP_S = 60
 """A temp file of ours older than this is left from a crashed write (a live one lasts milliseconds)."""
 
@@ -163,11 +163,13 @@ def _backup(path: Path) -> Path:
 
 
 def _tidy(path: Path) -> None:
-    """Prune backups beyond the newest KEEP_BACKUPS, and temp files a crashed write left beside the file."""
+    """Prune backups between the oldest and the newest KEEP_BACKUPS, and temp files a crashed write left
+    beside the file. The oldest is your file as it was before bench first wrote it: six applies had
+    pruned it, and no backup held the config you started from."""
     name = glob.escape(path.name)  # cfg[1].yaml as a pattern matches cfg1.yaml: another file's backups
     backups = sorted(path.parent.glob(f"{name}{BACKUP_INFIX}*"), key=lambda p: (p.stat().st_mtime, p.name))
     stale = [p for p in path.parent.glob(f".{name}.*.tmp") if time.time() - p.stat().st_mtime > STALE_TMP_S]
-    for old in backups[:-KEEP_BACKUPS] + stale:
+    for old in backups[1:-KEEP_BACKUPS] + stale:
         old.unlink(missing_ok=True)
 
 
