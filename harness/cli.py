@@ -479,7 +479,7 @@ class LiveProgress(studies.Progress):
         self.say(f"    → {said}" if self.headed else f"{self.text}\n    → {said}")
         if best:
             self.say(f"    best so far: #{best['number']} {pareto.speed(best, self.spec.objective):.1f} {self.unit}, "
-                     f"peak {size(best['peak_memory'])}", style="dim")
+                     f"peak {size(Record.of(best).peak)}", style="dim")
             why = note or self.why_not_best(rec, best)
             if why:
                 self.say(f"    {why}", style="dim")
@@ -916,7 +916,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     against = choice.against_baseline(chosen)
     noise = report.spoiled(made)  # the report's rule: the figures deciding this answer are noise
     provenance = {"study": name, "trial": row.number, "chosen": chosen_words(which, budget), "device": row.env.get("device"),
-                  "throughput": chosen.speed, "unit": choice.unit, "peak_memory": row.peak_memory,
+                  "throughput": chosen.speed, "unit": choice.unit, "peak_memory": chosen.peak,
                   "vs_baseline": against.text(choice.unit) if against else None,
                   "date": datetime.date.today().isoformat(), "bench_version": __version__,
                   "note": "; ".join([*(["a BENCH_QUICK smoke run, not numbers to act on"] if info.get("smoke") else []),
@@ -948,7 +948,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
         out.print(f"{spec.apply.file} no longer holds your config as swept (edited since): the diff below writes "
                   f"trial {row.number}'s values back", highlight=False, markup=False)
     out.print(f"trial {row.number}: {report.describe(row.config)}  {chosen.speed:.1f} {choice.unit} "
-              f"(median of {chosen.runs} run{'s' if chosen.runs > 1 else ''}), peak {size(row.peak_memory)}"
+              f"(median of {chosen.runs} run{'s' if chosen.runs > 1 else ''}), peak {size(chosen.peak)}"
               + (f"; vs your config as swept (trial {choice.baseline.number}) {against.text(choice.unit)}"
                  if against else ""), highlight=False, markup=False)
     for warning in [*study_warnings(spec, rows, info), chosen.caveat and f"trial {row.number}: {chosen.caveat}",

@@ -87,7 +87,7 @@ class Standing:
 
     @property
     def peak(self) -> int | None:
-        return self.record.peak_memory
+        return self.record.peak
 
     @property
     def confirmed(self) -> bool:
@@ -445,7 +445,7 @@ def measured(rows, objective: str = "samples") -> list:
 def pareto_front(rows, objective: str = "samples") -> list:
     """Rows no other row beats on both throughput (higher) and peak memory (lower), by peak."""
     def peak(r):
-        return Record.of(r).peak_memory
+        return Record.of(r).peak
     front = [r for r in rows
              if not any(speed(o, objective) >= speed(r, objective) and peak(o) <= peak(r)
                         and (speed(o, objective) > speed(r, objective) or peak(o) < peak(r)) for o in rows)]
@@ -469,12 +469,12 @@ def prefer(candidates: list, objective: str = "samples", capacity: float | None 
     tied = [r for r in candidates if not faster(top, r, objective)]
     if roomy(tied, capacity):
         return top
-    return min(tied, key=lambda r: (Record.of(r).peak_memory, -speed(r, objective)))
+    return min(tied, key=lambda r: (Record.of(r).peak, -speed(r, objective)))
 
 
 def roomy(rows, capacity: float | None) -> bool:
     """Every row leaves the safe tier's headroom of `capacity` free: memory is no reason to choose."""
-    return bool(capacity) and all(Record.of(r).peak_memory <= capacity * (1 - TIERS["safe"]) for r in rows)
+    return bool(capacity) and all(Record.of(r).peak <= capacity * (1 - TIERS["safe"]) for r in rows)
 
 
 def faster(a, b, objective: str = "samples") -> bool:
@@ -590,7 +590,7 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
     searched = [r for r in safe if not r.unsearched]  # a value taken out of the search is not written back
 
     def fits(r, h):
-        return not cap or r.peak_memory <= cap * (1 - h)
+        return not cap or r.peak <= cap * (1 - h)
     pays = paybacks(safe, objective, steps, fits=lambda r: fits(r, headroom))
     unpaid = {p.trial for p in pays if not p.pays}
     twins = {p.trial for p in pays}
@@ -742,12 +742,12 @@ def why_not(row, best, budget: int | None, headroom: float, objective: str = "sa
     if noisy(rec):
         return f"#{rec.number}'s windows disagree ({rec.step_cv:.0%} CV): noisy, not ranked"
     cap = capacity([rec, top], budget)
-    if cap and rec.peak_memory > cap * (1 - headroom):
-        return (f"#{rec.number} is faster but its peak {size(rec.peak_memory)} leaves less than the "
+    if cap and rec.peak > cap * (1 - headroom):
+        return (f"#{rec.number} is faster but its peak {size(rec.peak)} leaves less than the "
                 f"{headroom:.0%} headroom of {size(cap)}")
     if faster(rec, top, objective):
         return None  # it will be best once the choice is made again
     gap, bound = (mine - theirs) / mine, max(noise(rec, objective), noise(top, objective))
     return (f"#{rec.number} is {gap:.1%} faster, within the measured noise (±{bound:.1%}): a tie goes to "
-            f"the config with more headroom (#{top.number} peaks at {size(top.peak_memory)}, "
-            f"#{rec.number} at {size(rec.peak_memory)})")
+            f"the config with more headroom (#{top.number} peaks at {size(top.peak)}, "
+            f"#{rec.number} at {size(rec.peak)})")

@@ -165,6 +165,15 @@ class Record:
         return (run.tokens_per_s if objective == "tokens" else run.throughput) if run.status == OK else None
 
     @property
+    def peak(self) -> int | None:
+        """Bytes: the highest peak over this trial's run and its ok confirmation runs, what the choice
+        judges fit on (one run's 188 MiB passed a 193.5 MiB line that the config's other two runs, at
+        198 and 194 MiB, went over). None where this trial's run measured none."""
+        if self.peak_memory is None:
+            return None
+        return max([self.peak_memory, *(r.peak_memory for r in self.repeats if r.status == OK and r.peak_memory)])
+
+    @property
     def measured(self) -> bool:
         """Ran to the end with a throughput and a peak: a candidate for the choice."""
         return self.status == OK and bool(self.throughput) and self.peak_memory is not None

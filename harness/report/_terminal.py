@@ -48,6 +48,7 @@ def marks(s: Standing, choice: Choice) -> dict:
             "noisy": s.noisy, "unsafe": s.unsafe, "unsearched": list(s.record.unsearched) or None,
             "speed": {"value": s.speed, "unit": choice.unit, "runs": s.runs, "cv": s.cv, "noise": s.noise}
             if s.speed else None,
+            "peak": s.peak,  # bytes: the highest over its runs, what fit is judged on
             # untellable: the rounds side by side disagree too much for any ratio (the terminal's "?×")
             "vs_baseline": {**against.__dict__, "untellable": against.untellable} if against else None,
             **({"model": choice.model} if s.best and choice.model else {})}
@@ -92,7 +93,7 @@ def flat(choice: Choice) -> list[dict]:
                    vs_baseline_apart_this=(versus.get("apart") or (None, None))[0],
                    vs_baseline_apart_yours=(versus.get("apart") or (None, None))[1],
                    throughput=r.throughput, tokens_per_s=r.tokens_per_s,
-                   peak_memory=r.peak_memory, step_s=step.get("median"), step_cv=step.get("cv"),
+                   peak_memory=r.peak_memory, peak=m["peak"], step_s=step.get("median"), step_cv=step.get("cv"),
                    compile_s=r.timing.get("compile_s"), tflops=r.flops.get("tflops"), mfu=r.flops.get("mfu"),
                    peak_allocated=r.memory.get("peak_allocated"), peak_reserved=r.memory.get("peak_reserved"),
                    error=record.error_words(r.error) or None)
@@ -103,7 +104,7 @@ def flat(choice: Choice) -> list[dict]:
 CSV_LEAD = ("number", "status", "baseline", "pareto", "best", "leader", "tier", "noisy", "unsafe", "unsearched", "tiers")
 CSV_FIGURES = ("speed", "speed_unit", "runs", "speed_cv", "vs_baseline", "vs_baseline_spread", "vs_baseline_paired",
                "vs_baseline_bound", "tie", "vs_baseline_untellable", "vs_baseline_apart_this", "vs_baseline_apart_yours", "throughput",
-               "tokens_per_s", "peak_memory", "step_s", "step_cv", "compile_s", "tflops", "mfu", "peak_allocated",
+               "tokens_per_s", "peak_memory", "peak", "step_s", "step_cv", "compile_s", "tflops", "mfu", "peak_allocated",
                "peak_reserved", "error")
 """The CSV's columns either side of config.*: fixed, so a study with no trial yet still has a header row
 (pandas.read_csv refuses an empty file), and DictWriter refuses a row with a column not named here."""
