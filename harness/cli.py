@@ -944,6 +944,8 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
         apply.check(*due)  # a read-only file is refused in one line, before a diff that will not be written
     if which == "best" and made.kept:
         out.print(f"keeping your config: {made.why[0]}", highlight=False, markup=False)
+    if which == "best" and made.roomless_baseline:
+        out.print(pareto.roomless_words(made), highlight=False, markup=False)
     if row.baseline and plan.changes and to is None:
         out.print(f"{spec.apply.file} no longer holds your config as swept (edited since): the diff below writes "
                   f"trial {row.number}'s values back", highlight=False, markup=False)

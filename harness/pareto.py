@@ -273,6 +273,14 @@ class Choice:
         return self.best is not None and self.leader is not None and self.best is not self.leader \
             and self.best is not self.baseline and self.versus is not None and self.versus.tie
 
+    @property
+    def roomless_baseline(self) -> bool:
+        """Your config ran faster than best, steadily, but leaves less than the headroom: best is slower
+        than what you run today, by the headroom you asked for."""
+        b, best = self.baseline, self.best
+        return (b is not None and best is not None and best is not b and b.measured and not b.noisy
+                and bool(self.capacity) and b.peak > self.capacity * (1 - self.headroom) and b.speed > best.speed)
+
     def standing(self, number: int) -> Standing | None:
         return next((s for s in self.rows if s.number == number), None)
 
@@ -667,6 +675,13 @@ def _not_kept_because(choice: Choice) -> str:
             f"{size(choice.capacity)} {choice.capacity_label}")
 
 
+def roomless_words(choice: Choice) -> str:
+    """Why best is slower than your config: yours leaves less than the headroom (Choice.roomless_baseline)."""
+    base = choice.baseline
+    return (f"your config (trial {base.number}) is faster ({base.speed:.1f} {choice.unit}) but "
+            f"{_not_kept_because(choice)}: trial {choice.best.number} is the fastest config that leaves it")
+
+
 def passed_over_words(choice: Choice) -> str:
     """Why a config measured faster than the leader is not chosen, by pick's rule: a single run the
     leader's confirmed runs outrank, or a tie lost on memory (the confirmation race leaves a single run
@@ -702,6 +717,8 @@ def _with_why(choice: Choice, unpaid: set) -> Choice:
     elif choice.versus is not None and choice.versus.tie and choice.best is not None:
         why.append(f"trial {choice.best.number} ties with your config within the noise, but your config "
                    f"{_not_kept_because(choice)}: trial {choice.best.number} is best")
+    elif choice.roomless_baseline:
+        why.append(roomless_words(choice))
     if choice.unsafe_fastest:
         s = choice.unsafe_fastest
         why.append(f"trial {s.number} is faster ({s.speed:.1f} {unit}) but not chosen: {s.unsafe}")

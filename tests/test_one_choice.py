@@ -623,3 +623,19 @@ def test_apply_of_an_answer_a_busy_machine_decided_says_it_is_noise(project):
     make_study(project, CLEAR, {}, name="quiet")  # and not a word of it where the machine was quiet
     calm = bench("apply", "best", "--dry-run", "--study", "quiet")
     assert calm.exit_code == 0 and "busy machine" not in calm.output and "answer is noise" not in calm.output, calm.output
+
+
+def test_your_faster_config_over_the_headroom_is_said_in_every_view_and_by_apply(project):
+    """An audit: your config ran 665.9 samples/s at 45.4 MiB of a 50 MiB budget (10% headroom: 45 MiB),
+    and best was a config at 0.67x your speed, said only as "the fastest config measured that fits":
+    nothing said your own, faster config was set aside for the headroom, or that apply slows you down."""
+    make_study(project, [({"batch_size": 32, "precision": "fp32"}, 150.0, 9.5, {}),
+                         ({"batch_size": 16, "precision": "fp32"}, 100.0, 5.0, {}),
+                         ({"batch_size": 8, "precision": "fp32"}, 80.0, 3.0, {})],
+               {0: [149.0, 151.0], 1: [99.0, 101.0]})
+    table, page, rows, grid, dry = views(project)
+    assert [r["number"] for r in rows if r["best"]] == [1]
+    said = ("your config (trial 0) is faster (150.0 samples/s) but peaks at 9.50 GiB and leaves less than the "
+            "10% headroom of the 10.00 GiB budget: trial 1 is the fastest config that leaves it")
+    assert said in table and said in html.unescape(page)
+    assert said in dry  # apply says it before the diff that slows you down
