@@ -174,6 +174,11 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
         out.print("next: [bold]bench report[/bold] to see why no config qualifies as best (statuses, noise, errors)")
     elif any(spec.apply and best and not best.record.baseline for spec, best in zip(specs_to_run, found)):
         out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
+    elif edited := next(((spec.apply.file.name, words) for spec, best in zip(specs_to_run, found) if spec.apply
+                         and best and (words := edited_since(best.record.config, config_now(spec, device)))), None):
+        out.print(f"next: [bold]bench report[/bold] to see the measurements; your config as swept stays best; "
+                  f"{escape(edited[0])} holds {escape(', '.join(edited[1]))} now, so [bold]bench apply best[/bold] "
+                  "writes it back")
     elif any(spec.apply for spec in specs_to_run):
         out.print("next: [bold]bench report[/bold] to see the measurements; your config stays best, so "
                   "[bold]bench apply best[/bold] has nothing to change")
@@ -348,6 +353,33 @@ def with_your_config(spec, device: str) -> tuple:
     return spec, current, missing, notes
 
 
+def changed_knobs(swept: dict, now: dict) -> list[str]:
+    """The knobs your file makes otherwise now than in `swept` (your config as a sweep measured it)."""
+    return [k for k in swept if k in now and now[k] != swept[k]]
+
+
+def edited_since(swept: dict, now: dict) -> list[str]:
+    """`knob=value` for each knob your file makes now otherwise than in `swept`."""
+    return [f"{k}={now[k]}" for k in changed_knobs(swept, now)]
+
+
+def edited_words(swept: dict, spec, info: dict) -> str | None:
+    """"makes batch_size=64 now, not your config as swept (batch_size=8)", or None where your file makes
+    the config the study measured as yours."""
+    now = config_now(spec, info.get("device") or "cpu")
+    knobs = changed_knobs(swept, now)
+    if not knobs:
+        return None
+    return (f"makes {', '.join(f'{k}={now[k]}' for k in knobs)} now, not your config as swept "
+            f"({', '.join(f'{k}={swept[k]}' for k in knobs)})")
+
+
+def config_now(spec, device: str) -> dict:
+    """The config your apply target makes now, as a new sweep would measure it as your config."""
+    current = apply.read_current(spec.apply)
+    return spec.holding(current, device).baseline(current)
+
+
 def sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto) -> pareto.Choice:
     spec, current, missing, notes = with_your_config(spec, device)
     for line in notes:
@@ -372,6 +404,12 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
             err.print(f"note: {'trial' if len(unsearched) == 1 else 'trials'} {', '.join(f'#{n}' for n in unsearched)} "
                       f"measured {values}, which this sweep does not search (the spec's search, on this machine): "
                       "kept as measured, never chosen as best", markup=False, highlight=False, soft_wrap=True)
+        swept = ledger.baseline_config(study)
+        if spec.apply and swept and (edited := edited_since(swept, base)):
+            err.print(f"note: {spec.apply.file.name} makes {', '.join(edited)} now, but this study measured your "
+                      f"config as first swept ({', '.join(f'{k}={swept[k]}' for k in changed_knobs(swept, base))}): "
+                      "every comparison with your config is with that one; sweep a new study (--study NAME) to "
+                      "measure the file as it is now", markup=False, highlight=False, soft_wrap=True)
         if changed := ledger.measuring_changes(spec, study):
             err.print(f"note: this run measures trials otherwise than the study's first ({'; '.join(changed)}): its "
                       "figures are ranked with theirs; start a new study with --study NAME to keep them apart",
@@ -949,6 +987,9 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     if row.baseline and plan.changes and to is None:
         out.print(f"{spec.apply.file} no longer holds your config as swept (edited since): the diff below writes "
                   f"trial {row.number}'s values back", highlight=False, markup=False)
+    elif choice.baseline is not None and (edited := edited_words(choice.baseline.config, spec, info)):
+        out.print(f"{spec.apply.file.name} {edited}: 'vs your config' below compares with trial "
+                  f"{choice.baseline.number} as swept", highlight=False, markup=False)
     out.print(f"trial {row.number}: {report.describe(row.config)}  {chosen.speed:.1f} {choice.unit} "
               f"(median of {chosen.runs} run{'s' if chosen.runs > 1 else ''}), peak {size(chosen.peak)}"
               + (f"; vs your config as swept (trial {choice.baseline.number}) {against.text(choice.unit)}"

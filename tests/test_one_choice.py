@@ -639,3 +639,26 @@ def test_your_faster_config_over_the_headroom_is_said_in_every_view_and_by_apply
             "10% headroom of the 10.00 GiB budget: trial 1 is the fastest config that leaves it")
     assert said in table and said in html.unescape(page)
     assert said in dry  # apply says it before the diff that slows you down
+
+
+def test_a_resume_after_your_file_was_edited_says_whose_config_it_compares_with(project):
+    """An audit edited the config file after a sweep (by hand, or with `bench apply 1`) and resumed: the
+    sweep said nothing, kept comparing with the config as first swept, and ended "your config stays best,
+    so bench apply best has nothing to change" though apply best then reverted the file."""
+    make_study(project, [({"batch_size": 8, "precision": "fp32"}, 150.0, 2.0, {}),
+                         ({"batch_size": 32, "precision": "bf16-mixed"}, 100.0, 6.0, {})],
+               {0: [149.0, 151.0], 1: [99.0, 101.0]})
+    config = project / CONFIG
+    said = flat(bench("sweep", "one.yaml", "--trials", "2").output)
+    assert "has nothing to change" in said and "holds" not in said  # the file as swept: nothing to say
+    config.write_text(config.read_text().replace("batch_size: 8 ", "batch_size: 64 "))
+    said = flat(bench("sweep", "one.yaml", "--trials", "2").output)
+    assert ("note: config.yaml makes batch_size=64 now, but this study measured your config as first swept "
+            "(batch_size=8): every comparison with your config is with that one; sweep a new study "
+            "(--study NAME) to measure the file as it is now") in said
+    assert "has nothing to change" not in said
+    assert ("your config as swept stays best; config.yaml holds batch_size=64 now, so bench apply best "
+            "writes it back") in said
+    # and apply of another trial says whose config its ratio is against
+    applied = flat(bench("apply", "1", "--dry-run").output)
+    assert "config.yaml makes batch_size=64 now, not your config as swept (batch_size=8)" in applied
