@@ -1148,6 +1148,25 @@ def test_a_comment_on_the_effective_batch_that_still_holds_is_not_called_stale(t
     assert "quotes 32, its old value; update the comment" in p.warnings[0]  # now it is stale
 
 
+def test_a_size_in_a_comment_that_happens_to_equal_the_old_value_is_a_figure_not_a_quote(tmp_path):
+    """An audit's `batch_size: 16  # per device; fits a 16 GB card`, applied at batch 32, was said to quote
+    16, "its old value": that 16 is the card's size. It is a figure measured at the old value, said so."""
+    file = tmp_path / "train.yaml"
+    file.write_text("data:\n  batch_size: 16   # per device; fits a 16 GB card\n"
+                    "trainer:\n  precision: 32-true\n  accumulate_grad_batches: 1\n")
+    p = plan(target_for(file, preset="lightning", keys={"batch_size": "data.batch_size"}), {"batch_size": 32}, PROVENANCE)
+    assert len(p.warnings) == 1 and "quotes 16" not in p.warnings[0], p.warnings
+    assert "gives a figure (16 GB) measured before the change from 16; check the comment still holds" in p.warnings[0]
+    # the old value as a value still counts, beside a figure
+    file.write_text(file.read_text().replace("# per device; fits a 16 GB card", "# 16 per device; fits a 16 GB card"))
+    p = plan(target_for(file, preset="lightning", keys={"batch_size": "data.batch_size"}), {"batch_size": 32}, PROVENANCE)
+    assert "quotes 16, its old value; update the comment" in p.warnings[0], p.warnings
+    # nor does a size equal to the new value name it: "fits a 32 GB card" at batch 8 -> 32 is still a figure
+    file.write_text(file.read_text().replace("# 16 per device; fits a 16 GB card", "# fits a 32 GB card"))
+    p = plan(target_for(file, preset="lightning", keys={"batch_size": "data.batch_size"}), {"batch_size": 32}, PROVENANCE)
+    assert len(p.warnings) == 1 and "gives a figure (32 GB)" in p.warnings[0], p.warnings
+
+
 def test_a_comment_giving_a_figure_measured_at_the_old_value_is_flagged(tmp_path):
     """The quickstart's `batch_size: 8  # per GPU; 14% of a 24 GB card at this size` quotes no old value
     and was left unflagged after apply wrote batch 128: its 14% was measured at batch 8."""

@@ -30,11 +30,13 @@ def stale_comments(doc: _Document, edits: list, new_text: str, effective: int | 
             continue
         start, end, _ = _replace_value(doc, a.key, a.value)
         comment = _comment_after(doc.text, end)
-        if not comment or (not isinstance(a.value, bool) and _quotes(comment, a.value)):
+        # a number with a unit is a figure, not a value quoted: the 16 of "fits a 16 GB card" is no batch 16
+        words = FIGURE.sub(" ", comment or "")
+        if not comment or (not isinstance(a.value, bool) and _quotes(words, a.value)):
             continue  # a comment that names the new value too lists the choices (`# 32-true | bf16-mixed`)
-        quoted = next(((key, value) for key, value in olds if _quotes(comment, value)), None)
+        quoted = next(((key, value) for key, value in olds if _quotes(words, value)), None)
         on_batch = old_effective is not None and "batch" in comment.lower()  # "16-bit" is no effective batch
-        if quoted is None and on_batch and _quotes(comment, old_effective):
+        if quoted is None and on_batch and _quotes(words, old_effective):
             quoted = ("effective batch", old_effective)
         spoken = next((word for word in _vocabulary(a.map) if _quotes(comment, word)), None)
         figure = FIGURE.search(comment)
