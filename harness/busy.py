@@ -142,8 +142,11 @@ class Quiet:
         if flag is None:
             self.say(f"quiet after {waited:.0f}s: measuring")
             return None
-        self.say(f"still busy after {waited:.0f}s ({describe(flag)}): measuring anyway; "
-                 "its figures will be noise, not the config's speed")
+        if self.deadline is not None and time.monotonic() >= self.deadline:  # the sweep ends: nothing to measure
+            self.say(f"still busy after {waited:.0f}s ({describe(flag)}): the sweep's time limit is reached")
+        else:
+            self.say(f"still busy after {waited:.0f}s ({describe(flag)}): measuring anyway; "
+                     "its figures will be noise, not the config's speed")
         return flag
 
     def measured(self, verdict: dict | None) -> None:

@@ -289,6 +289,8 @@ def test_the_wait_for_quiet_ends_at_the_sweeps_time_limit(monkeypatch):
     began = time.monotonic()
     assert quiet.wait("the sweep starts", longest=60) == BUSY
     assert time.monotonic() - began < 10 and re.search(r"waiting up to 0\.\ds for quiet \(the sweep's time limit\)", said[0])
+    # the limit came while waiting: nothing is measured after it, so nothing says "measuring anyway"
+    assert said[1].startswith("still busy after 0s") and said[1].endswith("the sweep's time limit is reached"), said[1]
     assert "no waiting left (the sweep's time limit)" in (quiet.wait("trial 0"), said[-1])[1]
 
 
