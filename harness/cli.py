@@ -363,15 +363,14 @@ def edited_since(swept: dict, now: dict) -> list[str]:
     return [f"{k}={now[k]}" for k in changed_knobs(swept, now)]
 
 
-def edited_words(swept: dict, spec, info: dict) -> str | None:
-    """"makes batch_size=64 now, not your config as swept (batch_size=8)", or None where your file makes
-    the config the study measured as yours."""
+def edited_words(swept: dict, spec, info: dict) -> tuple[str, str] | None:
+    """("batch_size=64", "batch_size=8"): what your file makes now and your config as swept made, for each
+    knob where they differ; None where your file makes the config the study measured as yours."""
     now = config_now(spec, info.get("device") or "cpu")
     knobs = changed_knobs(swept, now)
     if not knobs:
         return None
-    return (f"makes {', '.join(f'{k}={now[k]}' for k in knobs)} now, not your config as swept "
-            f"({', '.join(f'{k}={swept[k]}' for k in knobs)})")
+    return ", ".join(f"{k}={now[k]}" for k in knobs), ", ".join(f"{k}={swept[k]}" for k in knobs)
 
 
 def config_now(spec, device: str) -> dict:
@@ -408,8 +407,9 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
         if spec.apply and swept and (edited := edited_since(swept, base)):
             err.print(f"note: {spec.apply.file.name} makes {', '.join(edited)} now, but this study measured your "
                       f"config as first swept ({', '.join(f'{k}={swept[k]}' for k in changed_knobs(swept, base))}): "
-                      "every comparison with your config is with that one; sweep a new study (--study NAME) to "
-                      "measure the file as it is now", markup=False, highlight=False, soft_wrap=True)
+                      "every comparison with your config is with that one; to have your file as it is now "
+                      "measured as your config, sweep a new study (--study NAME)", markup=False, highlight=False,
+                      soft_wrap=True)
         if changed := ledger.measuring_changes(spec, study):
             err.print(f"note: this run measures trials otherwise than the study's first ({'; '.join(changed)}): its "
                       "figures are ranked with theirs; start a new study with --study NAME to keep them apart",
@@ -953,13 +953,21 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     row = chosen.record
     against = choice.against_baseline(chosen)
     noise = report.spoiled(made)  # the report's rule: the figures deciding this answer are noise
+    # best, or a tier's pick, slower than your config for the headroom: said on screen and in the file
+    set_aside = None if is_whole(which) else made.set_aside_for(chosen, pareto.TIERS.get(which, made.headroom))
+    edited = edited_words(choice.baseline.config, spec, info) if choice.baseline and not row.baseline else None
     provenance = {"study": name, "trial": row.number, "chosen": chosen_words(which, budget), "device": row.env.get("device"),
                   "throughput": chosen.speed, "unit": choice.unit, "peak_memory": chosen.peak,
                   "vs_baseline": against.text(choice.unit) if against else None,
+                  "baseline": choice.baseline.number if against else None,
                   "date": datetime.date.today().isoformat(), "bench_version": __version__,
                   "note": "; ".join([*(["a BENCH_QUICK smoke run, not numbers to act on"] if info.get("smoke") else []),
                                      *(["measured on a busy machine or too noisy to rank: the answer is noise"]
-                                       if noise else [])]) or None}
+                                       if noise else []),
+                                     *([set_aside] if set_aside else []),
+                                     *([f"{spec.apply.file.name} made {edited[0]} before this apply, not your "
+                                        f"config as swept ({edited[1]})"] if edited else [])])
+                  or None}
     if to is not None:
         refuse_own_file(to, spec_path_of(info, storage, results), spec, storage, results, name, option="--to")
     current = apply.read_current(spec.apply)
@@ -982,14 +990,15 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
         apply.check(*due)  # a read-only file is refused in one line, before a diff that will not be written
     if which == "best" and made.kept:
         out.print(f"keeping your config: {made.why[0]}", highlight=False, markup=False)
-    if which == "best" and made.roomless_baseline:
-        out.print(pareto.roomless_words(made), highlight=False, markup=False)
+    if set_aside:
+        out.print(set_aside, highlight=False, markup=False)
     if row.baseline and plan.changes and to is None:
         out.print(f"{spec.apply.file} no longer holds your config as swept (edited since): the diff below writes "
                   f"trial {row.number}'s values back", highlight=False, markup=False)
-    elif choice.baseline is not None and (edited := edited_words(choice.baseline.config, spec, info)):
-        out.print(f"{spec.apply.file.name} {edited}: 'vs your config' below compares with trial "
-                  f"{choice.baseline.number} as swept", highlight=False, markup=False)
+    elif edited:
+        out.print(f"{spec.apply.file.name} makes {edited[0]} now, not your config as swept ({edited[1]}): "
+                  f"'vs your config' below compares with trial {choice.baseline.number} as swept",
+                  highlight=False, markup=False)
     out.print(f"trial {row.number}: {report.describe(row.config)}  {chosen.speed:.1f} {choice.unit} "
               f"(median of {chosen.runs} run{'s' if chosen.runs > 1 else ''}), peak {size(chosen.peak)}"
               + (f"; vs your config as swept (trial {choice.baseline.number}) {against.text(choice.unit)}"

@@ -273,13 +273,20 @@ class Choice:
         return self.best is not None and self.leader is not None and self.best is not self.leader \
             and self.best is not self.baseline and self.versus is not None and self.versus.tie
 
-    @property
-    def roomless_baseline(self) -> bool:
-        """Your config ran faster than best, steadily, but leaves less than the headroom: best is slower
-        than what you run today, by the headroom you asked for."""
-        b, best = self.baseline, self.best
-        return (b is not None and best is not None and best is not b and b.measured and not b.noisy
-                and bool(self.capacity) and b.peak > self.capacity * (1 - self.headroom) and b.speed > best.speed)
+    def set_aside_for(self, chosen: Standing | None, headroom: float) -> str | None:
+        """Why `chosen` (best, or a tier's pick under its `headroom`) is slower than your config: yours ran
+        faster, steadily, but leaves less than that headroom. None where that is not so."""
+        b, cap = self.baseline, self.capacity
+        if (b is None or chosen is None or chosen is b or not b.measured or b.noisy or not cap
+                or b.peak <= cap * (1 - headroom) or b.speed <= chosen.speed):
+            return None
+        return (f"your config (trial {b.number}) is faster ({b.speed:.1f} {self.unit}) but peaks at {size(b.peak)} "
+                f"and leaves less than the {headroom:.0%} headroom of the {size(cap)} {self.capacity_label}: "
+                f"trial {chosen.number} is the fastest config that leaves it")
+
+    def fits(self, s: Standing) -> bool | None:
+        """`s`'s peak leaves the headroom of the capacity; None where either is unknown."""
+        return None if not self.capacity or s.peak is None else s.peak <= self.capacity * (1 - self.headroom)
 
     def standing(self, number: int) -> Standing | None:
         return next((s for s in self.rows if s.number == number), None)
@@ -675,13 +682,6 @@ def _not_kept_because(choice: Choice) -> str:
             f"{size(choice.capacity)} {choice.capacity_label}")
 
 
-def roomless_words(choice: Choice) -> str:
-    """Why best is slower than your config: yours leaves less than the headroom (Choice.roomless_baseline)."""
-    base = choice.baseline
-    return (f"your config (trial {base.number}) is faster ({base.speed:.1f} {choice.unit}) but "
-            f"{_not_kept_because(choice)}: trial {choice.best.number} is the fastest config that leaves it")
-
-
 def passed_over_words(choice: Choice) -> str:
     """Why a config measured faster than the leader is not chosen, by pick's rule: a single run the
     leader's confirmed runs outrank, or a tie lost on memory (the confirmation race leaves a single run
@@ -717,8 +717,8 @@ def _with_why(choice: Choice, unpaid: set) -> Choice:
     elif choice.versus is not None and choice.versus.tie and choice.best is not None:
         why.append(f"trial {choice.best.number} ties with your config within the noise, but your config "
                    f"{_not_kept_because(choice)}: trial {choice.best.number} is best")
-    elif choice.roomless_baseline:
-        why.append(roomless_words(choice))
+    elif set_aside := choice.set_aside_for(choice.best, choice.headroom):
+        why.append(set_aside)
     if choice.unsafe_fastest:
         s = choice.unsafe_fastest
         why.append(f"trial {s.number} is faster ({s.speed:.1f} {unit}) but not chosen: {s.unsafe}")

@@ -101,7 +101,7 @@ def test_every_view_states_the_same_best_speedup_and_tie(project):
     verdict = f"{worded} — beyond the noise"  # the story's words: the summary and apply's header said no verdict
     assert f"vs baseline (trial 1 vs trial 0): {verdict}" in table and f"{worded}: beyond the noise" in page
     assert "trial 1:" in dry and f"vs your config as swept (trial 0) {verdict}" in dry
-    assert f"# bench apply: vs your config as swept: {verdict}" in \
+    assert f"# bench apply: vs your config as swept (trial 0): {verdict}" in \
         bench("apply", "best", "--dry-run").output
     assert "a tie" not in table + dry
     spec = specs.load(project / "one.yaml")
@@ -639,6 +639,14 @@ def test_your_faster_config_over_the_headroom_is_said_in_every_view_and_by_apply
             "10% headroom of the 10.00 GiB budget: trial 1 is the fastest config that leaves it")
     assert said in table and said in html.unescape(page)
     assert said in dry  # apply says it before the diff that slows you down
+    assert f"# bench apply: note={said}" in bench("apply", "best", "--dry-run").output  # and so does the file, later
+    # JSON and CSV: whether each config's peak leaves the headroom
+    assert [(r["number"], r["fits"]) for r in rows] == [(0, False), (1, True), (2, True)]
+    assert [r["fits"] for r in grid] == ["False", "True", "True"]
+    # a tier's pick slower than yours for its own headroom is said too
+    balanced = flat(bench("apply", "balanced", "--dry-run").output)
+    assert "leaves less than the 15% headroom of the 10.00 GiB budget: trial 1 is the fastest config that leaves it" in balanced
+    assert "your config (trial 0) is faster" not in flat(bench("apply", "2", "--dry-run").output)  # one you named
 
 
 def test_a_resume_after_your_file_was_edited_says_whose_config_it_compares_with(project):
@@ -654,11 +662,14 @@ def test_a_resume_after_your_file_was_edited_says_whose_config_it_compares_with(
     config.write_text(config.read_text().replace("batch_size: 8 ", "batch_size: 64 "))
     said = flat(bench("sweep", "one.yaml", "--trials", "2").output)
     assert ("note: config.yaml makes batch_size=64 now, but this study measured your config as first swept "
-            "(batch_size=8): every comparison with your config is with that one; sweep a new study "
-            "(--study NAME) to measure the file as it is now") in said
+            "(batch_size=8): every comparison with your config is with that one; to have your file as it is "
+            "now measured as your config, sweep a new study (--study NAME)") in said
     assert "has nothing to change" not in said
     assert ("your config as swept stays best; config.yaml holds batch_size=64 now, so bench apply best "
             "writes it back") in said
-    # and apply of another trial says whose config its ratio is against
+    # and apply of another trial says whose config its ratio is against, on screen and in the file's header
     applied = flat(bench("apply", "1", "--dry-run").output)
     assert "config.yaml makes batch_size=64 now, not your config as swept (batch_size=8)" in applied
+    header = bench("apply", "1", "--dry-run").output
+    assert "# bench apply: vs your config as swept (trial 0): " in header
+    assert "note=config.yaml made batch_size=64 before this apply, not your config as swept (batch_size=8)" in header

@@ -440,7 +440,8 @@ def _provenance_lines(provenance: dict) -> list[str]:
     if measured:
         lines.append("measured " + ", ".join(measured))
     if "vs_baseline" in p:
-        lines.append(f"vs your config as swept: {p.pop('vs_baseline')}")
+        trial = p.pop("baseline", None)
+        lines.append(f"vs your config as swept{'' if trial is None else f' (trial {trial})'}: {p.pop('vs_baseline')}")
     if p:
         lines.append(", ".join(f"{k}={v}" for k, v in p.items()))
     return [f"{PROVENANCE_MARK} {line}" for line in lines]
@@ -478,7 +479,7 @@ def written_by_apply(path: Path) -> bool:
 def _written_by_bench(line: str) -> bool:
     """A line of the shapes _provenance_lines writes."""
     said = line[len(PROVENANCE_MARK):].strip() if line.startswith(PROVENANCE_MARK) else None
-    return said is not None and (said.startswith(("written by bench", "measured ", "vs your config as swept: "))
+    return said is not None and (said.startswith(("written by bench", "measured ", "vs your config as swept"))
                                  or re.match(r"\w+=", said) is not None)
 
 

@@ -49,6 +49,7 @@ def marks(s: Standing, choice: Choice) -> dict:
             "speed": {"value": s.speed, "unit": choice.unit, "runs": s.runs, "cv": s.cv, "noise": s.noise}
             if s.speed else None,
             "peak": s.peak,  # bytes: the highest over its runs, what fit is judged on
+            "fits": choice.fits(s),  # its peak leaves the headroom (your faster config may not)
             # untellable: the rounds side by side disagree too much for any ratio (the terminal's "?×")
             "vs_baseline": {**against.__dict__, "untellable": against.untellable} if against else None,
             **({"model": choice.model} if s.best and choice.model else {})}
@@ -79,7 +80,7 @@ def flat(choice: Choice) -> list[dict]:
         r = s.record
         m = marks(s, choice)
         row = {"number": r.number, "status": r.status,
-               **{k: m[k] for k in ("baseline", "pareto", "best", "leader", "tier", "noisy", "unsafe")},
+               **{k: m[k] for k in ("baseline", "pareto", "best", "leader", "tier", "fits", "noisy", "unsafe")},
                "unsearched": " ".join(r.unsearched) or None, "tiers": " ".join(m["tiers"])}
         row.update({f"config.{k}": v for k, v in r.config.items()})
         step = r.timing.get("step_s") or {}
@@ -101,7 +102,8 @@ def flat(choice: Choice) -> list[dict]:
     return out
 
 
-CSV_LEAD = ("number", "status", "baseline", "pareto", "best", "leader", "tier", "noisy", "unsafe", "unsearched", "tiers")
+CSV_LEAD = ("number", "status", "baseline", "pareto", "best", "leader", "tier", "fits", "noisy", "unsafe", "unsearched",
+            "tiers")
 CSV_FIGURES = ("speed", "speed_unit", "runs", "speed_cv", "vs_baseline", "vs_baseline_spread", "vs_baseline_paired",
                "vs_baseline_bound", "tie", "vs_baseline_untellable", "vs_baseline_apart_this", "vs_baseline_apart_yours", "throughput",
                "tokens_per_s", "peak_memory", "peak", "step_s", "step_cv", "compile_s", "tflops", "mfu", "peak_allocated",
