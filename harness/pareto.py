@@ -235,6 +235,9 @@ class Choice:
     passed_over: Standing | None = None
     """The fastest candidate measured faster than the leader yet not chosen: within the noise of it
     where memory is scarce (the lighter wins), or one run against the leader's confirmed runs."""
+    unsure: Standing | None = None
+    """Where a leader tied with your config and yours stays: the fastest other candidate faster than
+    yours, which is no win beyond the noise of rounds run side by side with yours (Choice.kept)."""
     paybacks: tuple[Payback, ...] = ()
     run_steps: int = ASSUMED_RUN_STEPS
     run_source: str = ""
@@ -654,6 +657,9 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
     outran = [r for r in usable if fits(r, headroom) and leader is not None and r is not best
               and speed(r, objective) > speed(leader, objective)]
     passed_over = max(outran, key=lambda r: speed(r, objective), default=None)
+    unsure = max((r for r in usable if fits(r, headroom) and best is base_ok and leader is not best
+                  and r is not leader and r is not best and speed(r, objective) > speed(best, objective)),
+                 key=lambda r: speed(r, objective), default=None) if best is not None else None
     choice = Choice(objective=objective, rows=tuple(standings.values()),
                     best=at(best.number) if best else None, leader=at(leader.number) if leader else None,
                     baseline=at(base.number) if base else None, versus=against, capacity=cap,
@@ -663,6 +669,7 @@ def choose(rows, budget: int | None, headroom: float, objective: str = "samples"
                     unsafe_fastest=at(fastest_unsafe.number) if fastest_unsafe else None,
                     unsearched_fastest=at(unsearched_fastest.number) if unsearched_fastest else None,
                     passed_over=at(passed_over.number) if passed_over else None,
+                    unsure=at(unsure.number) if unsure else None,
                     paybacks=tuple(pays), run_steps=steps, run_source=source,
                     candidates=tuple(r.number for r in usable if fits(r, headroom)))
     return _with_why(choice, unpaid)
@@ -680,6 +687,19 @@ def _not_kept_because(choice: Choice) -> str:
     base = choice.baseline
     return (f"peaks at {size(base.peak)} and leaves less than the {choice.headroom:.0%} headroom of the "
             f"{size(choice.capacity)} {choice.capacity_label}")
+
+
+def unsure_words(choice: Choice) -> str:
+    """Why a config faster than your kept config is not best (Choice.unsure): over a leader that ties with
+    yours, only a sure win (two or more rounds side by side, beyond their noise) replaces your config."""
+    s, base = choice.unsure, choice.baseline
+    v = versus(s.record, base.record, choice.objective)
+    runs = f"median of {s.runs} runs" if confirmed(s.record) else "its trial's run"
+    rounds = "none" if v.paired == 0 else "one" if v.paired == 1 else f"{v.paired}, within their noise"
+    return (f"trial {s.number} measured {v.ratio:.2f}× your config's speed ({s.speed:.1f} {choice.unit}, {runs}) "
+            f"but is not chosen: the leader, trial {choice.leader.number}, ties with your config, and only a win "
+            f"beyond the noise of two or more rounds run side by side with your config replaces it; trial "
+            f"{s.number} has {rounds}")
 
 
 def passed_over_words(choice: Choice) -> str:
@@ -728,6 +748,8 @@ def _with_why(choice: Choice, unpaid: set) -> Choice:
         why.append(f"trial {s.number} {said} not chosen: {unsearched_words(s)}")
     if choice.passed_over:
         why.append(passed_over_words(choice))
+    if choice.unsure:
+        why.append(unsure_words(choice))
     for p in choice.paybacks:
         if p.trial in unpaid:
             after = (f"pays back only after {p.break_even_steps:,.0f} steps" if p.break_even_steps is not None

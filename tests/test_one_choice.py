@@ -673,3 +673,19 @@ def test_a_resume_after_your_file_was_edited_says_whose_config_it_compares_with(
     header = bench("apply", "1", "--dry-run").output
     assert "# bench apply: vs your config as swept (trial 0): " in header
     assert "note=config.yaml made batch_size=64 before this apply, not your config as swept (batch_size=8)" in header
+
+
+def test_a_faster_config_that_is_no_sure_win_over_a_kept_tie_is_said_why(project):
+    """A second audit: the leader (confirmed) tied with your config, so yours stayed; trial 2 had measured
+    2.71x yours in one run beside it, and no view said why it was not best. Only a win beyond the noise of
+    two or more rounds side by side replaces your config over a tied leader."""
+    make_study(project, [({"batch_size": 8, "precision": "fp32"}, 100.0, 2.0, {}),
+                         ({"batch_size": 16, "precision": "fp32"}, 160.0, 3.0, {}),
+                         ({"batch_size": 32, "precision": "fp32"}, 250.0, 4.0, {})],
+               {0: [100.0, 100.0], 1: [300.0, 60.0]})  # the leader's rounds beside yours disagree: a tie
+    table, page, rows, grid, dry = views(project)
+    assert [r["number"] for r in rows if r["best"]] == [0]
+    said = ("trial 2 measured 2.50× your config's speed (250.0 samples/s, its trial's run) but is not chosen: "
+            "the leader, trial 1, ties with your config, and only a win beyond the noise of two or more rounds "
+            "run side by side with your config replaces it; trial 2 has none")
+    assert said in table and said in html.unescape(page)
