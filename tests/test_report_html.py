@@ -536,3 +536,26 @@ def test_the_batch_plot_draws_a_noisy_trial_hollow_and_off_its_familys_line():
     (path,) = re.findall(r'<path class="series-line" d="([^"]+)"', batch)
     assert path.count("L") == 1  # trials 0 and 12 only: fp32, eager, no checkpointing, accumulation 1
     assert "hollow: noisy or unsafe (not ranked)" in render_html(rows, synthetic_study())
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="headless browser test needs `chromium` on PATH")
+def test_the_limit_lines_labels_keep_clear_of_the_callouts(tmp_path):
+    """A second audit's page: "10% headroom: 27.9 MiB", written down its line from the top, ran under
+    "baseline #0" and the speedup arrow's "0.51× ± 0.02" (your config just over the headroom line).
+    Measured in the browser: no limit label shares a pixel with a callout or the arrow's label."""
+    MiB = 2**20
+    rows = [_trial(0, "ok", 16, "fp32", throughput=2273.1, peak=int(29.4 * MiB), baseline=True),
+            _trial(1, "ok", 4, "fp32", throughput=1303.7, peak=int(25.5 * MiB))]
+    study = {"name": "m-head", "budget": 31 * MiB, "headroom": 0.1, "env": {}}
+    probe = ("<script>const box=e=>e.getBoundingClientRect();"
+             "const hit=(a,b)=>a.left<b.right&&b.left<a.right&&a.top<b.bottom&&b.top<a.bottom;"
+             "const limits=[...document.querySelectorAll('svg.frontier .limit text')].map(box);"
+             "const labels=[...document.querySelectorAll('svg.frontier .callout, svg.frontier .arrow-label')].map(box);"
+             "document.body.dataset.hits=JSON.stringify([limits.length,labels.length,"
+             "limits.flatMap(l=>labels.filter(c=>hit(l,c))).length]);</script></body>")
+    report = tmp_path / "limits.html"
+    report.write_text(render_html(rows, study).replace("</body>", probe))
+    dom = _chromium(tmp_path, "--window-size=1280,2400", "--dump-dom", report.as_uri())
+    limits, labels, hits = json.loads(html.unescape(re.search(r'data-hits="([^"]+)"', dom).group(1)))
+    assert (limits, labels, hits) == (2, 3, 0)

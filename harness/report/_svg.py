@@ -190,14 +190,16 @@ def frontier_plot(choice: Choice) -> str:
     x_hi, x_ticks = _nice_axis(_memory_extent(points, ooms, budget) * 1.04 / GiB, 8)
     y_hi, y_ticks = _nice_axis(max([r.speed for r in points] + [0]) * 1.12)
     x, y = frame.x(0, x_hi), frame.y(0, y_hi)
+    labels, taken = _labels(frame, x, y, choice)
+    taken += [(x(r.peak / GiB) - 13, y(r.speed) - 13, x(r.peak / GiB) + 13, y(r.speed) + 13) for r in points]
     body = [
         _axes(frame, x, y, [(t, _tick_label(t)) for t in x_ticks], [(t, _tick_label(t)) for t in y_ticks],
               "peak memory (GiB)", f"throughput ({choice.unit})"),
-        _budget_lines(frame, x, budget, label, choice.headroom or 0),
+        _budget_lines(frame, x, budget, label, choice.headroom or 0, taken),
         _front(frame, x, y, list(choice.front)),
         *(_point(r, x, y, choice.unit) for r in _on_top_last(points)),
         _oom_marks(frame, x, ooms, budget),
-        _labels(frame, x, y, choice),
+        labels,
     ]
     plot = _svg(frame, "frontier", "".join(body), "throughput against peak memory per trial")
     return plot + _frontier_legend(points, ooms)
@@ -233,8 +235,10 @@ def _memory_extent(points: list[dict], ooms: list[dict], budget: int | None) -> 
     return max([reference] + [min(a, 1.5 * reference) for a in attempts])
 
 
-def _budget_lines(frame: _Frame, x: _Scale, budget: int | None, label: str, headroom: float) -> str:
-    """The budget and the budget less headroom, labelled along the lines so no point is covered;
+def _budget_lines(frame: _Frame, x: _Scale, budget: int | None, label: str, headroom: float,
+                  taken: list[tuple] = ()) -> str:
+    """The budget and the budget less headroom, labelled along the lines where no point or callout is
+    (`taken`: their boxes): beside the line at the top, else on its other side, else from the floor up;
     a line beyond the axis is named above the plot instead."""
     if not budget:
         return ""
@@ -242,17 +246,42 @@ def _budget_lines(frame: _Frame, x: _Scale, budget: int | None, label: str, head
     if headroom > 0:
         usable = budget * (1 - headroom)
         lines.append((usable, "usable", f"{headroom:.0%} headroom: {size(usable)}"))
-    top, bottom = frame.top, frame.height - frame.bottom
-    svg = [
-        f'<g class="limit {cls}"><line x1="{x(value / GiB)}" x2="{x(value / GiB)}" y1="{top}" y2="{bottom}"/>'
-        f'<text transform="translate({x(value / GiB) - 5} {top + 4}) rotate(-90)" text-anchor="end">'
-        f'{esc(label)}</text></g>'
-        for value, cls, label in lines if value / GiB <= x.hi
-    ]
-    beyond = [label for value, _, label in lines if value / GiB > x.hi]
+    top, bottom, taken, svg = frame.top, frame.height - frame.bottom, list(taken), []
+    for value, cls, text in lines:
+        if value / GiB > x.hi:
+            continue
+        px, length = x(value / GiB), LIMIT_CHAR_PX * len(text)
+        # (x of the rotated text's baseline, anchor, its box): left or right of the line, from the top or the floor
+        spots = [(px - 5, top + 4, "end", (px - 17, top + 4, px - 2, top + 4 + length)),
+                 (px + 15, top + 4, "end", (px + 3, top + 4, px + 18, top + 4 + length)),
+                 (px - 5, bottom - 4, "start", (px - 17, bottom - 4 - length, px - 2, bottom - 4)),
+                 (px + 15, bottom - 4, "start", (px + 3, bottom - 4 - length, px + 18, bottom - 4))]
+        tx, ty, anchor, box = next((spot for spot in spots if not any(_overlap(spot[3], t) for t in taken)), spots[0])
+        taken.append(box)
+        svg.append(f'<g class="limit {cls}"><line x1="{px}" x2="{px}" y1="{top}" y2="{bottom}"/>'
+                   f'<text transform="translate({tx} {ty}) rotate(-90)" text-anchor="{anchor}">{esc(text)}</text></g>')
+    beyond = [text for value, _, text in lines if value / GiB > x.hi]
     if beyond:
         svg.append(_offscale_note(frame, " · ".join(reversed(beyond)) + ": off the scale →"))
     return "".join(svg)
+
+
+LIMIT_CHAR_PX = 6.8
+"""Width of a character of a limit line's 12 px label, a little over the font's average: room to spare."""
+CALLOUT_CHAR_PX = 8.0
+"""The same for a callout's and the speedup arrow's 13 px bold labels."""
+
+
+def _overlap(a: tuple, b: tuple) -> bool:
+    """Two boxes (x0, y0, x1, y1) share area."""
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _text_box(x: float, y: float, text: str, anchor: str = "start") -> tuple:
+    """The box a callout-sized label takes, its baseline at y."""
+    width = CALLOUT_CHAR_PX * len(text)
+    x0 = x - width if anchor == "end" else x
+    return x0, y - 13, x0 + width, y + 4
 
 
 def _front(frame: _Frame, x: _Scale, y: _Scale, front: list[dict]) -> str:
@@ -297,23 +326,27 @@ def _oom_marks(frame: _Frame, x: _Scale, ooms: list[dict], budget: int | None) -
     return "".join(parts)
 
 
-def _labels(frame: _Frame, x: _Scale, y: _Scale, choice: Choice) -> str:
+def _labels(frame: _Frame, x: _Scale, y: _Scale, choice: Choice) -> tuple[str, list[tuple]]:
     """Name the best and the baseline points right on the plot, with an arrow from the baseline to the
-    leader labelled with the choice's speedup (and "tie" when it is within the noise)."""
+    leader labelled with the choice's speedup (and "tie" when it is within the noise); and the boxes
+    those labels take, which the limit lines' labels keep clear of."""
     best, baseline, leader = choice.best, choice.baseline, choice.leader
-    parts = []
+    parts, boxes = [], []
     if leader and baseline and choice.versus and _has_xy(baseline) and _has_xy(leader):
-        parts.append(_speedup_arrow(x, y, baseline, leader, choice.versus))
+        arrow, box = _speedup_arrow(x, y, baseline, leader, choice.versus)
+        parts.append(arrow)
+        boxes.append(box)
     for row, cls, dy in ((best, "best", -16), (baseline, "baseline", 24)):
         if row is None or not _has_xy(row) or (cls == "baseline" and row is best):
             continue
-        text = "best = your config" if cls == "best" and row is baseline else cls
+        text = f"{'best = your config' if cls == 'best' and row is baseline else cls} #{row.number}"
         cx, cy = x(row.peak / GiB), y(row.speed)
         flip = cx > frame.width * 0.8
         anchor, dx = ("end", -14) if flip else ("start", 14)
         parts.append(f'<text class="callout {cls}" x="{cx + dx}" y="{cy + dy}" text-anchor="{anchor}">'
-                     f'{esc(text)} #{esc(row.number)}</text>')
-    return "".join(parts)
+                     f'{esc(text)}</text>')
+        boxes.append(_text_box(cx + dx, cy + dy, text, anchor))
+    return "".join(parts), boxes
 
 
 def _speedup_arrow(x: _Scale, y: _Scale, baseline: Standing, best: Standing, versus) -> str:
@@ -326,12 +359,13 @@ def _speedup_arrow(x: _Scale, y: _Scale, baseline: Standing, best: Standing, ver
     label = versus.figure() + (" (tie)" if versus.tie else "")
     # The label sits beside the middle of the arrow, on its lower-right side.
     mx, my = (x0 + x1) / 2 - uy * 12, (y0 + y1) / 2 + ux * 12
-    return (f'<line class="arrow" x1="{x0 + ux * pad:.1f}" y1="{y0 + uy * pad:.1f}" '
+    svg = (f'<line class="arrow" x1="{x0 + ux * pad:.1f}" y1="{y0 + uy * pad:.1f}" '
             f'x2="{x1 - ux * pad:.1f}" y2="{y1 - uy * pad:.1f}" marker-end="url(#arrowhead)"/>'
             f'<text class="arrow-label" x="{mx:.1f}" y="{my + 4:.1f}">{esc(label)}</text>'
             '<defs><marker id="arrowhead" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
             'markerHeight="7" orient="auto-start-reverse"><path d="M0 0L10 5L0 10z" fill="#555"/>'
             '</marker></defs>')
+    return svg, _text_box(mx, my + 4, label)
 
 
 # Legend glyphs for the frontier plot's marks, drawn like the marks themselves.
