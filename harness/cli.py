@@ -175,7 +175,8 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
     elif any(spec.apply and best and not best.record.baseline for spec, best in zip(specs_to_run, found)):
         out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
     elif edited := next(((spec.apply.file.name, words) for spec, best in zip(specs_to_run, found) if spec.apply
-                         and best and (words := edited_since(best.record.config, config_now(spec, device)))), None):
+                         and best and (words := edited_since(best.record.config, config_now(spec, device) or {}))),
+                        None):
         out.print(f"next: [bold]bench report[/bold] to see the measurements; your config as swept stays best; "
                   f"{escape(edited[0])} holds {escape(', '.join(edited[1]))} now, so [bold]bench apply best[/bold] "
                   "writes it back")
@@ -366,16 +367,20 @@ def edited_since(swept: dict, now: dict) -> list[str]:
 def edited_words(swept: dict, spec, info: dict) -> tuple[str, str] | None:
     """("batch_size=64", "batch_size=8"): what your file makes now and your config as swept made, for each
     knob where they differ; None where your file makes the config the study measured as yours."""
-    now = config_now(spec, info.get("device") or "cpu")
+    now = config_now(spec, info.get("device") or "cpu") or {}
     knobs = changed_knobs(swept, now)
     if not knobs:
         return None
     return ", ".join(f"{k}={now[k]}" for k in knobs), ", ".join(f"{k}={swept[k]}" for k in knobs)
 
 
-def config_now(spec, device: str) -> dict:
-    """The config your apply target makes now, as a new sweep would measure it as your config."""
-    current = apply.read_current(spec.apply)
+def config_now(spec, device: str) -> dict | None:
+    """The config your apply target makes now, as a new sweep would measure it as your config; None where
+    it cannot be read now (moved or broken since the sweep read it: `bench apply` says so in its turn)."""
+    try:
+        current = apply.read_current(spec.apply)
+    except UserError:
+        return None
     return spec.holding(current, device).baseline(current)
 
 
