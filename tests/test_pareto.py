@@ -1,9 +1,12 @@
 """Choosing best: the front, budget and headroom, noise-aware ties, tiers."""
+import csv
+import io
+import json
 import statistics
 
 import pytest
 
-from harness import pareto
+from harness import pareto, report
 
 GiB = 1024**3
 
@@ -347,10 +350,6 @@ def test_a_leader_whose_confirmation_is_half_done_is_not_outranked_by_your_confi
 def test_json_and_csv_say_where_the_terminal_prints_no_ratio():
     """The terminal and the page print "?×" where rounds side by side disagree too much for any ratio
     (4.04 and 26.4 made a "15.21×"); JSON and CSV carried that 15.21 with nothing saying it means nothing."""
-    import csv
-    import io
-    import json
-    from harness import report
     base = row(0, 63.7, 0.09, cv=0.07, baseline=True, repeats=[{"status": "ok", "throughput": t} for t in (76.9, 64.1)])
     wild = row(6, 90.0, 0.63, cv=0.05, repeats=[{"status": "ok", "throughput": t} for t in (720.0, 77.0)])
     steady = row(4, 81.2, 0.63, cv=0.05, repeats=[{"status": "ok", "throughput": t} for t in (82.5, 87.4)])
@@ -366,10 +365,6 @@ def test_json_and_csv_say_where_the_terminal_prints_no_ratio():
 def test_a_config_is_judged_to_fit_on_the_highest_peak_of_its_runs():
     """An audit's quickstart: best peaked at 188.3 MiB in its trial's run and at 197.6 and 194.0 MiB in its
     two confirmation runs; under a 215 MiB budget (193.5 MiB usable) it was still chosen, on the first."""
-    import csv
-    import io
-    import json
-    from harness import report
     MiB = 2**20
     base = row(0, 100.0, 150 / 1024, baseline=True,
                repeats=[{"status": "ok", "throughput": t, "peak_memory": 150 * MiB, "round": k}
