@@ -174,12 +174,11 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
         out.print("next: [bold]bench report[/bold] to see why no config qualifies as best (statuses, noise, errors)")
     elif any(spec.apply and best and not best.record.baseline for spec, best in zip(specs_to_run, found)):
         out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
-    elif edited := next(((spec.apply.file.name, words) for spec, best in zip(specs_to_run, found) if spec.apply
-                         and best and (words := edited_since(best.record.config, config_now(spec, device) or {}))),
+    elif edited := next(((spec.apply.file.name, words[0]) for spec, best in zip(specs_to_run, found) if spec.apply
+                         and best and (words := edited_knobs(best.record.config, config_now(spec, device) or {}))),
                         None):
         out.print(f"next: [bold]bench report[/bold] to see the measurements; your config as swept stays best; "
-                  f"{escape(edited[0])} holds {escape(', '.join(edited[1]))} now, so [bold]bench apply best[/bold] "
-                  "writes it back")
+                  f"{escape(edited[0])} holds {escape(edited[1])} now, so [bold]bench apply best[/bold] writes it back")
     elif any(spec.apply for spec in specs_to_run):
         out.print("next: [bold]bench report[/bold] to see the measurements; your config stays best, so "
                   "[bold]bench apply best[/bold] has nothing to change")
@@ -354,33 +353,24 @@ def with_your_config(spec, device: str) -> tuple:
     return spec, current, missing, notes
 
 
-def changed_knobs(swept: dict, now: dict) -> list[str]:
-    """The knobs your file makes otherwise now than in `swept` (your config as a sweep measured it)."""
-    return [k for k in swept if k in now and now[k] != swept[k]]
-
-
-def edited_since(swept: dict, now: dict) -> list[str]:
-    """`knob=value` for each knob your file makes now otherwise than in `swept`."""
-    return [f"{k}={now[k]}" for k in changed_knobs(swept, now)]
-
-
-def edited_words(swept: dict, spec, info: dict) -> tuple[str, str] | None:
-    """("batch_size=64", "batch_size=8"): what your file makes now and your config as swept made, for each
-    knob where they differ; None where your file makes the config the study measured as yours."""
-    now = config_now(spec, info.get("device") or "cpu") or {}
-    knobs = changed_knobs(swept, now)
+def edited_knobs(swept: dict, now: dict) -> tuple[str, str] | None:
+    """("batch_size=64", "batch_size=8"): what your file makes `now` and what your config as swept made, for
+    each knob where they differ; None where your file makes the config the study measured as yours."""
+    knobs = [k for k in swept if k in now and now[k] != swept[k]]
     if not knobs:
         return None
     return ", ".join(f"{k}={now[k]}" for k in knobs), ", ".join(f"{k}={swept[k]}" for k in knobs)
 
 
-def config_now(spec, device: str) -> dict | None:
-    """The config your apply target makes now, as a new sweep would measure it as your config; None where
-    it cannot be read now (moved or broken since the sweep read it: `bench apply` says so in its turn)."""
-    try:
-        current = apply.read_current(spec.apply)
-    except UserError:
-        return None
+def config_now(spec, device: str, current: dict | None = None) -> dict | None:
+    """The config your apply target makes (`current`: its values as already read), as a new sweep would
+    measure it as your config; None where it cannot be read now (moved or broken since the sweep read it:
+    `bench apply` says so in its turn)."""
+    if current is None:
+        try:
+            current = apply.read_current(spec.apply)
+        except UserError:
+            return None
     return spec.holding(current, device).baseline(current)
 
 
@@ -409,9 +399,9 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
                       f"measured {values}, which this sweep does not search (the spec's search, on this machine): "
                       "kept as measured, never chosen as best", markup=False, highlight=False, soft_wrap=True)
         swept = ledger.baseline_config(study)
-        if spec.apply and swept and (edited := edited_since(swept, base)):
-            err.print(f"note: {spec.apply.file.name} makes {', '.join(edited)} now, but this study measured your "
-                      f"config as first swept ({', '.join(f'{k}={swept[k]}' for k in changed_knobs(swept, base))}): "
+        if spec.apply and swept and (edited := edited_knobs(swept, base)):
+            err.print(f"note: {spec.apply.file.name} makes {edited[0]} now, but this study measured your "
+                      f"config as first swept ({edited[1]}): "
                       "every comparison with your config is with that one; to have your file as it is now "
                       "measured as your config, sweep a new study (--study NAME)", markup=False, highlight=False,
                       soft_wrap=True)
@@ -960,7 +950,10 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
     noise = report.spoiled(made)  # the report's rule: the figures deciding this answer are noise
     # best, or a tier's pick, slower than your config for the headroom: said on screen and in the file
     set_aside = None if is_whole(which) else made.set_aside_for(chosen, pareto.TIERS.get(which, made.headroom))
-    edited = edited_words(choice.baseline.config, spec, info) if choice.baseline and not row.baseline else None
+    current = apply.read_current(spec.apply)
+    device_kind = info.get("device") or "cpu"
+    edited = edited_knobs(choice.baseline.config, config_now(spec, device_kind, current)) \
+        if choice.baseline and not row.baseline else None
     provenance = {"study": name, "trial": row.number, "chosen": chosen_words(which, budget), "device": row.env.get("device"),
                   "throughput": chosen.speed, "unit": choice.unit, "peak_memory": chosen.peak,
                   "vs_baseline": against.text(choice.unit) if against else None,
@@ -975,8 +968,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
                   or None}
     if to is not None:
         refuse_own_file(to, spec_path_of(info, storage, results), spec, storage, results, name, option="--to")
-    current = apply.read_current(spec.apply)
-    held = spec.held(current, info.get("device") or "cpu")
+    held = spec.held(current, device_kind)
     values = to_write(row.config, spec.knob_names() + list(held))
     plan = apply.plan(spec.apply, values, provenance, to=to, create_keys=create_keys, current_values=current)
     # planned before anything is written: a profile it would refuse must leave the main config unwritten too.

@@ -279,17 +279,18 @@ class Choice:
     def set_aside_for(self, chosen: Standing | None, headroom: float) -> str | None:
         """Why `chosen` (best, or a tier's pick under its `headroom`) is slower than your config: yours ran
         faster, steadily, but leaves less than that headroom. None where that is not so."""
-        b, cap = self.baseline, self.capacity
-        if (b is None or chosen is None or chosen is b or not b.measured or b.noisy or not cap
-                or b.peak <= cap * (1 - headroom) or b.speed <= chosen.speed):
+        b = self.baseline
+        if (b is None or chosen is None or chosen is b or not b.measured or b.noisy
+                or self.fits(b, headroom) is not False or b.speed <= chosen.speed):
             return None
         return (f"your config (trial {b.number}) is faster ({b.speed:.1f} {self.unit}) but peaks at {size(b.peak)} "
-                f"and leaves less than the {headroom:.0%} headroom of the {size(cap)} {self.capacity_label}: "
+                f"and leaves less than the {headroom:.0%} headroom of the {size(self.capacity)} {self.capacity_label}: "
                 f"trial {chosen.number} is the fastest config that leaves it")
 
-    def fits(self, s: Standing) -> bool | None:
-        """`s`'s peak leaves the headroom of the capacity; None where either is unknown."""
-        return None if not self.capacity or s.peak is None else s.peak <= self.capacity * (1 - self.headroom)
+    def fits(self, s: Standing, headroom: float | None = None) -> bool | None:
+        """`s`'s peak leaves `headroom` (else the study's) of the capacity; None where either is unknown."""
+        h = self.headroom if headroom is None else headroom
+        return None if not self.capacity or s.peak is None else s.peak <= self.capacity * (1 - h)
 
     def standing(self, number: int) -> Standing | None:
         return next((s for s in self.rows if s.number == number), None)
