@@ -13,7 +13,7 @@ import optuna
 import pytest
 from rich.console import Console
 
-from harness import busy, cli, ledger, report, spec as specs, study as studies
+from harness import busy, ledger, live, report, spec as specs, study as studies
 from tests.conftest import faulty_spec
 
 BUSY = {"load1": 3.5, "cores": 2, "busy_cores": 1.9, "steal": 0.0, "gpu_processes": 0}
@@ -75,10 +75,10 @@ def test_a_machine_that_stays_busy_is_measured_in_bounded_time_and_called_noise(
     assert "when the machine is quiet" in report.next_step(choice)
 
 
-def test_the_live_output_prints_a_note_about_a_trial_under_its_header(tmp_path, monkeypatch):
+def test_the_live_output_prints_a_note_about_a_trial_under_its_header(tmp_path):
     buf = io.StringIO()
-    monkeypatch.setattr(cli, "out", Console(file=buf, width=200, force_terminal=False))
-    progress = cli.LiveProgress(specs.load(faulty_spec(tmp_path, "s", ["none"])))
+    progress = live.LiveProgress(specs.load(faulty_spec(tmp_path, "s", ["none"])),
+                                 Console(file=buf, width=200, force_terminal=False))
     progress.trial_started(3, 0, 2, {"batch_size": 8}, baseline=False)
     progress.note("machine busy before trial 3 (...)")
     progress.trial_finished(3, {"status": "crash", "error": {"message": "boom"}}, None)

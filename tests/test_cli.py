@@ -575,10 +575,10 @@ def test_a_line_per_trial_has_one_word_under_each_name():
 
 def test_a_failed_trials_progress_line_is_one_line_whatever_its_error_message():
     """A CPU OOM raised in C++ ends its message with a newline, which left an empty line in the output."""
-    from harness import cli
+    from harness import live
     rec = {"status": "oom", "error": {"type": "MemoryError", "message": "MemoryError: std::bad_alloc\n"}}
-    assert cli.outcome(rec) == "oom: MemoryError: std::bad_alloc"
-    assert cli.outcome(rec, budget=24 * 2**30) == "oom under the 24.00 GiB budget: MemoryError: std::bad_alloc"
+    assert live.outcome(rec) == "oom: MemoryError: std::bad_alloc"
+    assert live.outcome(rec, budget=24 * 2**30) == "oom under the 24.00 GiB budget: MemoryError: std::bad_alloc"
 
 
 @pytest.mark.parametrize("batch", [32, 16_000_000])  # under --set's 2**24, which refuses before any trial
@@ -601,11 +601,11 @@ def test_a_batch_larger_than_the_dataset_fails_at_once_and_says_so(project, batc
 
 def test_a_trials_progress_line_is_in_the_objectives_unit():
     """With objective: tokens the trial lines said samples/s and "best so far" said tokens/s."""
-    from harness import cli
+    from harness import live
     rec = {"status": "ok", "throughput": 12.5, "tokens_per_s": {"median": 1600.0}, "peak_memory": 2**20,
            "timing": {"step_s": {"cv": 0.01}, "trial_wall_s": 3}}
-    assert cli.outcome(rec, "tokens").startswith("ok: 1600.0 tokens/s, peak 1.0 MiB")
-    assert cli.outcome(rec).startswith("ok: 12.5 samples/s")
+    assert live.outcome(rec, "tokens").startswith("ok: 1600.0 tokens/s, peak 1.0 MiB")
+    assert live.outcome(rec).startswith("ok: 12.5 samples/s")
 
 
 def test_a_quick_smoke_run_compiles_nothing_and_keeps_a_fixed_compile(tmp_path, monkeypatch):

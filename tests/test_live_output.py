@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.spinner import Spinner
 
 from harness import cli, ledger, spec as specs, storage as stores, study as studies
-from harness.cli import LiveProgress, RunningTrial, main
+from harness.cli import main
+from harness.live import LiveProgress, RunningTrial
 from tests.conftest import FAST_TRIAL, write_spec
 
 GiB = 1024**3
@@ -60,7 +61,7 @@ def row(number, speed, peak_gib, cv=0.001, status="ok"):
 
 
 def progress_for(project, **overrides):
-    return LiveProgress(specs.load(write_spec(project, **overrides)))
+    return LiveProgress(specs.load(write_spec(project, **overrides)), cli.out)
 
 
 def test_a_faster_trial_that_lost_on_the_tie_rule_says_so(project, terminal):
@@ -149,10 +150,9 @@ def test_help_shows_whole_command_descriptions():
         assert " ".join(command.help.split("\n\n")[0].split()) in flat
 
 
-def test_a_resume_past_a_smaller_cap_does_not_say_3_of_2(project, monkeypatch):
+def test_a_resume_past_a_smaller_cap_does_not_say_3_of_2(project):
     buf = io.StringIO()
-    monkeypatch.setattr(cli, "out", Console(file=buf, width=200, force_terminal=False))
-    progress = LiveProgress(specs.load(write_spec(project)))
+    progress = LiveProgress(specs.load(write_spec(project)), Console(file=buf, width=200, force_terminal=False))
     progress.started(3, 2, "tiny")
     progress.started(2, 2, "tiny")
     progress.started(1, 5, "tiny", running=1)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, footprint, launch, pareto
+from harness import footprint, launch, live, pareto
 from harness.record import Record
 from harness.spec import Measure
 
@@ -197,7 +197,7 @@ def test_an_eager_config_far_under_the_best_stops_after_one_warm_up_step_and_say
     assert cut["memory"]["breakdown"] is None
     # one step's timing has no spread: not "cv 0.0%" and the least precise figure, not the most
     assert Record.of(cut).step_cv is None and pareto.noise(cut) == pareto.MAX_NOISE
-    assert ", cv -, " in cli.outcome(cut) and "1 warm-up step: under 25% of the best so far" in cli.outcome(cut)
+    assert ", cv -, " in live.outcome(cut) and "1 warm-up step: under 25% of the best so far" in live.outcome(cut)
 
 
 def test_a_long_warm_up_step_is_judged_against_the_higher_bar_and_a_short_one_is_not(tmp_path):
@@ -215,7 +215,7 @@ def test_a_long_warm_up_step_is_judged_against_the_higher_bar_and_a_short_one_is
     cut, full = run(0.0), run(1e9)  # every step is "long" / none is
     assert cut["status"] == "ok" and cut["timing"]["cut_at"] == "1 long warm-up step"
     assert cut["timing"]["windows"] == 0 and cut["loss"]["steps"] == 2
-    assert ", 1 long warm-up step: under 55% of the best so far" in cli.outcome(cut)
+    assert ", 1 long warm-up step: under 55% of the best so far" in live.outcome(cut)
     assert full["status"] == "ok" and "cut_short" not in full["timing"] and full["timing"]["windows"] >= 2
     assert full["timing"]["warmup_steps"] == 2
 
