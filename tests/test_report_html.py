@@ -559,3 +559,24 @@ def test_the_limit_lines_labels_keep_clear_of_the_callouts(tmp_path):
     dom = _chromium(tmp_path, "--window-size=1280,2400", "--dump-dom", report.as_uri())
     limits, labels, hits = json.loads(html.unescape(re.search(r'data-hits="([^"]+)"', dom).group(1)))
     assert (limits, labels, hits) == (2, 3, 0)
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="headless browser test needs `chromium` on PATH")
+def test_the_limit_lines_labels_are_not_struck_through_by_the_staircase_or_an_oom(tmp_path):
+    """The staircase runs on to the right edge at the best's height, so a limit line right of the best
+    had its label, written down from the top, struck through on every such page; and a label moved to
+    the floor sat on an OOM's cross there. Measured in the browser: no point of a limit label's box is
+    on the front's stroke, and no label's box meets a cross."""
+    probe = ("<script>const svg=document.querySelector('svg.frontier');const inv=svg.getScreenCTM().inverse();"
+             "const front=svg.querySelector('.pareto-front');const hit=(a,b)=>a.left<b.right&&b.left<a.right&&"
+             "a.top<b.bottom&&b.top<a.bottom;const crosses=[...svg.querySelectorAll('.oom path')].map(e=>e.getBoundingClientRect());"
+             "const struck=[...svg.querySelectorAll('.limit text')].map(t=>{const r=t.getBoundingClientRect();let n=0;"
+             "for(let y=r.top;y<=r.bottom;y+=0.5)for(let j=0;j<=8;j++){const p=new DOMPoint(r.left+r.width*j/8,y)"
+             ".matrixTransform(inv);if(front.isPointInStroke(p))n++;}return [n,crosses.filter(c=>hit(r,c)).length];});"
+             "document.body.dataset.struck=JSON.stringify(struck);</script></body>")
+    report = tmp_path / "struck.html"
+    report.write_text(render_html(synthetic_rows(), synthetic_study()).replace("</body>", probe))
+    dom = _chromium(tmp_path, "--window-size=1280,2400", "--dump-dom", report.as_uri())
+    struck = json.loads(html.unescape(re.search(r'data-struck="([^"]+)"', dom).group(1)))
+    assert struck == [[0, 0], [0, 0]], struck  # the headroom's label and the budget's

@@ -191,14 +191,17 @@ def frontier_plot(choice: Choice) -> str:
     y_hi, y_ticks = _nice_axis(max([r.speed for r in points] + [0]) * 1.12)
     x, y = frame.x(0, x_hi), frame.y(0, y_hi)
     labels, taken = _labels(frame, x, y, choice)
+    crosses = _oom_spots(frame, x, ooms, budget)
     taken += [(x(r.peak / GiB) - 13, y(r.speed) - 13, x(r.peak / GiB) + 13, y(r.speed) + 13) for r in points]
+    taken += [(x0 - 3, y0 - 3, x1 + 3, y1 + 3) for x0, y0, x1, y1 in _staircase(frame, x, y, list(choice.front))]
+    taken += [(cx - 8, cy - 8, cx + 8, cy + 8) for _, cx, cy in crosses]
     body = [
         _axes(frame, x, y, [(t, _tick_label(t)) for t in x_ticks], [(t, _tick_label(t)) for t in y_ticks],
               "peak memory (GiB)", f"throughput ({choice.unit})"),
         _budget_lines(frame, x, budget, label, choice.headroom or 0, taken),
         _front(frame, x, y, list(choice.front)),
         *(_point(r, x, y, choice.unit) for r in _on_top_last(points)),
-        _oom_marks(frame, x, ooms, budget),
+        _oom_marks(crosses),
         labels,
     ]
     plot = _svg(frame, "frontier", "".join(body), "throughput against peak memory per trial")
@@ -251,12 +254,7 @@ def _budget_lines(frame: _Frame, x: _Scale, budget: int | None, label: str, head
         if value / GiB > x.hi:
             continue
         px, length = x(value / GiB), LIMIT_CHAR_PX * len(text)
-        # (x of the rotated text's baseline, anchor, its box): left or right of the line, from the top or the floor
-        spots = [(px - 5, top + 4, "end", (px - 17, top + 4, px - 2, top + 4 + length)),
-                 (px + 15, top + 4, "end", (px + 3, top + 4, px + 18, top + 4 + length)),
-                 (px - 5, bottom - 4, "start", (px - 17, bottom - 4 - length, px - 2, bottom - 4)),
-                 (px + 15, bottom - 4, "start", (px + 3, bottom - 4 - length, px + 18, bottom - 4))]
-        tx, ty, anchor, box = next((spot for spot in spots if not any(_overlap(spot[3], t) for t in taken)), spots[0])
+        tx, ty, anchor, box = _limit_label_spot(px, length, top, bottom, taken)
         taken.append(box)
         svg.append(f'<g class="limit {cls}"><line x1="{px}" x2="{px}" y1="{top}" y2="{bottom}"/>'
                    f'<text transform="translate({tx} {ty}) rotate(-90)" text-anchor="{anchor}">{esc(text)}</text></g>')
@@ -264,6 +262,24 @@ def _budget_lines(frame: _Frame, x: _Scale, budget: int | None, label: str, head
     if beyond:
         svg.append(_offscale_note(frame, " · ".join(reversed(beyond)) + ": off the scale →"))
     return "".join(svg)
+
+
+def _limit_label_spot(px: float, length: float, top: float, bottom: float, taken: list[tuple]) -> tuple:
+    """Where a limit line's label (written down the line, `length` long) goes: beside the line, left
+    then right, as high as it is clear of every box in `taken` (from the top, just below something in
+    the way, or up from the floor); the top left where nowhere is. The x of the rotated text's
+    baseline, its y, its anchor and its box."""
+    sides = [(px - 5, px - 17, px - 2), (px + 15, px + 3, px + 18)]
+    floor = bottom - 4 - length
+    spots = []
+    for order, (tx, x0, x1) in enumerate(sides):
+        below = [t[3] + 4 for t in taken if x0 < t[2] and t[0] < x1 and top < t[3] < floor]
+        spots += [(y0, order, tx, x0, x1) for y0 in [top + 4, *below, floor] if top + 4 <= y0 <= floor]
+    for y0, _, tx, x0, x1 in sorted(spots):
+        box = (x0, y0, x1, y0 + length)
+        if not any(_overlap(box, t) for t in taken):
+            return (tx, bottom - 4, "start", box) if y0 == floor else (tx, y0, "end", box)
+    return px - 5, top + 4, "end", (px - 17, top + 4, px - 2, top + 4 + length)
 
 
 LIMIT_CHAR_PX = 6.8
@@ -284,18 +300,33 @@ def _text_box(x: float, y: float, text: str, anchor: str = "start") -> tuple:
     return x0, y - 13, x0 + width, y + 4
 
 
-def _front(frame: _Frame, x: _Scale, y: _Scale, front: list[dict]) -> str:
+def _front(frame: _Frame, x: _Scale, y: _Scale, front: list[Standing]) -> str:
     """The Pareto front as a staircase: the most throughput reachable within each amount of memory."""
-    if not front:
+    corners = _corners(frame, x, y, front)
+    if not corners:
         return ""
-    front = sorted(front, key=lambda r: (r.peak, r.speed))
-    steps = [f"M{x(front[0].peak / GiB)} {y(front[0].speed)}"]
-    for row in front[1:]:
-        steps.append(f"H{x(row.peak / GiB)}V{y(row.speed)}")
-    right, bottom = frame.width - frame.right, frame.height - frame.bottom
-    line = "".join(steps) + f"H{right}"
-    area = line + f"V{bottom}H{x(front[0].peak / GiB)}Z"
+    (x0, y0), bottom = corners[0], frame.height - frame.bottom
+    line = f"M{x0} {y0}" + "".join(f"H{cx}" if k % 2 == 0 else f"V{cy}" for k, (cx, cy) in enumerate(corners[1:]))
+    area = line + f"V{bottom}H{x0}Z"
     return f'<path class="front-area" d="{area}"/><path class="pareto-front" d="{line}"/>'
+
+
+def _corners(frame: _Frame, x: _Scale, y: _Scale, front: list[Standing]) -> list[tuple[float, float]]:
+    """The staircase's corners, left to right: a step across to each next front point, then up to it,
+    and on to the plot's right edge at the best's height."""
+    if not front:
+        return []
+    front = sorted(front, key=lambda r: (r.peak, r.speed))
+    corners = [(x(front[0].peak / GiB), y(front[0].speed))]
+    for row in front[1:]:
+        corners += [(x(row.peak / GiB), corners[-1][1]), (x(row.peak / GiB), y(row.speed))]
+    return corners + [(frame.width - frame.right, corners[-1][1])]
+
+
+def _staircase(frame: _Frame, x: _Scale, y: _Scale, front: list[Standing]) -> list[tuple]:
+    """The staircase's segments as boxes (x0, y0, x1, y1)."""
+    corners = _corners(frame, x, y, front)
+    return [(min(ax, bx), min(ay, by), max(ax, bx), max(ay, by)) for (ax, ay), (bx, by) in zip(corners, corners[1:])]
 
 
 def _point(row: Standing, x: _Scale, y: _Scale, unit: str) -> str:
@@ -308,22 +339,26 @@ def _point(row: Standing, x: _Scale, y: _Scale, unit: str) -> str:
     return f'<g class="{classes}" data-trial="{esc(row.number)}">{_tooltip(row, unit)}{marker}</g>'
 
 
-def _oom_marks(frame: _Frame, x: _Scale, ooms: list[dict], budget: int | None) -> str:
-    """OOMs have no throughput: a red cross on the floor, at the memory where they failed.
+def _oom_spots(frame: _Frame, x: _Scale, ooms: list[Standing], budget: int | None) -> list[tuple]:
+    """Where each OOM's cross goes (row, cx, cy): on the floor, at the memory where it failed.
 
     Without a recorded size an OOM sits at the budget (or the right edge without one); crosses that
     would overlap are stacked upwards so each one stays countable.
     """
-    floor, taken, parts = frame.height - frame.bottom - 10, Counter(), []
+    floor, taken, spots = frame.height - frame.bottom - 10, Counter(), []
     for row in sorted(ooms, key=lambda r: r.number or 0):
         mem = row.peak or budget
         cx = x(min(mem / GiB, x.hi)) if mem else x(x.hi)
         slot = round(cx / 14)
-        cy = floor - 16 * taken[slot]
+        spots.append((row, cx, floor - 16 * taken[slot]))
         taken[slot] += 1
-        parts.append(f'<g class="oom" data-trial="{esc(row.number)}">{_tooltip(row)}'
-                     f'{_cross(cx, cy)}</g>')
-    return "".join(parts)
+    return spots
+
+
+def _oom_marks(spots: list[tuple]) -> str:
+    """OOMs have no throughput: a red cross each, where `_oom_spots` put it."""
+    return "".join(f'<g class="oom" data-trial="{esc(row.number)}">{_tooltip(row)}{_cross(cx, cy)}</g>'
+                   for row, cx, cy in spots)
 
 
 def _labels(frame: _Frame, x: _Scale, y: _Scale, choice: Choice) -> tuple[str, list[tuple]]:
