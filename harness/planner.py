@@ -48,6 +48,11 @@ AS_MEASURED = "is faster as measured"
 """Why a knob value wins when the fit gives it no effect worth a figure."""
 
 
+def gain_words(v: pareto.Versus, against: str) -> str:
+    """"+35% over batch 64", and "(within the noise)" where the report calls the pair a tie."""
+    return f"{v.ratio - 1:+.0%} over {against}" + (" (within the noise)" if v.tie else "")
+
+
 def normal_cdf(z):
     return 0.5 * (1 + np.vectorize(math.erf)(np.asarray(z) / math.sqrt(2)))
 
@@ -252,12 +257,16 @@ class Planner:
             return f"#{best['number']} is the fastest config measured that fits"
         below = max(smaller, key=lambda r: r["config"]["batch_size"], default=None)
         gain, line = max(reasons, default=(0.0, ""), key=lambda x: x[0])
-        over_below = self.over(best, below) if below is not None else None
-        if below is None or gain >= over_below:
+        if below is None:
             return line
-        if over_below <= 1:
+        over_below = self.over(best, below)
+        if over_below is None:
+            return line or None  # the two's runs side by side tell nothing: the report says so, not a figure
+        if gain >= over_below.ratio:
+            return line
+        if over_below.ratio <= 1:
             return None  # a smaller batch's one run was faster: best won on its confirmed runs, which the choice says
-        words = f"{over_below - 1:+.0%} over batch {below['config']['batch_size']}"
+        words = gain_words(over_below, f"batch {below['config']['batch_size']}")
         if not larger:
             over = any(not search.fits(r, self.usable) and r.get("status") in ("ok", "diverged", "oom", "skipped")
                        for r in above_batch)
@@ -265,10 +274,13 @@ class Planner:
             scope = "that fits" if over else "that ran steadily" if above_batch else "measured"
             return f"batch {batch} is the largest of its family {scope}: {words}"
         above = min(larger, key=lambda r: r["config"]["batch_size"])
-        gain = self.over(best, above) - 1
+        over_above = self.over(best, above)
+        if over_above is None:
+            return f"batch {batch}: {words}"
+        gain = over_above.ratio - 1
         if gain > 0:
-            return (f"batch {batch} is the fastest of its family: {words} and {gain:+.0%} over batch "
-                    f"{above['config']['batch_size']}, which also fits")
+            above_words = gain_words(over_above, f"batch {above['config']['batch_size']}")
+            return f"batch {batch} is the fastest of its family: {words} and {above_words}, which also fits"
         # chosen within the noise of a larger batch (less memory, or confirmed where it was not)
         return (f"batch {batch}: {words}; batch {above['config']['batch_size']} also fits and measured "
                 f"{-gain:.0%} faster, within the noise")
@@ -295,24 +307,29 @@ class Planner:
         if words != AS_MEASURED:  # its per-sample and activation figures are the model's, not a measurement
             words += " (fitted)"
         if lets_fit:
-            gain = self.over(best, alt)
-            return gain, f"{knob}={value} {words}: {gain - 1:+.0%} over the best without it " \
-                         f"(#{alt['number']}, {search.describe(alt['config'])})"
+            v = self.over(best, alt)
+            against = f"the best without it (#{alt['number']}, {search.describe(alt['config'])})"
+            return None if v is None else (v.ratio, f"{knob}={value} {words}: {gain_words(v, against)}")
         twin = {**best["config"], knob: other}
         measured = next((r for r in fits if r["config"] == twin), None)
         if measured:
-            gain, against = self.over(best, measured), f"#{measured['number']}, the same with {knob}={other}"
+            v = self.over(best, measured)
+            if v is None:
+                return None
+            gain, said = v.ratio, gain_words(v, f"#{measured['number']}, the same with {knob}={other}")
         else:
             twin_speed = float(np.exp(fitted.predict([twin])["speed"][0]))
             gain = pareto.speed(best, self.objective) / twin_speed
-            against = f"the same with {knob}={other}, predicted {twin_speed:.1f} {self.objective}/s"
-        return gain, f"{knob}={value} {words}: {gain - 1:+.0%} over {against}"
+            said = f"{gain - 1:+.0%} over the same with {knob}={other}, predicted {twin_speed:.1f} {self.objective}/s"
+        return gain, f"{knob}={value} {words}: {said}"
 
-    def over(self, row: dict, other: dict) -> float:
-        """`row`'s speed over `other`'s as the report gives it (pareto.versus): the ratio of the runs the two
-        made side by side where both were confirmed together, else of their figures. The medians of runs
-        made minutes apart said +48% where the same pair's side-by-side rounds, shown below it, said 1.32x."""
-        return pareto.versus(row, other, self.objective).ratio
+    def over(self, row: dict, other: dict) -> pareto.Versus | None:
+        """`row` against `other` as the report gives it (pareto.versus): the ratio of the runs the two made
+        side by side where both were confirmed together, else of their figures (the medians of runs made
+        minutes apart said +48% where the same pair's side-by-side rounds, shown below it, said 1.32x).
+        None where those rounds disagree too much to tell (the report prints ?x; "+1279%" stood beside it)."""
+        v = pareto.versus(row, other, self.objective)
+        return None if v is None or v.untellable else v
 
     def needed_to_fit(self, config: dict, knob: str, other, rows: list[dict], fitted: model.Fit) -> bool:
         """Would `config` with `knob` at `other` not fit? Measured (its memory family was over the memory

@@ -137,8 +137,8 @@ def test_a_tie_says_the_band_it_was_judged_by():
     v = pareto.choose([base, lead], 24 * GiB, 0.1).versus
     assert v.tie and v.bound == 2 * v.spread and abs(v.ratio - 1) <= v.bound
     assert "a tie: within the noise (1× ± 0.41, twice the spread of the paired runs)" in v.text("samples/s")
-    # the ratio is the paired rounds' (1.07, 1.36: median 1.22), as its band is; a ratio's spread has no unit
-    assert v.text("samples/s").startswith("1.22× the samples/s, ± 0.21 over 2 runs each side by side")
+    # the ratio is the paired rounds' (1.07, 1.36: median 1.21 in logs), as its band is; a ratio's spread has no unit
+    assert v.text("samples/s").startswith("1.21× the samples/s, ± 0.21 over 2 runs each side by side")
     one_run = row(5, 81.2, 0.63, cv=0.05)  # no paired runs: its own noise is the band
     v = pareto.choose([row(0, 79.0, 0.09, cv=0.03, baseline=True), one_run], 24 * GiB, 0.1).versus
     assert v.tie and "the runs' own noise" in v.text("samples/s")
@@ -152,7 +152,7 @@ def test_a_tie_says_the_band_it_was_judged_by():
     # nor the ratio at all: rounds of 4.04 and 26.4 made a "15.21×" headline no measurement supports
     assert v.text("samples/s").startswith("?× the samples/s (2 runs each side by side) — a tie")
     assert v.figure() == "?×" and v.text("samples/s").count("±") == 1 and f"{v.ratio:.2f}" not in v.text("samples/s")
-    assert pareto.choose([base, lead], 24 * GiB, 0.1).versus.figure() == "1.22× ± 0.21"
+    assert pareto.choose([base, lead], 24 * GiB, 0.1).versus.figure() == "1.21× ± 0.21"
 
 
 def test_one_disturbed_round_of_four_does_not_make_the_band():
@@ -163,7 +163,7 @@ def test_one_disturbed_round_of_four_does_not_make_the_band():
     base = row(0, 168.6, 1, cv=0.02, baseline=True, repeats=[ok(123.0), ok(171.6), ok(170.0), ok(172.0)])
     lead = row(1, 190.7, 1, cv=0.02, repeats=[ok(195.0), ok(185.0), ok(190.0), ok(190.0)])
     v = pareto.choose([base, lead], 24 * GiB, 0.1).versus
-    assert v.paired == 4 and v.ratio == pytest.approx(statistics.median([195 / 123, 185 / 171.6, 190 / 170, 190 / 172]))
+    assert v.paired == 4 and v.ratio == pytest.approx((190 / 172 * 190 / 170) ** 0.5)  # the middle two, in logs
     assert v.spread < 0.05 and not v.tie and pareto.choose([base, lead], 24 * GiB, 0.1).best.number == 1
     two = row(0, 168.6, 1, cv=0.02, baseline=True, repeats=[ok(123.0), ok(171.6)])
     v = pareto.choose([two, row(1, 190.7, 1, cv=0.02, repeats=[ok(195.0), ok(185.0)])], 24 * GiB, 0.1).versus
@@ -219,9 +219,23 @@ def test_the_trials_own_runs_made_minutes_apart_do_not_widen_the_side_by_side_sp
     choice = pareto.choose([base, lead], 24 * GiB, 0.1)
     v = choice.versus
     # the ratio is the paired rounds' median, not the medians' ratio (317 / 80), which took in the 82 made apart
-    assert v.ratio == pytest.approx((317 / 80 + 318 / 80) / 2) and v.paired == 2
+    assert v.ratio == pytest.approx((317 / 80 * 318 / 80) ** 0.5) and v.paired == 2
     assert v.spread == pytest.approx(0.0088, abs=1e-4)
     assert not v.tie and choice.best.number == 1 and not choice.kept
+
+
+def test_a_pairs_ratio_is_the_same_read_from_either_side():
+    """With two rounds side by side the median of the ratios was their mean, which is not reciprocal: one
+    pair read 0.236x one way and 13.8x the other (rounds at 1.8x and 25.8x), so "why best" and the JSON's
+    vs_baseline disagreed. Taken in logs (a geometric middle), a over b is 1 / (b over a)."""
+    ok = lambda t: {"status": "ok", "throughput": t}  # noqa: E731
+    a = row(0, 100.0, 1, cv=0.01, repeats=[ok(180.0), ok(258.0)])
+    b = row(1, 100.0, 1, cv=0.01, repeats=[ok(100.0), ok(10.0)])
+    assert pareto.versus(a, b).ratio * pareto.versus(b, a).ratio == pytest.approx(1.0)
+    assert pareto.versus(a, b).ratio == pytest.approx((1.8 * 25.8) ** 0.5)
+    three = row(2, 100.0, 1, cv=0.01, repeats=[ok(120.0), ok(130.0), ok(110.0)])
+    base = row(3, 100.0, 1, cv=0.01, repeats=[ok(100.0)] * 3)
+    assert pareto.versus(three, base).ratio == pytest.approx(1.2)  # an odd count's median is its middle round
 
 
 def test_a_tie_goes_to_less_memory_only_where_memory_is_scarce():

@@ -700,6 +700,28 @@ def test_a_knob_is_not_credited_with_a_batch_that_fit_without_it_nor_with_a_cost
     assert planner.Planner.effect_words({"t": 0.7, "O": 1.0, "A": 0.61}, 64, False) == "saves 30% per sample"
 
 
+def test_why_quotes_no_gain_the_side_by_side_runs_cannot_tell_and_says_a_tie_is_one():
+    """An audit on a busy machine: "why best: ... +1279% over batch 8" where the report printed ?x for
+    that pair (two rounds side by side at 1.5x and 26x tell nothing), and "+6% over batch 16" beside
+    the report's 0.97x "a tie". Why gives the pair's figure only where the report can, with its tie."""
+    fp32 = {"precision": "fp32", "checkpointing": "none", "compile": "off", "accumulation": 1}
+
+    def confirmed(number, batch, own, rounds, baseline=False):
+        return {"number": number, "status": "ok", "config": {"batch_size": batch, **fp32}, "throughput": own,
+                "peak_memory": batch * 2**20, "timing": {"step_s": {"cv": 0.01}}, "baseline": baseline,
+                "repeats": [{"status": "ok", "throughput": s, "round": k} for k, s in enumerate(rounds, 1)]}
+    plan = planner.Planner([{"batch_size": b, **fp32} for b in (32, 64)], usable=0.9 * 2**30, limit=2**30,
+                           device="cpu")
+    wild = [confirmed(0, 32, 100.0, (100.0, 10.0), baseline=True), confirmed(1, 64, 150.0, (150.0, 260.0))]
+    assert pareto.versus(wild[1], wild[0]).untellable
+    assert plan.why(wild, wild[1]) is None
+    close = [confirmed(0, 32, 100.0, (100.0, 100.0), baseline=True), confirmed(1, 64, 103.0, (101.0, 105.0))]
+    v = pareto.versus(close[1], close[0])
+    assert v.tie and not v.untellable
+    assert plan.why(close, close[1]) == (f"batch 64 is the largest of its family measured: {v.ratio - 1:+.0%} "
+                                         "over batch 32 (within the noise)")
+
+
 def test_why_gives_the_ratio_of_runs_made_side_by_side_as_the_report_does():
     """An audit's study said "why best: ... +48% over batch 32" (medians of runs made minutes apart) and,
     two lines below, 1.32x your config (the same two configs' confirmation rounds, run side by side):
@@ -714,5 +736,7 @@ def test_why_gives_the_ratio_of_runs_made_side_by_side_as_the_report_does():
     plan = planner.Planner([r["config"] for r in rows], usable=0.9 * 2**30, limit=2**30, device="cpu")
     best = plan.best(rows)
     assert best["number"] == 1
-    paired = pareto.versus(rows[1], rows[0]).ratio  # rounds 150/140 and 100/90: 1.09, not the medians' 1.50
-    assert plan.why(rows, best) == f"batch 64 is the largest of its family measured: {paired - 1:+.0%} over batch 32"
+    paired = pareto.versus(rows[1], rows[0])  # rounds 150/140 and 100/90: 1.09, not the medians' 1.50
+    assert paired.tie  # as the report says: within the runs' own noise
+    assert plan.why(rows, best) == (f"batch 64 is the largest of its family measured: {paired.ratio - 1:+.0%} "
+                                    "over batch 32 (within the noise)")
