@@ -45,7 +45,8 @@ def stale_comments(doc: _Document, edits: list, new_text: str, effective: int | 
             whose = "its old value" if quoted[0] == a.key else f"the old {quoted[0]}"
             where = f"{name}:{line}: {a.key}: the comment {comment!r} quotes {quoted[1]}, {whose}"
             if effective is not None and quoted[1] == effective:
-                out.append(f"{where}, and the new effective batch; check the comment still holds")
+                if not ON_EFFECTIVE.search(comment):  # "# effective batch 32" at 16 x 2 still holds: nothing to say
+                    out.append(f"{where}, and the new effective batch; check the comment still holds")
             else:
                 out.append(f"{where}; update the comment")
         elif spoken:
@@ -58,6 +59,8 @@ def stale_comments(doc: _Document, edits: list, new_text: str, effective: int | 
     return out
 
 
+ON_EFFECTIVE = re.compile(r"\b(effective|global|total)\b", re.I)
+"""A comment that says it is about the effective batch (a number equal to the new one then still holds)."""
 FIGURE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:%|[KMGT]i?B\b|(?:samples|tokens|it)/s\b|s/it\b|ms\b)", re.I)
 """A share, a size or a speed in a comment: what someone measured at the old value (`14%`, `24 GB`, `310 samples/s`)."""
 
