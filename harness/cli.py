@@ -818,6 +818,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
         raise UserError(f"{spec.shown}: has no `apply:` section naming the config file to write; add one")
     row = chosen.record
     against = choice.against_baseline(chosen)
+    versus_words = against.text(choice.unit) if against else choice.no_ratio(chosen)
     noise = report.spoiled(made)  # the report's rule: the figures deciding this answer are noise
     # best, or a tier's pick, slower than your config for the headroom: said on screen and in the file
     set_aside = None if is_whole(which) else made.set_aside_for(chosen, pareto.TIERS.get(which, made.headroom))
@@ -827,8 +828,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
         if choice.baseline and not row.baseline else None
     provenance = {"study": name, "trial": row.number, "chosen": chosen_words(which, budget), "device": row.env.get("device"),
                   "throughput": chosen.speed, "unit": choice.unit, "peak_memory": chosen.peak,
-                  "vs_baseline": against.text(choice.unit) if against else None,
-                  "baseline": choice.baseline.number if against else None,
+                  "vs_baseline": versus_words, "baseline": choice.baseline.number if versus_words else None,
                   "date": datetime.date.today().isoformat(), "bench_version": __version__,
                   "note": "; ".join([*(["a BENCH_QUICK smoke run, not numbers to act on"] if info.get("smoke") else []),
                                      *(["measured on a busy machine or too noisy to rank: the answer is noise"]
@@ -869,8 +869,8 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
                   highlight=False, markup=False)
     out.print(f"trial {row.number}: {report.describe(row.config)}  {chosen.speed:.1f} {choice.unit} "
               f"(median of {chosen.runs} run{'s' if chosen.runs > 1 else ''}), peak {size(chosen.peak)}"
-              + (f"; vs your config as swept (trial {choice.baseline.number}) {against.text(choice.unit)}"
-                 if against else ""), highlight=False, markup=False)
+              + (f"; vs your config as swept (trial {choice.baseline.number}) {versus_words}"
+                 if versus_words else ""), highlight=False, markup=False)
     for warning in [*study_warnings(spec, rows, info), chosen.caveat and f"trial {row.number}: {chosen.caveat}",
                     noisy_baseline_warning(choice, chosen) or (SPOILED_WARNING if noise else None),
                     elsewhere_warning(info, spec, storage, results) if to is None else None,

@@ -302,6 +302,20 @@ class Choice:
             return None
         return versus(row.record, self.baseline.record, self.objective)
 
+    def no_ratio(self, row: Standing) -> str | None:
+        """Why `against_baseline` gives `row` no ratio ("no ratio: trial 1 ran too noisy to compare (154%
+        CV)"), for apply's header; None where it gives one, and for your config itself."""
+        base = self.baseline
+        if base is None or row.record.baseline or self.against_baseline(row) is not None:
+            return None
+        if not base.measured:
+            return f"no ratio: your config ended {base.record.status}"
+        noisy = row if row.noisy else base if base.noisy else None
+        if noisy is None:
+            return None
+        who = "your config" if noisy is base else f"trial {noisy.number}"
+        return f"no ratio: {who} ran too noisy to compare ({noisy.record.step_cv:.0%} CV)"
+
     def under(self, budget: int) -> "Choice":
         """The same choice made for a card of `budget` bytes (`bench apply --budget`): the same rules
         (steady, no worse a loss, a compile that pays back, a tie keeps your config), another capacity."""

@@ -137,6 +137,17 @@ def test_a_trial_named_by_number_whose_figure_is_not_one_to_act_on_is_written_wi
     assert result.exit_code == 0, result.output
     assert "warning: trial 1: its windows disagree (154% CV): noisy, not ranked, not a measurement to act on" in result.output
     assert "warning: trial 2" not in CliRunner().invoke(main, ["apply", "2", "--dry-run"]).output
+    # the header's line on your config says why it gives no ratio, on screen and in the file (it was left out)
+    said = "vs your config as swept (trial 0): no ratio: trial 1 ran too noisy to compare (154% CV)"
+    assert f"# bench apply: {said}" in result.output and said.replace("):", ")") in result.output
+
+
+def test_apply_over_a_noisy_config_of_yours_says_in_the_header_why_there_is_no_ratio(project):
+    make_known_study(project, cvs={0: 0.9})
+    result = CliRunner().invoke(main, ["apply", "best", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "# bench apply: vs your config as swept (trial 0): no ratio: your config ran too noisy to compare (90% CV)" \
+        in result.output
 
 
 def test_refusals_change_nothing(known_study):

@@ -360,7 +360,7 @@ def test_a_diverged_baseline_is_compared_with_nothing_in_every_view(project):
     assert "baseline (trial 0) ended diverged: nothing to compare against" in table and "×" not in table
     assert "your config (#0) ended diverged: nothing to compare against" in page
     assert "vs your config - your config ended diverged" in page and "your config 100 samples/s" not in page
-    assert "trial 1:" in dry and "vs your config" not in dry
+    assert "trial 1:" in dry and "vs your config as swept (trial 0) no ratio: your config ended diverged" in dry
 
 def test_a_noisy_baseline_is_compared_with_nothing_and_apply_says_nothing_shows_a_pick_is_faster(project):
     """Your config's windows spread 159% CV on a busy host; the report still said "1.36× the samples/s:
@@ -376,7 +376,8 @@ def test_a_noisy_baseline_is_compared_with_nothing_and_apply_says_nothing_shows_
     tile = "your config&#x27;s windows disagree (159% CV): nothing to compare with"  # the speedup tile said "best is your config"
     assert tile in page and "best is your config" not in page
     warned = "your config (trial 0) ran too noisy to compare against (159% CV, most often a busy machine), so nothing shows trial"
-    assert "vs your config" not in dry and warned in dry
+    assert "vs your config as swept (trial 0) no ratio: your config ran too noisy to compare (159% CV)" in dry
+    assert warned in dry
     assert warned in flat(bench("apply", "safe", "--dry-run").output)
 
 
@@ -389,7 +390,7 @@ def test_a_noisy_trial_is_compared_with_your_config_in_no_view(project):
     assert rows[3]["noisy"] and rows[3]["vs_baseline"] is None and grid[3]["vs_baseline"] == grid[3]["tie"] == ""
     assert rows[1]["vs_baseline"]["ratio"] == pytest.approx(1.41)  # a steady trial still is
     noisy = bench("apply", "3", "--dry-run").output
-    assert "trial 3:" in noisy and "vs your config" not in noisy
+    assert "trial 3:" in noisy and "vs your config as swept (trial 0) no ratio: trial 3 ran too noisy to compare (90% CV)" in noisy
 
 
 def test_a_faster_config_tied_with_best_where_memory_is_scarce_is_said_why_it_lost(project):
