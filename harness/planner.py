@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness import model, pareto, search
+from harness.record import Record
 
 STOP_CHANCE = 0.05
 """--trials auto stops once every unmeasured config's chance to fit and beat the best by more than
@@ -327,9 +328,11 @@ class Planner:
         """`row` against `other` as the report gives it (pareto.versus): the ratio of the runs the two made
         side by side where both were confirmed together, else of their figures (the medians of runs made
         minutes apart said +48% where the same pair's side-by-side rounds, shown below it, said 1.32x).
-        None where those rounds disagree too much to tell (the report prints ?x; "+1279%" stood beside it)."""
+        None where those rounds disagree too much to tell (the report prints ?x; "+1279%" stood beside it),
+        and where no round was side by side and either figure is a busy machine's ("+2894%")."""
         v = pareto.versus(row, other, self.objective)
-        return None if v is None or v.untellable else v
+        busy = not v or not v.paired and (Record.of(row).busy or Record.of(other).busy)
+        return None if busy or v.untellable else v
 
     def needed_to_fit(self, config: dict, knob: str, other, rows: list[dict], fitted: model.Fit) -> bool:
         """Would `config` with `knob` at `other` not fit? Measured (its memory family was over the memory

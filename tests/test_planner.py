@@ -715,6 +715,9 @@ def test_why_quotes_no_gain_the_side_by_side_runs_cannot_tell_and_says_a_tie_is_
     wild = [confirmed(0, 32, 100.0, (100.0, 10.0), baseline=True), confirmed(1, 64, 150.0, (150.0, 260.0))]
     assert pareto.versus(wild[1], wild[0]).untellable
     assert plan.why(wild, wild[1]) is None
+    # nor a figure one run made on a busy machine ("+2894% over batch 16": 12.1 samples/s, a 1.3 s step)
+    busy = [confirmed(0, 32, 12.1, (), baseline=True) | {"busy": {"busy_cores": 1.9}}, confirmed(1, 64, 150.0, ())]
+    assert pareto.versus(busy[1], busy[0]).paired == 0 and plan.why(busy, busy[1]) is None
     close = [confirmed(0, 32, 100.0, (100.0, 100.0), baseline=True), confirmed(1, 64, 103.0, (101.0, 105.0))]
     v = pareto.versus(close[1], close[0])
     assert v.tie and not v.untellable
