@@ -30,9 +30,11 @@ def common_error(rows: list[dict]) -> dict | None:
 
 
 def hopeless(rows: list[dict], enough: int = SAME_ERROR_STOPS_AFTER) -> dict | None:
-    """common_error, once `enough` trials have failed alike that the rest would too."""
+    """common_error, once `enough` trials have failed alike that the rest would too, or at once when the
+    trial marked it `every_config` (a mistake in the workload that no knob value changes)."""
     measured = [r for r in rows if r.get("status") not in IN_FLIGHT_OR_NOT_RUN]
-    return common_error(rows) if len(measured) >= enough else None
+    same = common_error(rows)
+    return same if same and (len(measured) >= enough or same.get("every_config")) else None
 
 
 def signature(error: dict) -> tuple:
@@ -63,7 +65,8 @@ def describe(error: dict) -> str:
 
 def stop_message(error: dict, failed: int, log: str | None) -> str:
     fix = "fix it there" if users_frame(error) else "fix the cause the traceback shows"
-    which = f"the first {failed} trials all failed" if failed > 1 else "the only config failed"
+    which = (f"the first {failed} trials all failed" if failed > 1
+             else "the first trial failed" if error.get("every_config") else "the only config failed")
     alike = "" if error.get("hint") else "; every config would fail the same way"  # a hint names the configs it fits
     return (f"stopped: {which} with {describe(error)}{alike}: {fix} and re-run the same command"
             f"{f' (traceback: {log})' if log else ''}")

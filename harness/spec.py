@@ -24,7 +24,7 @@ import yaml
 
 from harness import apply, knobs
 from harness.errors import UserError
-from harness.spec_own import FORMS, check_loop_form, check_trainer_knobs, own_form
+from harness.spec_own import FORMS, check_loop_form, check_trainer_config, check_trainer_knobs, own_form
 from harness.spec_yaml import SpecLoader, read_yaml  # noqa: F401 (spec.read_yaml: API)
 from harness.units import parse_duration, parse_size
 from harness.workloads import WORKLOADS, resolve_preset
@@ -361,7 +361,7 @@ def parse_workload(raw, where: str, base_dir: Path, raw_apply=None) -> dict:
         def check_ref(ref, at):
             check_factory(ref, paths, where, at)
             return ref
-        return {**own_form(wl, where, base_dir, raw_apply, check_ref), "path": paths}
+        return {**own_form(wl, where, base_dir, raw_apply, check_ref, paths), "path": paths}
     if "params_from" in wl or any(isinstance(v, dict) and set(v) == {"from"} for v in params.values()):
         raise UserError(f"{where}: workload.params_from and `from:` params work with the model, lightning and hf "
                         "forms; a factory or built-in workload takes plain params")
@@ -809,6 +809,7 @@ def trial_config(spec: Spec, overrides: dict) -> dict:
     params = {name: dim.choices[0] if dim.choices else dim.low for name, dim in spec.search.items()}
     params.update(overrides)
     config = spec.config(params)
+    check_trainer_config(spec.workload, config)
     if spec.effective_batch and "accumulation" in overrides:
         raise UserError(f"--set accumulation: the spec derives it from effective_batch {spec.effective_batch} "
                         "(effective_batch / batch_size / nproc); leave it out, or set batch_size")

@@ -17,6 +17,10 @@ Parent side: never imports torch or the user's code.
 """
 from __future__ import annotations
 
+import difflib
+import importlib.util
+import re
+import sys
 from pathlib import Path
 
 from harness.errors import UserError
@@ -28,7 +32,7 @@ LOOPS = ("trainer", "bench")
 _MISSING = object()
 
 
-def own_form(wl: dict, where: str, base_dir: Path, raw_apply, check_ref) -> dict:
+def own_form(wl: dict, where: str, base_dir: Path, raw_apply, check_ref, paths: list[str]) -> dict:
     """The child's workload section for the `model` / `lightning` / `hf` forms, params resolved."""
     target = Target(raw_apply, base_dir, where)
     section: dict = {}
@@ -39,10 +43,12 @@ def own_form(wl: dict, where: str, base_dir: Path, raw_apply, check_ref) -> dict
                                 "loss (loss(output, target)) and batch (batch(batch_size) -> (inputs, target))")
             section[key] = check_ref(wl[key], f"workload.{key}")
     elif "lightning" in wl:
-        section["lightning"] = lightning_refs(wl["lightning"], target, where, check_ref)
+        section["loop"] = loop(wl, where)
+        section["lightning"] = lightning_refs(wl["lightning"], target, where, check_ref, paths)
+        if "data" not in section["lightning"]:
+            check_no_datamodule(target, where, needs_one=section["loop"] == "trainer" and "batch" not in wl)
         data_section = target.section("data") if target.has("data") else {}
         section["data_params"] = {k: v for k, v in data_section.items()}
-        section["loop"] = loop(wl, where)
         if section["loop"] == "trainer":  # the user's trainer settings, as LightningCLI passes them to Trainer
             section["trainer_args"] = target.section("trainer") if target.has("trainer") else {}
     else:
@@ -77,17 +83,36 @@ def loop(wl: dict, where: str) -> str:
 
 
 def check_trainer_knobs(workload: dict, search: dict, fixed: dict, where: str) -> None:
-    """Inside the user's Trainer, several processes share the model through the Trainer's own DDP;
-    fsdp is refused rather than run as something else."""
+    """The knob values the user's Trainer cannot run, refused at load rather than by every trial."""
+    for knob in ("parallel", "precision"):
+        for value in search[knob].choices if knob in search else (fixed.get(knob),):
+            if why := trainer_refusal(workload, knob, value):
+                raise UserError(f"{where}: search.{knob}: {why}")
+
+
+def check_trainer_config(workload: dict, config: dict) -> None:
+    """One `bench trial --set` config, as check_trainer_knobs checks a search."""
+    for knob, value in config.items():
+        if why := trainer_refusal(workload, knob, value):
+            raise UserError(f"--set {knob}={value}: {why}")
+
+
+def trainer_refusal(workload: dict, knob: str, value) -> str | None:
+    """Why knob=value cannot run inside the user's Trainer (bench's own loop can), or None. Several
+    processes share the model through the Trainer's own DDP: fsdp is refused rather than run as something
+    else; transformers' TrainingArguments has only mixed bf16."""
     if workload.get("loop") != "trainer":
-        return
-    values = search["parallel"].choices if "parallel" in search else (fixed.get("parallel", "none"),)
-    if "fsdp" in values:
-        raise UserError(f"{where}: search.parallel: fsdp inside the Trainer is not supported yet (its DDP is); "
-                        "search parallel: [none, ddp], or set workload.loop: bench to shard with FSDP2")
+        return None
+    if knob == "parallel" and value == "fsdp":
+        return ("fsdp inside the Trainer is not supported yet (its DDP is); search parallel: [none, ddp], "
+                "or set workload.loop: bench to shard with FSDP2")
+    if knob == "precision" and value == "bf16-true" and "hf" in workload:
+        return ("bf16-true inside transformers.Trainer: TrainingArguments has none (its bf16 is mixed "
+                "precision); search bf16-mixed, or set workload.loop: bench")
+    return None
 
 
-def lightning_refs(raw, target: "Target", where: str, check_ref) -> dict:
+def lightning_refs(raw, target: "Target", where: str, check_ref, paths: list[str]) -> dict:
     refs = {"model": raw} if isinstance(raw, str) else {} if raw is True else raw
     if not isinstance(refs, dict) or set(refs) - {"model", "data"}:
         raise UserError(f"{where}: workload.lightning must be \"module:Class\", {{model: \"module:Class\", "
@@ -95,12 +120,62 @@ def lightning_refs(raw, target: "Target", where: str, check_ref) -> dict:
     out = {}
     for part in ("model", "data"):
         ref = refs.get(part) or target.class_path(part)
-        if ref:
-            out[part] = check_ref(ref, f"workload.lightning.{part}")
+        if ref:  # a mistake in a class_path is said where it is: in the config, not the spec
+            at = f"workload.lightning.{part}" if refs.get(part) else \
+                f"workload.lightning: {part}.class_path {ref.replace(':', '.')} in {target.file}"
+            out[part] = check_ref(ref, at)
+            check_defined(ref, paths, f"{where}: {at}")
     if "model" not in out:
         raise UserError(f"{where}: workload.lightning.model: name the LightningModule class (\"module:Class\"), "
                         f"or give {target.file}'s model section a class_path")
     return out
+
+
+def check_no_datamodule(target: "Target", where: str, needs_one: bool) -> None:
+    """No datamodule class was named. A data: section's arguments then have no class to go to (LightningCLI
+    refuses it too), and the Trainer has no batch size to set: a module's own train_dataloader sets its own."""
+    if target.has("data"):
+        raise UserError(f"{where}: workload.lightning: {target.file}'s data section has no class_path, so its "
+                        "arguments have no datamodule to build; give it class_path: module.DataModule, or name the "
+                        "class in workload.lightning.data")
+    if needs_one:
+        said = f"{target.file} has no data section" if target.file is not None else "no datamodule is named"
+        raise UserError(f"{where}: workload.lightning: {said}, and bench sets the Trainer's batch size through a "
+                        "LightningDataModule's batch_size; add a data: section with a class_path (module.DataModule), "
+                        "name the class in workload.lightning.data, or give a batch function (workload.batch)")
+
+
+def check_defined(ref: str, paths: list[str], at: str) -> None:
+    """A class the module's source never spells cannot be imported from it: refused at load, when the
+    source is a plain top-level .py file (found, not imported: importing it is user code) that makes no names
+    the text does not spell (a star import, a module __getattr__)."""
+    module, _, name = ref.partition(":")
+    origin = module_file(module, paths)
+    if origin is None:
+        return
+    source = origin.read_text(errors="replace")
+    if "import *" in source or "__getattr__" in source or re.search(rf"\b{re.escape(name)}\b", source):
+        return
+    defined = re.findall(r"^class\s+(\w+)", source, re.MULTILINE)
+    close = difflib.get_close_matches(name, defined, n=1)
+    raise UserError(f"{at}: {origin} defines no {name}{f' (did you mean {close[0]!r}?)' if close else ''}; "
+                    "correct the class name")
+
+
+def module_file(module: str, paths: list[str]) -> Path | None:
+    """The .py file of a top-level module, found as import would find it; None for a package or a dotted name."""
+    if "." in module:
+        return None
+    saved = list(sys.path)
+    sys.path[:0] = paths
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    finally:
+        sys.path[:] = saved
+    origin = found.origin if found is not None and found.submodule_search_locations is None else None
+    return Path(origin) if origin and origin.endswith(".py") and Path(origin).is_file() else None
 
 
 def hf_section(raw, base_dir: Path, where: str) -> dict:
@@ -128,6 +203,7 @@ def resolve_params(wl: dict, target: "Target", where: str, default_from: str | N
         params.update(section)
         origins.update({k: f"{prefix}.{k}" for k in section})
     for name, value in (wl.get("params") or {}).items():
+        check_from_spelling(name, value, where)
         if isinstance(value, dict) and set(value) == {"from"}:
             path = value["from"]
             params[name], origins[name] = target.value(path, f"workload.params.{name}"), target.real_path(path)
@@ -135,6 +211,15 @@ def resolve_params(wl: dict, target: "Target", where: str, default_from: str | N
             params[name] = value
             origins.pop(name, None)
     return params, origins
+
+
+def check_from_spelling(name: str, value, where: str) -> None:
+    """`{form: data.image_size}` would reach the model as a mapping, and fail in the user's code."""
+    if isinstance(value, dict) and len(value) == 1 and "from" not in value:
+        key = str(next(iter(value)))
+        if difflib.get_close_matches(key, ["from"], n=1):
+            raise UserError(f"{where}: workload.params.{name}: unknown key {key!r} (did you mean 'from'?); "
+                            f"write {name}: {{from: dotted.key}} to read the value from the apply target")
 
 
 class Target:
@@ -212,8 +297,9 @@ class Target:
         return data
 
     def class_path(self, path: str) -> str | None:
-        """LightningCLI's class_path ("pkg.mod.Class") as "pkg.mod:Class", when the section has one."""
-        if not self.has(path):
+        """LightningCLI's class_path ("pkg.mod.Class") as "pkg.mod:Class", when the section has one; a
+        target file that is not there is said as such, not as a section without a class_path."""
+        if self.file is None:
             return None
         found = self._walk(path)
         if isinstance(found, dict) and isinstance(found.get("class_path"), str):

@@ -407,13 +407,14 @@ class Sweep:
         return True
 
     def stop_if_every_config_fails_alike(self, log: str | None) -> None:
-        """Nothing trained and the first trials (every config, in a smaller space) failed with one error in
-        the user's code: stop, and have the next sweep run them again (the user was told to fix it and re-run)."""
+        """Nothing trained and the first trials (every config, in a smaller space; the first alone when it
+        marked its error `every_config`) failed with one error in the user's code: stop, and have the next
+        sweep run them again (the user was told to fix it and re-run)."""
         rows = ledger.rows_of(self.study)
         enough = min(failures.SAME_ERROR_STOPS_AFTER, self.spec.space_size())
         if same := failures.hopeless(rows, enough):
             self.study.set_user_attr("stopped_on_error", [r["number"] for r in rows if r["status"] == record.ERROR])
-            raise UserError(failures.stop_message(same, enough, log))
+            raise UserError(failures.stop_message(same, 1 if same.get("every_config") else enough, log))
 
     # -- the ledger: a trial's life is asked -> claimed -> measured | interrupted (re-queued) ----------
     # Every step below is one write to the study. A sweep killed between any two of them leaves a state

@@ -539,7 +539,13 @@ def fingerprint(tensors) -> float:
 
 
 class UserFacingError(Exception):
-    """A config the workload cannot honour: the parent shows it as one line."""
+    """A config the workload cannot honour: the parent shows it as one line. `every_config`: a mistake in
+    the workload that no knob value changes (a param no function takes, no datamodule), so the record
+    says so and the sweep stops at the first trial that raised it rather than the third."""
+
+    def __init__(self, message: str, every_config: bool = False):
+        super().__init__(message)
+        self.every_config = every_config
 
 
 class BatchOverDataset(UserFacingError):
@@ -577,6 +583,8 @@ def failure_record(job: dict, status: str, exc: BaseException) -> dict:
         error["hint"] = hint
     if isinstance(exc, BatchOverDataset) and exc.samples is not None:  # no batch above it can run
         error["dataset_samples"] = exc.samples
+    if getattr(exc, "every_config", False):
+        error["every_config"] = True
     return {"status": status, "config": job.get("config"), "throughput": None, "peak_memory": None, "error": error}
 
 

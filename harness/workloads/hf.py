@@ -18,6 +18,7 @@ evaluation are off, and batches come in order so the first one is the fp32 refer
 """
 from __future__ import annotations
 
+import difflib
 import os
 import tempfile
 
@@ -44,7 +45,8 @@ def adapter(section: dict):
     def build(params: dict) -> Workload:
         params = dict(params)
         seq_len, lr = int(params.pop("seq_len", 128)), float(params.pop("lr", 1e-4))
-        config = transformers.AutoConfig.from_pretrained(hf["config"], **params)
+        config, unused = transformers.AutoConfig.from_pretrained(hf["config"], return_unused_kwargs=True, **params)
+        check_fields([k for k in unused if k in section.get("strict", ())], config, hf["config"])
         model = auto.from_config(config)
         model.train()
         fn = batch_fn or random_tokens(config, hf.get("task", "causal-lm"))
@@ -60,6 +62,17 @@ def adapter(section: dict):
                         tokens_per_sample=seq_len, checkpoint=lambda m, mode: checkpoint(m, mode, blocks, about),
                         trainer=trainer if in_trainer else None)
     return build
+
+
+def check_fields(unknown: list, config, path: str) -> None:
+    """Params the config has no field for: AutoConfig drops them, and a typo would measure another model."""
+    if unknown:
+        from harness.trial import UserFacingError
+        fields = config.to_dict()
+        said = ", ".join(k + "".join(f" (did you mean {c!r}?)" for c in difflib.get_close_matches(k, fields, n=1))
+                         for k in unknown)
+        raise UserFacingError(f"workload params {said}: no field of {type(config).__name__} ({path}); "
+                              "spell them as the config does, or remove them", every_config=True)
 
 
 # The Trainer's sampler draws a permutation of the whole dataset: keep it small (more epochs are fine).

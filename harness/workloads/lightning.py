@@ -81,7 +81,7 @@ def fit(module, data_cls, data_params, batch_fn, params, user_args, blocks, abou
     import lightning as L
 
     datamodule = make_datamodule(data_cls, data_params, config) if data_cls else None
-    loaders = {} if datamodule else {"train_dataloaders": fallback_loader(module, batch_fn, params, config)}
+    loaders = {} if datamodule else {"train_dataloaders": fallback_loader(batch_fn, params, config)}
     mode = config.get("checkpointing", "none")
     transforms.apply_checkpointing(module, blocks, mode)
     if mode != "none":
@@ -115,8 +115,9 @@ def make_datamodule(data_cls, data_params: dict, config: dict):
     """The user's datamodule with the trial's batch size (and loader knobs, where it takes them)."""
     takes = inspect.signature(data_cls).parameters
     if "batch_size" not in takes:
-        raise ValueError(f"{data_cls.__name__} takes no batch_size argument; bench sets the batch size through it "
-                         "(add batch_size to its __init__, or use `loop: bench`)")
+        from harness.trial import UserFacingError  # the child's refusal type; trial imports this module
+        raise UserFacingError(f"{data_cls.__name__} takes no batch_size argument; bench sets the batch size through "
+                              "it (add batch_size to its __init__, or use `loop: bench`)", every_config=True)
     knob_args = {"batch_size": int(config["batch_size"])}
     for knob in ("num_workers", "pin_memory"):
         if knob in config:
@@ -127,15 +128,10 @@ def make_datamodule(data_cls, data_params: dict, config: dict):
     return data_cls(**{**data_params, **knob_args})
 
 
-def fallback_loader(module, batch_fn, params, config):
-    """No datamodule: the spec's batch function, else the module's own train_dataloader (its batch size)."""
-    if batch_fn is not None:
-        return transforms.loader(BatchDataset(batch_fn, params, 1 << 16), config, first_item, torch.device("cpu"))
-    if is_overridden(module, "train_dataloader"):
-        raise ValueError(f"{type(module).__name__}.train_dataloader() sets its own batch size; name a datamodule "
-                         "that takes batch_size (workload.lightning.data) or a batch function (workload.batch)")
-    raise ValueError(f"{type(module).__name__} has no train_dataloader; name a datamodule "
-                     "(workload.lightning.data) or a batch function (workload.batch)")
+def fallback_loader(batch_fn, params, config):
+    """No datamodule: the spec's batch function (harness.spec_own refuses a Trainer with neither at load:
+    a module's own train_dataloader sets its own batch size)."""
+    return transforms.loader(BatchDataset(batch_fn, params, 1 << 16), config, first_item, torch.device("cpu"))
 
 
 def trainer_arguments(user_args: dict, config: dict, device: torch.device) -> tuple[dict, list[str]]:
@@ -285,8 +281,9 @@ def data(module, data_cls, data_params: dict, batch_fn, params: dict):
         return BatchDataset(batch_fn, params), first_item
     if is_overridden(module, "train_dataloader"):
         return loader_parts(module.train_dataloader(), type(module).__name__)
-    raise ValueError(f"{type(module).__name__} has no train_dataloader; name a datamodule "
-                     "(workload.lightning.data) or a batch function (workload.batch)")
+    from harness.trial import UserFacingError
+    raise UserFacingError(f"{type(module).__name__} has no train_dataloader; name a datamodule "
+                          "(workload.lightning.data) or a batch function (workload.batch)", every_config=True)
 
 
 def is_overridden(module, name: str) -> bool:

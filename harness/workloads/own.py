@@ -65,9 +65,10 @@ def check_used(params: dict, strict, functions) -> None:
     """A param the user wrote (or searched) that no function takes would be silently ignored: refuse it."""
     unused = [k for k in strict if k in params and not any(k in accepted(fn, {k: 0}) for fn in functions)]
     if unused:
+        from harness.trial import UserFacingError  # the child's refusal type; trial imports this module
         names = ", ".join(getattr(fn, "__qualname__", str(fn)) for fn in functions)
-        raise ValueError(f"workload params {', '.join(unused)}: taken by none of {names}; "
-                         "remove them or add the argument")
+        raise UserFacingError(f"workload params {', '.join(unused)}: taken by none of {names}; "
+                              "remove them or add the argument", every_config=True)
 
 
 class BatchDataset(torch.utils.data.Dataset):

@@ -1,0 +1,115 @@
+"""A mistake in the spec or the user's own config is refused when the spec loads (one line, exit 2, nothing
+run or written); one only a trial child can see, but that no knob value changes (a param no function
+takes, a mistyped model-config field, no datamodule), stops the sweep at its first trial, not its third."""
+import json
+
+import pytest
+import yaml
+
+from tests.test_bad_input import assert_user_error, nothing_written
+from tests.test_own_models import SMALL_CHARLM, SMALL_UNET, copy_example, run
+
+
+def edit_spec(folder, change):
+    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
+    change(spec)
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+
+
+def stopped_at_first_trial(result, *phrases):
+    """The sweep's one stop line (after its notes), after a single trial; the report holds that one trial."""
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.exit_code == 2 and len(errors) == 1 and "Traceback" not in result.output, result.output
+    for phrase in ("stopped: the first trial failed with", *phrases):
+        assert phrase in errors[0], (phrase, errors[0])
+    rows = json.loads(run("report", "--format", "json").output)
+    assert [r["status"] for r in rows] == ["error"], rows
+
+
+# ---- Hugging Face -------------------------------------------------------------------------------------
+
+def test_a_mistyped_hf_config_field_stops_the_sweep_at_the_first_trial(tmp_path, monkeypatch):
+    """`num_hidden_layer: 4` was dropped by AutoConfig: every trial measured the 2-layer model, `ok`."""
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder = copy_example("hf", tmp_path, monkeypatch, search={"batch_size": [4, 8, 16]})
+    edit_spec(folder, lambda s: s["workload"]["params"].update(num_hidden_layer=4))
+    stopped_at_first_trial(run("sweep", "sweep.yaml", "--device", "cpu"),
+                           "num_hidden_layer", "(did you mean 'num_hidden_layers'?)", "config.json")
+
+
+@pytest.mark.parametrize("how", ["search", "--set"])
+def test_bf16_true_inside_transformers_trainer_is_refused_at_load(tmp_path, monkeypatch, how):
+    folder = copy_example("hf", tmp_path, monkeypatch)
+    if how == "search":
+        edit_spec(folder, lambda s: s["search"].update(precision=["fp32", "bf16-true"]))
+        result = run("sweep", "sweep.yaml", "--device", "cpu")
+    else:
+        result = run("trial", "sweep.yaml", "--device", "cpu", "--set", "batch_size=4", "--set", "precision=bf16-true")
+    assert_user_error(result, "bf16-true", "TrainingArguments has none", "bf16-mixed")
+    assert nothing_written(folder)
+
+
+# ---- the model form (examples/unet) ---------------------------------------------------------------------
+
+def test_a_near_miss_of_from_in_a_param_is_refused_at_load(tmp_path, monkeypatch):
+    """`{form: data.image_size}` went to UNet as a dict: three TypeErrors blamed on unet.py."""
+    folder = copy_example("unet", tmp_path, monkeypatch)
+    edit_spec(folder, lambda s: s["workload"]["params"].update(image_size={"form": "data.image_size"}))
+    assert_user_error(run("sweep", "sweep.yaml", "--device", "cpu"),
+                      "sweep.yaml: workload.params.image_size", "'form'", "(did you mean 'from'?)")
+    assert nothing_written(folder)
+
+
+def test_a_param_no_function_takes_stops_the_sweep_at_the_first_trial(tmp_path, monkeypatch):
+    folder = copy_example("unet", tmp_path, monkeypatch, search={"batch_size": [4, 8, 16]})
+    (folder / "config.yaml").write_text(SMALL_UNET)
+    edit_spec(folder, lambda s: s["workload"]["params"].update(widht=4))
+    stopped_at_first_trial(run("sweep", "sweep.yaml", "--device", "cpu"), "widht: taken by none of UNet, random_batch")
+
+
+# ---- a LightningCLI project ---------------------------------------------------------------------------
+
+def lightning(tmp_path, monkeypatch, config: str, **spec):
+    folder = copy_example("lightning", tmp_path, monkeypatch, search={"batch_size": [8, 16, 32]}, **spec)
+    (folder / "config.yaml").write_text(config)
+    return folder
+
+
+NO_DATA = SMALL_CHARLM[:SMALL_CHARLM.index("data:")] + SMALL_CHARLM[SMALL_CHARLM.index("trainer:"):]
+
+
+@pytest.mark.parametrize("config, said", [
+    (SMALL_CHARLM.replace("  class_path: charlm.CharData\n", ""), "config.yaml's data section has no class_path"),
+    (NO_DATA, "config.yaml has no data section"),
+], ids=["data-without-class_path", "no-data-section"])
+def test_a_trainer_with_no_datamodule_to_take_the_batch_size_is_refused_at_load(tmp_path, monkeypatch, config, said):
+    """A data: section without class_path (or none) gave a false "looked for data.batch_size" note, then
+    three trials failed with "CharLM has no train_dataloader"."""
+    folder = lightning(tmp_path, monkeypatch, config)
+    assert_user_error(run("sweep", "sweep.yaml", "--device", "cpu"), "sweep.yaml: workload.lightning", said,
+                      "class_path")
+    assert nothing_written(folder)
+
+
+def test_a_module_with_no_data_in_bench_s_loop_stops_the_sweep_at_the_first_trial(tmp_path, monkeypatch):
+    pytest.importorskip("lightning")
+    folder = lightning(tmp_path, monkeypatch, NO_DATA)
+    edit_spec(folder, lambda s: s["workload"].update(loop="bench"))
+    stopped_at_first_trial(run("sweep", "sweep.yaml", "--device", "cpu"), "CharLM has no train_dataloader")
+
+
+def test_a_misspelt_class_path_names_the_config_key_and_writes_nothing(tmp_path, monkeypatch):
+    """It said "sweep.yaml: workload: cannot import charlm:CharLm" after a trial, and left results/ behind."""
+    folder = lightning(tmp_path, monkeypatch, SMALL_CHARLM.replace("charlm.CharLM", "charlm.CharLm"))
+    assert_user_error(run("sweep", "sweep.yaml", "--device", "cpu"),
+                      "config.yaml", "model.class_path", "charlm.CharLm", "(did you mean 'CharLM'?)")
+    assert nothing_written(folder)
+
+
+def test_a_missing_apply_target_is_said_as_such(tmp_path, monkeypatch):
+    """It asked to give missing.yaml's model section a class_path."""
+    folder = lightning(tmp_path, monkeypatch, SMALL_CHARLM)
+    edit_spec(folder, lambda s: s["apply"].update(file="missing.yaml"))
+    assert_user_error(run("sweep", "sweep.yaml", "--device", "cpu"), "missing.yaml", "apply target not found")
+    assert nothing_written(folder)
