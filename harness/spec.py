@@ -800,8 +800,35 @@ def parse_overrides(pairs: tuple[str, ...], spec: Spec) -> dict:
             value = text
         check_value(key, value, f"--set {key}")
         check_knob_number(key, value, f"--set {key}")  # the spec's bounds: a child is not started to learn them
+        check_like_held(key, value, spec)
         out[key] = value
     return out
+
+
+def check_like_held(key: str, value, spec: Spec) -> None:
+    """A param of your own model given a number where the spec or your file holds one: `--set width=abc`
+    (config.yaml: `width: 8`) would start a trial only to fail inside your model's __init__."""
+    if key in knobs.CHOICES or key in knobs.UNIVERSAL or "name" in spec.workload:
+        return
+    held = held_values(key, spec)
+    if held and all(map(is_number, held)) and not is_number(value):
+        origin = spec.workload.get("origins", {}).get(key)
+        source = f"{spec.apply.file.name}'s {origin}" if origin and spec.apply else f"the spec's {key}"
+        raise UserError(f"--set {key}: {value!r} is not a number; {key} takes a number, as {source} "
+                        f"({held[0]}) shows")
+
+
+def held_values(key: str, spec: Spec) -> tuple:
+    """The values the spec holds for `key`: its searched values, its fixed one, or its workload param's."""
+    if key in spec.search:
+        return spec.search[key].choices or (spec.search[key].low, spec.search[key].high)
+    if key in spec.fixed:
+        return (spec.fixed[key],)
+    return (spec.workload["params"][key],) if key in spec.workload.get("params", {}) else ()
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def trial_config(spec: Spec, overrides: dict) -> dict:

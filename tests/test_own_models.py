@@ -562,3 +562,14 @@ def test_transformers_model_tunes_from_a_local_config_with_its_own_checkpointing
     assert selective["adapter"]["checkpointing"] == "bench wraps every other block"
     assert selective["adapter"]["blocks"].endswith("LlamaDecoderLayer")
     assert all(r["tokens_per_s"]["median"] == pytest.approx(64 * r["throughput"]) for r in rows)
+
+
+@pytest.mark.parametrize("value", ["abc", "true"])
+def test_set_of_your_own_param_takes_the_kind_of_value_your_config_holds(tmp_path, monkeypatch, value):
+    """`--set width=abc` ran a trial that failed inside UNet.__init__ ("not all arguments converted during
+    string formatting"), where config.yaml holds `width: 8`: the parent knows a number is wanted."""
+    copy_example("unet", tmp_path, monkeypatch)
+    result = CliRunner().invoke(main, ["trial", "sweep.yaml", "--device", "cpu", "--set", f"width={value}"])
+    assert result.exit_code == 2, result.output
+    assert "--set width:" in result.stderr and "a number, as config.yaml's model.width (8)" in result.stderr
+    assert len([line for line in result.stderr.splitlines() if line.strip()]) == 1 and not result.stdout
