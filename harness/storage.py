@@ -80,6 +80,8 @@ def open_storage(url: str | None, results: Path, study: str, say: Callable[[str]
     except OSError as exc:
         raise UserError(f"--results {results}: cannot write there ({exc.strerror or exc}); "
                         "pick a writable folder with --results") from None
+    if path.is_file():  # read before anything is written: a refused sweep leaves the folder as it was
+        refuse_another_study(path, study)
     lock = JournalFileOpenLock(str(path))
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -87,7 +89,9 @@ def open_storage(url: str | None, results: Path, study: str, say: Callable[[str]
             path.touch()
         if not os.access(path, os.W_OK):
             raise PermissionError(f"{path} is not writable")
-        remove_stale_lock(path.with_name(path.name + ".lock"), lock.grace_period, say)  # JournalFileOpenLock's file
+        lock_file = path.with_name(path.name + ".lock")  # JournalFileOpenLock's file
+        remove_stale_lock(lock_file, lock.grace_period, say)
+        say_if_held(lock_file, lock.grace_period, say)
         lock.acquire()  # no other worker of this study appends while the tail is judged (its lock file is a write)
     except OSError as exc:
         raise UserError(f"{folder}: cannot write the study's journal there ({exc.strerror or exc}); "
@@ -100,6 +104,16 @@ def open_storage(url: str | None, results: Path, study: str, say: Callable[[str]
         say(message)
     remove_stale_temp_files(folder)
     return optuna.storages.JournalStorage(GuardedJournal(path, lock))
+
+
+def refuse_another_study(path: Path, study: str) -> None:
+    """A journal holding studies but not `study` is another study's folder, copied or renamed: a new study
+    made in it would sit beside that one and measure everything again (`bench report` refuses it too)."""
+    names = sorted(s.study_name for s in optuna.storages.JournalStorage(ReadOnlyJournal(path)).get_all_studies())
+    if names and study not in names:
+        raise UserError(f"no study named {study!r} in {path}: it holds {', '.join(map(repr, names))} (its folder "
+                        "copied or renamed); rename the folder back to resume that study, or start this one under "
+                        "another name with --study NAME")
 
 
 class GuardedJournal(JournalFileBackend):
@@ -144,6 +158,21 @@ def remove_stale_lock(stale: Path, grace_s: float, say: Callable[[str], None]) -
         pass
 
 
+HELD_S = 1.0
+"""A live holder keeps the journal's lock file for milliseconds: one still there after this is worth a line."""
+
+
+def say_if_held(lock_file: Path, grace_s: float, say: Callable[[str], None]) -> None:
+    """One line before a long wait for the journal's lock file: Optuna waits out its grace period in silence."""
+    deadline = time.monotonic() + HELD_S
+    while lock_file.exists():
+        if time.monotonic() > deadline:
+            say(f"waiting for {lock_file}, held by another bench or left by one killed a moment ago "
+                f"(up to {grace_s:.0f} s)")
+            return
+        time.sleep(0.05)
+
+
 def remove_stale_temp_files(folder: Path) -> None:
     """Temp files (a trial log, a report, a reused figure) whose write a kill -9 or a full disk cut short."""
     for tmp in folder.rglob("*.tmp"):
@@ -162,7 +191,7 @@ def existing_storage(url: str | None, results: Path, study: str, say: Callable[[
         if database is not None and not database.is_file():  # connecting would create an empty one
             raise UserError(f"--storage {redact(url)}: no database at {database}; check the path (sqlite:/// "
                             "then a relative path, sqlite://// then an absolute one)")
-        if database is not None and not holds_optuna_tables(database):  # Optuna would create them in it
+        if database is not None and not holds_optuna_tables(database, url, say):  # Optuna would create them in it
             raise UserError(f"--storage {redact(url)}: {database} holds no Optuna study (not a database a sweep "
                             "wrote); check the path, or run `bench sweep --storage` with it first")
         return open_database(url, heartbeat=False)
@@ -176,14 +205,28 @@ def existing_storage(url: str | None, results: Path, study: str, say: Callable[[
     return optuna.storages.JournalStorage(journal)
 
 
-def holds_optuna_tables(database: Path) -> bool:
+def holds_optuna_tables(database: Path, url: str, say: Callable[[str], None] | None = None) -> bool:
     """The SQLite file has Optuna's `studies` table; read without writing a byte (Optuna's connect would
-    create its schema in any file, an empty one or another program's)."""
+    create its schema in any file, an empty one or another program's). A file another process holds
+    locked is waited for up to retry_s(), as a database call is; a damaged one is said as such."""
     try:
-        with contextlib.closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)) as db:
-            return db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='studies'").fetchone() is not None
-    except sqlite3.DatabaseError:  # not a SQLite file at all
-        return False
+        try:
+            return has_studies_table(database, wait_s=1.0)  # a sweep writing it holds it for milliseconds
+        except sqlite3.OperationalError as exc:
+            if sqlite_fault(exc) != "locked":
+                raise
+            if say is not None:
+                say(f"{database}: locked by another process; waiting up to {retry_s():.0f}s for it to let go")
+            return has_studies_table(database, wait_s=retry_s())
+    except sqlite3.DatabaseError as exc:
+        if (fault := sqlite_fault(exc)) is None:  # not a SQLite file at all
+            return False
+        raise UserError(fault_line(fault, url)) from None
+
+
+def has_studies_table(database: Path, wait_s: float) -> bool:
+    with contextlib.closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True, timeout=wait_s)) as db:
+        return db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='studies'").fetchone() is not None
 
 
 def torn_for_good(path: Path, settle_s: float = 0.3) -> bool:
@@ -242,6 +285,8 @@ def open_database(url: str, heartbeat: bool):
         raise UserError(f"--storage {redact(url)}: no database driver for this URL; for PostgreSQL install "
                         "bench[postgres] and write postgresql+psycopg2://USER:PASSWORD@HOST/DB") from None
     except Exception as exc:
+        if fault := sqlite_fault(exc):
+            raise UserError(fault_line(fault, url)) from None
         raise UserError(f"--storage {redact(url)}: cannot open it ({redact(str(exc)).splitlines()[0][:200]}); "
                         "check the URL, the server and the password") from None
 
@@ -287,7 +332,10 @@ class DatabaseGone(UserError):
 
 
 def is_disconnect(exc: BaseException | None) -> bool:
-    """A lost or refused connection (worth a retry), as opposed to a bad statement (a bug: raised)."""
+    """A lost or refused connection (worth a retry), as opposed to a bad statement (a bug: raised) or a
+    SQLite file that retrying cannot mend (damaged, read-only, on a full disk: said at once)."""
+    if sqlite_fault(exc) in LASTING:
+        return False
     while exc is not None:
         if isinstance(exc, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
                             sqlalchemy.exc.DisconnectionError)):
@@ -297,9 +345,10 @@ def is_disconnect(exc: BaseException | None) -> bool:
 
 
 def retry(call, url: str, finished_is_success: bool = False):
-    """`call()`, again with backoff (0.25 s doubling to 8 s) while the database is unreachable, for up to
-    retry_s(); then DatabaseGone. With finished_is_success, a retried tell that the first try did commit
-    (the answer was lost) finds the trial finished: that is success."""
+    """`call()`, again with backoff (0.25 s doubling to 8 s) while the database is unreachable (a SQLite
+    file locked by another process too), for up to retry_s(); then DatabaseGone. A SQLite file that is
+    damaged, read-only or on a full disk is a UserError at once. With finished_is_success, a retried tell
+    that the first try did commit (the answer was lost) finds the trial finished: that is success."""
     limit = retry_s()
     delay, deadline, tries = 0.25, time.monotonic() + limit, 0
     while True:
@@ -310,15 +359,54 @@ def retry(call, url: str, finished_is_success: bool = False):
                 return True
             raise
         except Exception as exc:
-            if isinstance(exc, DatabaseGone) or not is_disconnect(exc):  # a nested call already gave up
+            if isinstance(exc, UserError):  # a nested call already gave up, or said what is wrong
+                raise
+            fault = sqlite_fault(exc)
+            if not is_disconnect(exc):  # a bug keeps its traceback; a SQLite file's own fault is one line
+                if fault in LASTING:
+                    raise UserError(fault_line(fault, url)) from None
                 raise
             if time.monotonic() + delay > deadline:
-                raise DatabaseGone(f"--storage {redact(url)}: the database has not answered for {limit:.0f}s "
+                raise DatabaseGone(fault_line(fault, url) if fault == "locked" else
+                                   f"--storage {redact(url)}: the database has not answered for {limit:.0f}s "
                                    f"({redact(str(exc.__cause__ or exc)).splitlines()[0][:160]}); the study keeps "
                                    "everything recorded before, and a trial cut off runs again: re-run the same "
                                    "command once the database is back") from None
         time.sleep(delay)
         delay, tries = min(2 * delay, 8.0), tries + 1
+
+
+SQLITE_FAULTS = {  # words of SQLite's own messages (sqlite3_errstr) -> the fault of the file they name
+    "malformed": "damaged",              # SQLITE_CORRUPT: "database disk image is malformed"
+    "readonly database": "read-only",    # SQLITE_READONLY: "attempt to write a readonly database"
+    "disk is full": "full",              # SQLITE_FULL: "database or disk is full"
+    "database is locked": "locked",      # SQLITE_BUSY past the wait: another process's transaction
+}
+LASTING = ("damaged", "read-only", "full")
+"""Faults no retry mends: said at once, not waited on as a blip."""
+
+
+def sqlite_fault(exc: BaseException | None) -> str | None:
+    """The fault of a SQLite file that `exc`, or an exception it was raised from, names; None for any other."""
+    while exc is not None:
+        if isinstance(exc, sqlite3.DatabaseError):
+            return next((fault for words, fault in SQLITE_FAULTS.items() if words in str(exc)), None)
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def fault_line(fault: str, url: str) -> str:
+    where = f"--storage {redact(url)}"
+    return {
+        "damaged": f"{where}: the database is damaged (malformed); restore it from a backup, or "
+                   "sweep into a new file",
+        "read-only": f"{where}: the database cannot be written (read-only); check the permissions of the file and "
+                     "its folder, and that its file system is not mounted read-only",
+        "full": f"{where}: no space left on the device (database or disk is full); the study is intact: free some "
+                "space and re-run the same command to resume",
+        "locked": f"{where}: the database is locked by another process (a program holding it in a transaction); "
+                  "re-run once it lets go",
+    }[fault]
 
 
 def retrying(method):
@@ -583,8 +671,16 @@ def locked(engine: sqlalchemy.Engine, key: int) -> sqlalchemy.Connection:
 @contextlib.contextmanager
 def host_lock(path: Path):
     """An exclusive lock among this host's processes; the kernel drops it when its holder dies."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a")
+    except OSError as exc:
+        if is_no_space(exc):  # said by the sweep as every full disk is
+            raise
+        raise UserError(f"{path}: cannot write the lock file that workers claim configs under "
+                        f"({exc.strerror or exc}); a sweep writes beside its study: make {path.parent} writable "
+                        "(not a read-only mount), or move the study where it can be written") from None
+    with f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
 
