@@ -89,9 +89,6 @@ TRIAL_MAX_STEPS = 1_000_000  # beyond any trial, so the user's schedule is finit
 def fit(transformers, model, dataset, blocks, about, user_args, config, trial) -> None:
     """transformers.Trainer.train() with the user's TrainingArguments and the trial's knobs, until the
     trial stops it."""
-    if config.get("precision", "fp32") == "bf16-true":
-        from harness.trial import UserFacingError
-        raise UserFacingError("TrainingArguments has no bf16-true (bf16 is mixed precision); search bf16-mixed")
     if config.get("checkpointing") == "selective":
         checkpoint(model, "selective", blocks, about)
     reference = trial.reference_loss(model.to(trial.device))  # fp32, the first batch (sequential order)
