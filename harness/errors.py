@@ -31,6 +31,7 @@ OOM_MESSAGES = (
 # fails; cuDNN when no engine's workspace could be allocated (it tries each plan and gives up).
 AT_WALL_MESSAGES = (
     "could not create a primitive",
+    "could not execute a primitive",  # oneDNN's scratchpad refused in backward (AVX2-only hosts)
     "cudnn_status_not_supported",
     "unable to find an engine to execute this computation",
 )
