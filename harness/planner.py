@@ -331,8 +331,10 @@ class Planner:
         None where those rounds disagree too much to tell (the report prints ?x; "+1279%" stood beside it),
         and where no round was side by side and either figure is a busy machine's ("+2894%")."""
         v = pareto.versus(row, other, self.objective)
-        busy = not v or not v.paired and (Record.of(row).busy or Record.of(other).busy)
-        return None if busy or v.untellable else v
+        if v is None or v.untellable:
+            return None
+        busy = not v.paired and (Record.of(row).busy or Record.of(other).busy)
+        return None if busy else v
 
     def needed_to_fit(self, config: dict, knob: str, other, rows: list[dict], fitted: model.Fit) -> bool:
         """Would `config` with `knob` at `other` not fit? Measured (its memory family was over the memory
