@@ -808,7 +808,7 @@ def parse_overrides(pairs: tuple[str, ...], spec: Spec) -> dict:
 def check_like_held(key: str, value, spec: Spec) -> None:
     """A param of your own model given a number where the spec or your file holds one: `--set width=abc`
     (config.yaml: `width: 8`) would start a trial only to fail inside your model's __init__."""
-    if key in knobs.CHOICES or key in knobs.UNIVERSAL or "name" in spec.workload:
+    if key in knobs.UNIVERSAL or "name" in spec.workload:
         return
     held = held_values(key, spec)
     if held and all(map(is_number, held)) and not is_number(value):

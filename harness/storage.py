@@ -362,9 +362,9 @@ def retry(call, url: str, finished_is_success: bool = False):
             if isinstance(exc, UserError):  # a nested call already gave up, or said what is wrong
                 raise
             fault = sqlite_fault(exc)
-            if not is_disconnect(exc):  # a bug keeps its traceback; a SQLite file's own fault is one line
-                if fault in LASTING:
-                    raise UserError(fault_line(fault, url)) from None
+            if fault in LASTING:  # a SQLite file's own fault, which no retry mends: one line
+                raise UserError(fault_line(fault, url)) from None
+            if not is_disconnect(exc):  # a bug keeps its traceback
                 raise
             if time.monotonic() + delay > deadline:
                 raise DatabaseGone(fault_line(fault, url) if fault == "locked" else
