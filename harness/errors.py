@@ -5,12 +5,20 @@ Imports no torch: torch's own OutOfMemoryError is checked by name, so the parent
 """
 from __future__ import annotations
 
+import difflib
+
 
 class UserError(Exception):
     """Bad input from the user: the CLI prints it as one line and exits 2.
 
     The message says what is wrong, where, and what to do next.
     """
+
+
+def did_you_mean(word: str, options) -> str:
+    """" (did you mean 'width'?)" for the option closest to a mistyped `word`, else ""."""
+    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 # What a library says when it could not get memory, matched case-insensitively in an exception's

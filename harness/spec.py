@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import errno
 import importlib.util
 import itertools
@@ -23,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from harness import apply, knobs
-from harness.errors import UserError
+from harness.errors import UserError, did_you_mean
 from harness.spec_own import FORMS, check_loop_form, check_trainer_config, check_trainer_knobs, own_form
 from harness.spec_yaml import SpecLoader, read_yaml  # noqa: F401 (spec.read_yaml: API)
 from harness.units import parse_duration, parse_size
@@ -970,11 +969,6 @@ def check_keys(mapping: dict, allowed, where: str) -> None:
         if key not in allowed:
             raise UserError(f"{where}: unknown key {key!r}{did_you_mean(str(key), allowed)}; "
                             f"allowed: {', '.join(allowed)}")
-
-
-def did_you_mean(word: str, options) -> str:
-    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def as_mapping(value, where: str) -> dict:

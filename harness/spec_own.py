@@ -17,13 +17,12 @@ Parent side: never imports torch or the user's code.
 """
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import re
 import sys
 from pathlib import Path
 
-from harness.errors import UserError
+from harness.errors import UserError, did_you_mean
 from harness.spec_yaml import read_yaml
 
 FORMS = ("name", "factory", "model", "lightning", "hf")
@@ -157,9 +156,7 @@ def check_defined(ref: str, paths: list[str], at: str) -> None:
     if "import *" in source or "__getattr__" in source or re.search(rf"\b{re.escape(name)}\b", source):
         return
     defined = re.findall(r"^class\s+(\w+)", source, re.MULTILINE)
-    close = difflib.get_close_matches(name, defined, n=1)
-    raise UserError(f"{at}: {origin} defines no {name}{f' (did you mean {close[0]!r}?)' if close else ''}; "
-                    "correct the class name")
+    raise UserError(f"{at}: {origin} defines no {name}{did_you_mean(name, defined)}; correct the class name")
 
 
 def module_file(module: str, paths: list[str]) -> Path | None:
@@ -217,8 +214,8 @@ def check_from_spelling(name: str, value, where: str) -> None:
     """`{form: data.image_size}` would reach the model as a mapping, and fail in the user's code."""
     if isinstance(value, dict) and len(value) == 1 and "from" not in value:
         key = str(next(iter(value)))
-        if difflib.get_close_matches(key, ["from"], n=1):
-            raise UserError(f"{where}: workload.params.{name}: unknown key {key!r} (did you mean 'from'?); "
+        if close := did_you_mean(key, ["from"]):
+            raise UserError(f"{where}: workload.params.{name}: unknown key {key!r}{close}; "
                             f"write {name}: {{from: dotted.key}} to read the value from the apply target")
 
 

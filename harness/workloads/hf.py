@@ -18,13 +18,13 @@ evaluation are off, and batches come in order so the first one is the fp32 refer
 """
 from __future__ import annotations
 
-import difflib
 import os
 import tempfile
 
 import torch
 
 from harness import transforms
+from harness.errors import did_you_mean
 from harness.workloads import Workload, load_factory
 from harness.workloads.own import BatchDataset, find_blocks, first_item
 
@@ -69,8 +69,7 @@ def check_fields(unknown: list, config, path: str) -> None:
     if unknown:
         from harness.trial import UserFacingError
         fields = config.to_dict()
-        said = ", ".join(k + "".join(f" (did you mean {c!r}?)" for c in difflib.get_close_matches(k, fields, n=1))
-                         for k in unknown)
+        said = ", ".join(k + did_you_mean(k, fields) for k in unknown)
         raise UserFacingError(f"workload params {said}: no field of {type(config).__name__} ({path}); "
                               "spell them as the config does, or remove them", every_config=True)
 
