@@ -113,3 +113,51 @@ def test_a_missing_apply_target_is_said_as_such(tmp_path, monkeypatch):
     edit_spec(folder, lambda s: s["apply"].update(file="missing.yaml"))
     assert_user_error(run("sweep", "sweep.yaml", "--device", "cpu"), "missing.yaml", "apply target not found")
     assert nothing_written(folder)
+
+
+MODULES_BENCH_CANNOT_TRAIN = {
+    "manual-optimization": ("""
+class Manual(CharLM):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.automatic_optimization = False
+""", "charlm.Manual", "Manual uses manual optimization"),
+    "two-optimizers": ("""
+class TwoOptimizers(CharLM):
+    def configure_optimizers(self):
+        half = len(list(self.parameters())) // 2
+        return [torch.optim.SGD(list(self.parameters())[:half], lr=0.1),
+                torch.optim.SGD(list(self.parameters())[half:], lr=0.1)]
+""", "charlm.TwoOptimizers", "configure_optimizers returned 2 optimizers"),
+}
+
+
+@pytest.mark.parametrize("case", MODULES_BENCH_CANNOT_TRAIN, ids=list(MODULES_BENCH_CANNOT_TRAIN))
+def test_a_module_bench_cannot_train_stops_the_sweep_at_the_first_trial(tmp_path, monkeypatch, case):
+    """Manual optimization or two optimizers fail alike at every batch size: three trials ran before the stop."""
+    pytest.importorskip("lightning")
+    source, class_path, said = MODULES_BENCH_CANNOT_TRAIN[case]
+    folder = lightning(tmp_path, monkeypatch, SMALL_CHARLM.replace("charlm.CharLM", class_path))
+    with (folder / "charlm.py").open("a") as module:
+        module.write(source)
+    edit_spec(folder, lambda s: s["workload"].update(loop="bench"))
+    stopped_at_first_trial(run("sweep", "sweep.yaml", "--device", "cpu"), said)
+
+
+def test_an_iterable_dataset_stops_the_sweep_at_the_first_trial(tmp_path, monkeypatch):
+    pytest.importorskip("lightning")
+    folder = lightning(tmp_path, monkeypatch, SMALL_CHARLM.replace("charlm.CharData", "charlm.StreamData"))
+    with (folder / "charlm.py").open("a") as module:
+        module.write("""
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(())
+
+
+class StreamData(CharData):
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(Stream(), batch_size=self.batch_size)
+""")
+    edit_spec(folder, lambda s: s["workload"].update(loop="bench"))
+    stopped_at_first_trial(run("sweep", "sweep.yaml", "--device", "cpu"), "StreamData.train_dataloader() yields an "
+                           "IterableDataset")

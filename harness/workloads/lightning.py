@@ -45,6 +45,12 @@ validation is (`limit_val_batches: 0`), which EarlyStopping watches."""
 TRIAL_MAX_STEPS = 1_000_000
 
 
+def mistake(message: str) -> Exception:
+    """A mistake in the user's module or data that no knob value changes: the sweep stops at its first trial."""
+    from harness.trial import UserFacingError  # the child's refusal type; trial imports this module
+    return UserFacingError(message, every_config=True)
+
+
 def adapter(section: dict):
     refs = section["lightning"]
     module_cls = load_factory(refs["model"])
@@ -115,9 +121,8 @@ def make_datamodule(data_cls, data_params: dict, config: dict):
     """The user's datamodule with the trial's batch size (and loader knobs, where it takes them)."""
     takes = inspect.signature(data_cls).parameters
     if "batch_size" not in takes:
-        from harness.trial import UserFacingError  # the child's refusal type; trial imports this module
-        raise UserFacingError(f"{data_cls.__name__} takes no batch_size argument; bench sets the batch size through "
-                              "it (add batch_size to its __init__, or use `loop: bench`)", every_config=True)
+        raise mistake(f"{data_cls.__name__} takes no batch_size argument; bench sets the batch size through it "
+                      "(add batch_size to its __init__, or use `loop: bench`)")
     knob_args = {"batch_size": int(config["batch_size"])}
     for knob in ("num_workers", "pin_memory"):
         if knob in config:
@@ -242,8 +247,8 @@ def batch_device(batch) -> str:
 
 def check_automatic(module) -> None:
     if not getattr(module, "automatic_optimization", True):
-        raise ValueError(f"{type(module).__name__} uses manual optimization; bench needs training_step to "
-                         "return the loss and configure_optimizers one optimizer")
+        raise mistake(f"{type(module).__name__} uses manual optimization; bench needs training_step to return "
+                      "the loss and configure_optimizers one optimizer")
 
 
 def step_loss(module_cls, model, batch):
@@ -262,7 +267,7 @@ def first_optimizer(module):
         first = out[0]
         optimizers = first if isinstance(first, (list, tuple)) else [o for o in out if isinstance(o, torch.optim.Optimizer)]
         if len(optimizers) != 1:
-            raise ValueError(f"configure_optimizers returned {len(optimizers)} optimizers; bench trains with one")
+            raise mistake(f"configure_optimizers returned {len(optimizers)} optimizers; bench trains with one")
         out = optimizers[0]
         if isinstance(out, dict):
             out = out["optimizer"]
@@ -281,9 +286,8 @@ def data(module, data_cls, data_params: dict, batch_fn, params: dict):
         return BatchDataset(batch_fn, params), first_item
     if is_overridden(module, "train_dataloader"):
         return loader_parts(module.train_dataloader(), type(module).__name__)
-    from harness.trial import UserFacingError
-    raise UserFacingError(f"{type(module).__name__} has no train_dataloader; name a datamodule "
-                          "(workload.lightning.data) or a batch function (workload.batch)", every_config=True)
+    raise mistake(f"{type(module).__name__} has no train_dataloader; name a datamodule "
+                  "(workload.lightning.data) or a batch function (workload.batch)")
 
 
 def is_overridden(module, name: str) -> bool:
@@ -294,6 +298,6 @@ def is_overridden(module, name: str) -> bool:
 def loader_parts(loader, owner: str):
     dataset = loader.dataset
     if isinstance(dataset, torch.utils.data.IterableDataset):
-        raise ValueError(f"{owner}.train_dataloader() yields an IterableDataset; bench needs a map-style "
-                         "dataset to set the batch size (or give a batch function, workload.batch)")
+        raise mistake(f"{owner}.train_dataloader() yields an IterableDataset; bench needs a map-style dataset "
+                      "to set the batch size (or give a batch function, workload.batch)")
     return dataset, loader.collate_fn
