@@ -328,8 +328,8 @@ def check_scenarios(specs_to_run: list, device: str, storage_url: str | None, re
     for spec in specs_to_run:
         spec = with_your_config(spec, device)[0]
         try:
-            study = ledger.load(stores.existing_storage(storage_url, results, spec.study), spec.study)
-        except UserError:
+            study = ledger.load(stores.existing_storage(storage_url, results, spec.study, say=note), spec.study)
+        except stores.NoStudy:
             continue  # a first sweep of this scenario: nothing to resume
         if study.get_trials(deepcopy=False):
             ledger.resumed(spec, study, device, hardware, check_only=True)

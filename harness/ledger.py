@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 from harness import __version__, record, search
 from harness.errors import UserError
 from harness.spec import SPEC_KEYS, Spec, all_configs
-from harness.storage import JOURNAL, REQUEUE_KEEPS, existing_storage, is_stale, redact
+from harness.storage import JOURNAL, REQUEUE_KEEPS, NoStudy, existing_storage, is_stale, redact
 
 
 # ---- opening a study -------------------------------------------------------------------------
@@ -45,7 +45,7 @@ def load(storage, name: str) -> optuna.Study:
         names = sorted(s.study_name for s in storage.get_all_studies())
         held = ("it holds none; run `bench sweep` first" if not names else f"it holds {names[0]!r}; name it"
                 if len(names) == 1 else f"it holds {', '.join(map(repr, names))}; name one of them")
-        raise UserError(f"no study named {name!r} in that storage: {held}") from None
+        raise NoStudy(f"no study named {name!r} in that storage: {held}") from None
 
 
 def relative(path: Path) -> str | None:

@@ -183,21 +183,25 @@ def remove_stale_temp_files(folder: Path) -> None:
             pass
 
 
+class NoStudy(UserError):
+    """The storage holds no such study (or is not there yet): to a sweep, a study to start, not an error."""
+
+
 def existing_storage(url: str | None, results: Path, study: str, say: Callable[[str], None] | None = None):
     """Storage to read a study that must exist (report, apply): opens nothing for writing. A journal whose
     last record stays cut off (a crash, a full disk; not a sweep writing it now) is said through `say`."""
     if url:
         database = sqlite_path(url)
         if database is not None and not database.is_file():  # connecting would create an empty one
-            raise UserError(f"--storage {redact(url)}: no database at {database}; check the path (sqlite:/// "
+            raise NoStudy(f"--storage {redact(url)}: no database at {database}; check the path (sqlite:/// "
                             "then a relative path, sqlite://// then an absolute one)")
         if database is not None and not holds_optuna_tables(database, url, say):  # Optuna would create them in it
-            raise UserError(f"--storage {redact(url)}: {database} holds no Optuna study (not a database a sweep "
+            raise NoStudy(f"--storage {redact(url)}: {database} holds no Optuna study (not a database a sweep "
                             "wrote); check the path, or run `bench sweep --storage` with it first")
         return open_database(url, heartbeat=False)
     path = study_dir(results, study) / JOURNAL
     if not path.exists():
-        raise UserError(f"no study {study!r} under {results}/; run `bench sweep` first or pass --results/--storage")
+        raise NoStudy(f"no study {study!r} under {results}/; run `bench sweep` first or pass --results/--storage")
     journal = ReadOnlyJournal(path)
     if journal.torn is not None and say is not None and torn_for_good(path):
         say(f"{path}: its last record is cut off at line {journal.torn} (a crash or a full disk): this shows the "

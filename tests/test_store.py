@@ -269,6 +269,27 @@ def test_a_database_locked_by_another_process_is_waited_for_then_said(tmp_path):
     assert waiting and proc.wait(timeout=120) == 0, rest  # once the other process lets go, the report goes on
 
 
+def test_a_sweep_of_scenarios_into_a_locked_database_says_its_wait_and_stops(spec_folder):
+    """Before: the resume check of every scenario waited for the lock without a word, took the lock's
+    error for "a first sweep" and went on to open the database again."""
+    path = optuna_database(spec_folder / "store.db")
+    spec = {**SPEC, "scenarios": {"small": {"search": {"batch_size": [4]}}, "big": {"search": {"batch_size": [8]}}}}
+    (spec_folder / "store.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        result = bench(spec_folder, "sweep", "store.yaml", "--device", "cpu", "--storage", SQLITE,
+                       BENCH_STORAGE_RETRY_S="2")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert result.returncode == 2, result.stderr
+    waited, stopped = lines(result.stderr)
+    assert "locked by another process; waiting up to 2s" in waited, waited
+    assert "locked by another process" in stopped and "re-run" in stopped and "Traceback" not in result.stderr, stopped
+    assert [s.study_name for s in optuna.get_all_study_summaries(SQLITE.replace("store.db", str(path)))] == ["store"]
+
+
 def test_a_read_only_database_is_one_line_at_once_not_a_blip(spec_folder):
     """Before: retried as a network blip for BENCH_STORAGE_RETRY_S, then 'the database has not answered
     for 30s ((sqlite3.OperationalError) attempt to write a readonly database)'."""
