@@ -106,6 +106,7 @@ class Meter:
         slow_below = float(m.get("slow_below") or 0)  # samples/s under which the config is out of the race
         per_step, peaks, live, start, done = [], [], [], time.perf_counter(), 0
         self.timing["window_steps"] = window_steps
+        self.hb.beat("measure", 0)  # the display says measuring from its start, not from the first window's end
         self.footprint.memory["live_by_window"] = live  # filled as it goes: a leak that ends in an OOM shows before it
         while True:
             t0 = measure.now(self.device)

@@ -33,10 +33,12 @@ class Recorder(studies.Progress):
         self.events.append(("duplicate", number, of))
 
 
-def test_a_duplicate_is_reported_and_the_child_phases_reach_the_display(project):
-    # measuring lasts >= 2 windows of 0.5 s, several of the parent's 0.2 s polls: the phase cannot slip between them
-    trial = dict(FAST_TRIAL, window=0.5, min_windows=2, max_seconds=2)
-    spec = specs.load(write_spec(project, search={"batch_size": [4, 8]}, trial=trial))
+def test_a_duplicate_is_reported_and_the_child_phases_reach_the_display(project, faulty_path):
+    # measuring lasts >= 3 steps of >= 0.3 s (a sleep: whatever the load, its windows cannot shrink under a
+    # slow warm-up step), several of the parent's 0.2 s polls: the phase cannot slip between them
+    trial = dict(FAST_TRIAL, window=0.5, min_windows=3, max_seconds=2)
+    steady = {"factory": "faulty:build", "params": {"fault": "none", "steady_ms": 300}}
+    spec = specs.load(write_spec(project, search={"batch_size": [4, 8]}, trial=trial, workload=steady))
     study = ledger.create(spec, stores.open_storage(None, project / "results", spec.study), "cpu")
     params = ledger.sampler_params(spec, {"batch_size": 4})  # batch size is ordinal: the sampler holds its index
     study.enqueue_trial(params)

@@ -127,6 +127,10 @@ def build(params: dict) -> Workload:
     width, depth = int(params.get("width", 32)), int(params.get("depth", 2))
     if fault == "build_error":
         raise ValueError("injected: this factory rejects its params")
+    if params.get("ballast_kib"):  # each step's ballast mapped and unmapped, so the resident size is what it holds:
+        # glibc's default would raise its mmap threshold after the first free (up to 32 MiB) and keep a
+        # ballast under that in the heap, where a step's new one could land beside the last (batch 112: 28 MiB twice)
+        ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD, fixed
     if fault == "hang_start":
         time.sleep(3600)
     if fault == "hang_rebuild" and not torch.empty(0).is_meta:  # a CPU trial builds again for its fp32 reference
