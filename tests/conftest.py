@@ -1,6 +1,8 @@
 """Shared fixtures: tiny real specs in a temp folder, the test-only fault workload, a GPU marker."""
+import atexit
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,22 @@ EMBERFORMER_CONFIG = ROOT / "tests" / "data" / "projects" / "emberformer-config.
 # The suite must pass on a machine others are using: a sweep here never waits for quiet, nor measures again what load spoiled (it still
 # looks, and says so); tests/test_busy.py sets the wait where it tests it.
 os.environ.setdefault("BENCH_QUIET_WAIT", "0")
+
+# Each pytest-xdist worker is a machine of its own: its own cores (its trials inherit them, so one
+# worker's trials never take CPU time from the other's, whose windows would then disagree), and its own
+# temp folder, where bench keeps its per-device trial lock and its trial folders, which tests look for
+# (a killed trial's folder, the weights a trial never touched). Once per worker: test modules import
+# this file again as tests.conftest. The folder is readable by all, as /tmp is: a test's PostgreSQL
+# server runs as the postgres user in a folder under it.
+if (worker := os.environ.get("PYTEST_XDIST_WORKER")) and "BENCH_TESTS_TMPDIR" not in os.environ:
+    cores, workers = sorted(os.sched_getaffinity(0)), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if len(cores) >= workers:
+        os.environ["BENCH_TESTS_ALL_CORES"] = ",".join(map(str, cores))  # for tests/fixture all_cores
+        os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) % workers::workers])
+    os.environ["TMPDIR"] = os.environ["BENCH_TESTS_TMPDIR"] = tempfile.tempdir = \
+        tempfile.mkdtemp(prefix=f"bench-tests-{worker}-")
+    os.chmod(tempfile.tempdir, 0o755)
+    atexit.register(shutil.rmtree, tempfile.tempdir, ignore_errors=True)
 
 # Fast measurement: real steps, but only as many as the harness needs to produce its figures.
 # What `bench apply best` says when a busy machine left every trial noisy (a loaded CI box can): one line, exit 2
@@ -53,6 +71,12 @@ def working_tree_untouched():
         assert tree_state(ROOT / name) == state, f"a test wrote into the working tree's {name}/"
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: two workers on a CPU-only box, none where a GPU is: each worker's temp folder holds its own
+    device lock, so two workers' trials would share the card and each count the other's memory."""
+    return 0 if has_cuda() else 2
+
+
 def pytest_collection_modifyitems(config, items):
     if has_cuda():
         return
@@ -60,6 +84,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def all_cores():
+    """Every core, for a module whose trials run several processes (one core each): a worker's own cores
+    are too few, so these share the other worker's while they run."""
+    mine = os.sched_getaffinity(0)
+    if every := os.environ.get("BENCH_TESTS_ALL_CORES"):
+        os.sched_setaffinity(0, {int(core) for core in every.split(",")})
+    yield
+    os.sched_setaffinity(0, mine)
 
 
 @pytest.fixture

@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 STALL_S = 4.0
 
 
+pytestmark = pytest.mark.usefixtures("all_cores")  # two ranks, a core each
+
+
 @pytest.fixture(scope="module")
 def faulty_env(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
@@ -66,7 +69,7 @@ WIDE = {"width": 1024, "depth": 8}  # 8.4M parameters and a batch of 8 vectors: 
 
 
 @pytest.fixture(scope="module")
-def trials(faulty_env):
+def trials(all_cores, faulty_env):
     """Every 2-rank trial the tests below read, run two at a time."""
     runs = {
         "ddp": lambda: gpt_trial("ddp"),

@@ -110,6 +110,7 @@ def test_the_lightning_cli_config_is_the_baseline_with_no_apply_keys(tmp_path, m
 
 
 
+@pytest.mark.usefixtures("all_cores")  # two processes, a core each
 def test_a_lightning_project_trains_over_two_processes_in_its_trainers_own_ddp(tmp_path, monkeypatch):
     lightning_project(tmp_path, monkeypatch, search={"batch_size": [8], "nproc": [1, 2], "parallel": ["ddp"]})
     record = trial("batch_size=8", "nproc=2", "parallel=ddp")
@@ -211,6 +212,7 @@ def test_a_trainer_s_step_is_taken_apart_as_bench_s_own_loop_takes_its_step_apar
     assert parts["activations"] < inside["peak_memory"]
 
 
+@pytest.mark.usefixtures("all_cores")  # two processes, a core each
 def test_a_transformers_model_trains_over_two_processes_in_its_trainers_own_ddp(tmp_path, monkeypatch):
     hf_project(tmp_path, monkeypatch, nproc=[1, 2], parallel=["ddp"])
     record = trial("batch_size=4", "nproc=2", "parallel=ddp")
