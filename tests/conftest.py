@@ -72,9 +72,9 @@ def working_tree_untouched():
 
 
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto`: two workers on a CPU-only box, none where a GPU is: each worker's temp folder holds its own
-    device lock, so two workers' trials would share the card and each count the other's memory."""
-    return 0 if has_cuda() else 2
+    """`-n auto`: two workers (one per core on a 1-core box), none where a GPU is: each worker's temp folder
+    holds its own device lock, so two workers' trials would share the card and each count the other's memory."""
+    return 0 if has_cuda() else min(2, len(os.sched_getaffinity(0)))
 
 
 def pytest_collection_modifyitems(config, items):
