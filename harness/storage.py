@@ -194,10 +194,10 @@ def existing_storage(url: str | None, results: Path, study: str, say: Callable[[
         database = sqlite_path(url)
         if database is not None and not database.is_file():  # connecting would create an empty one
             raise NoStudy(f"--storage {redact(url)}: no database at {database}; check the path (sqlite:/// "
-                            "then a relative path, sqlite://// then an absolute one)")
+                          "then a relative path, sqlite://// then an absolute one)")
         if database is not None and not holds_optuna_tables(database, url, say):  # Optuna would create them in it
             raise NoStudy(f"--storage {redact(url)}: {database} holds no Optuna study (not a database a sweep "
-                            "wrote); check the path, or run `bench sweep --storage` with it first")
+                          "wrote); check the path, or run `bench sweep --storage` with it first")
         return open_database(url, heartbeat=False)
     path = study_dir(results, study) / JOURNAL
     if not path.exists():
