@@ -773,9 +773,9 @@ def _with_why(choice: Choice, unpaid: set) -> Choice:
         why.append(unsure_words(choice))
     for p in choice.paybacks:
         if p.trial in unpaid:
-            after = (f"pays back only after {p.break_even_steps:,.0f} steps" if p.break_even_steps is not None
-                     else "is not faster than eager beyond the noise")
-            why.append(f"trial {p.trial} (compile) {after}; the run is {choice.run_source}: not chosen")
+            after = (f"pays back only after {p.break_even_steps:,.0f} steps; the run is {choice.run_source}"
+                     if p.break_even_steps is not None else "is not faster than eager beyond the noise")
+            why.append(f"trial {p.trial} (compile) {after}: not chosen")  # never faster: no run is long enough
     # not a candidate, for want of a payback: one that is (where no eager config fits, compiling is what
     # makes training fit) lost on speed alone
     untwinned = [s.number for s in choice.rows if s.record.measured and not s.noisy and not s.unsafe

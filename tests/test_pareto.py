@@ -396,3 +396,17 @@ def test_a_config_is_judged_to_fit_on_the_highest_peak_of_its_runs():
     assert int(cells["peak"]) == int(197.6 * MiB)
     # with room for every run it is best again, judged on the same figure
     assert report.annotate([base, fast], {"memory_budget": 240 * MiB, "headroom": 0.1}).best.number == 2
+
+
+def test_a_compile_that_is_never_faster_is_not_weighed_against_the_run_length():
+    """It read "trial 1 (compile) is not faster than eager beyond the noise; the run is an assumed run of
+    10,000 steps (...): not chosen": no run is long enough for a compile that saves nothing."""
+    def trial(n, tput, mode):
+        return {**row(n, tput, 1), "config": {"batch_size": 8, "compile": mode},
+                "timing": {"step_s": {"cv": 0.005, "median": 0.1}, "compile_s": 30.0, "first_step_s": 0.5}}
+    never = pareto.choose([trial(0, 100, "off"), trial(1, 99, "default")], None, 0.1)
+    assert "trial 1 (compile) is not faster than eager beyond the noise: not chosen" in never.why, never.why
+    slow = pareto.choose([trial(0, 100, "off"), trial(1, 110, "default")], None, 0.1, run_steps=100,
+                         run_source="100 steps, the target's")
+    assert "trial 1 (compile) pays back only after 2,950 steps; the run is 100 steps, the target's: not chosen" \
+        in slow.why, slow.why
