@@ -16,10 +16,13 @@ def load_study(study: str | None = None, results: str | Path = "results", storag
     """
     import pandas as pd
 
-    from harness import ledger, report, storage as stores
+    from harness import cli, ledger, report, storage as stores
 
     results = Path(results)
     name = study or ledger.latest_study(results, storage)
     loaded = ledger.load(stores.existing_storage(storage, results, name), name)
-    rows = ledger.rows_of(loaded)
-    return pd.DataFrame(report.flat(report.annotate(rows, ledger.study_info(loaded))))
+    rows, info = ledger.rows_of(loaded), ledger.study_info(loaded)
+    # the choice `bench report` and `bench apply` make, read as they read it: the study's spec, and through it
+    # the training run its apply target describes (a compile pays back within it, or is not chosen)
+    spec = cli.study_spec(cli.spec_path_of(info, storage, results), info)
+    return pd.DataFrame(report.flat(cli.study_choice(rows, info, spec)))

@@ -107,15 +107,26 @@ def wait_budget() -> float:
     return units.env_seconds(WAIT_ENV, DEFAULT_WAIT_S)
 
 
+def shown_seconds(value: float) -> str:
+    return f"{value:.0f}" if value >= 10 else f"{value:.1f}"
+
+
 class Quiet:
     """A sweep's waits for a quiet machine, bounded in all by `budget_s` (BENCH_QUIET_WAIT)."""
 
     def __init__(self, device: str, say=print, budget_s: float | None = None, deadline: float | None = None):
         if budget_s is None:
             budget_s = wait_budget()
-        self.device, self.say, self.left = device, say, budget_s
+        self.device, self.say, self.left, self.budget = device, say, budget_s, budget_s
         self.deadline = deadline  # time.monotonic() at the sweep's --timeout: no wait runs past it
         self.busy_runs = 0
+
+    def spent_words(self) -> str:
+        if self.budget <= 0:
+            return f"{WAIT_ENV}=0: no waiting"
+        more = max(2 * self.budget, 600.0)
+        return (f"the sweep's {shown_seconds(self.budget)}s of waiting for quiet are spent; "
+                f"{WAIT_ENV}={more / 60:.0f}m gives more")
 
     def wait(self, what: str, longest: float = EACH_WAIT_S) -> dict | None:
         """Look at the machine before `what`; while it is busy, wait (at most `longest`, only what is left
@@ -126,11 +137,11 @@ class Quiet:
         to_deadline = math.inf if self.deadline is None else self.deadline - time.monotonic()
         bound = min(longest, self.left, to_deadline)
         if bound <= 0:
-            why = "the sweep's time limit" if to_deadline <= 0 < self.left else WAIT_ENV
+            why = "the sweep's time limit" if to_deadline <= 0 < self.left else self.spent_words()
             self.say(f"machine busy before {what} ({describe(flag)}); no waiting left ({why}): "
                      "measuring anyway, its figures will be noise")
             return flag
-        shown = f"{bound:.0f}" if bound >= 10 else f"{bound:.1f}"
+        shown = shown_seconds(bound)
         self.say(f"machine busy before {what} ({describe(flag)}): waiting up to {shown}s for quiet"
                  + (" (the sweep's time limit)" if bound == to_deadline else ""))
         start = time.monotonic()
@@ -158,5 +169,5 @@ class Quiet:
         output marks busy)."""
         if not self.busy_runs:
             return None
-        return (f"{self.busy_runs} run(s) measured on a busy machine: the answer is noise where their figures "
+        return (f"{units.count(self.busy_runs, 'run')} measured on a busy machine: the answer is noise where their figures "
                 "decide it; run the same command again when the machine is quiet")

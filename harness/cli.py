@@ -11,6 +11,7 @@ import re
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from harness import __version__, apply, busy, knobs, launch, ledger, nvml, paret
 from harness.errors import UserError
 from harness.live import LiveProgress, outcome
 from harness.record import Record, leak_words
-from harness.units import is_whole, parse_duration, parse_size, size
+from harness.units import count, is_whole, parse_duration, parse_size, size
 from harness.workloads import WORKLOADS
 
 MIN_COLUMNS = 40
@@ -50,7 +51,7 @@ def a_scenario(ctx, param, value):
     return value
 
 
-scenario_option = click.option("--scenario", callback=a_scenario, help="The study of this scenario of the same spec.")
+scenario_option = click.option("--scenario", metavar="NAME", callback=a_scenario, help="The study of this scenario of the same spec.")
 
 
 def a_storage(ctx, param, value):
@@ -142,9 +143,10 @@ def main(debug: bool) -> None:
               help="Trials the study should hold; auto stops once no config left is predicted to beat "
                    "the best by more than its noise, with the spec's `trials` as the cap.")
 @click.option("--timeout", "timeout", metavar="DURATION", help="Stop starting trials after this long, e.g. 30m.")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--device", metavar="auto|cpu|cuda|cuda:N", default="auto", show_default=True,
+              help="auto: CUDA when a GPU is seen, else the CPU.")
 @click.option("--study", "study_name", metavar="NAME", help="Study name (default: the spec's).")
-@click.option("--scenario", "scenarios", multiple=True, callback=a_scenario, help="Run only this scenario (repeatable).")
+@click.option("--scenario", "scenarios", metavar="NAME", multiple=True, callback=a_scenario, help="Run only this scenario (repeatable).")
 @click.option("--memory-budget", metavar="SIZE", help="Run trials under this memory, e.g. 24GiB.")
 @storage_option
 @results_option
@@ -167,6 +169,12 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
                          storage, logs, auto=fixed_total is None)
                for spec in specs_to_run]
     found = [c.best for c in choices]
+    for spec, choice in zip(specs_to_run, choices):  # the answer, in the report's own lines
+        if choice.best is not None and not report.spoiled(choice):
+            study = f"study {spec.study}: " if len(specs_to_run) > 1 else ""
+            for line in report.headline(choice):
+                if not line.startswith("headroom left"):
+                    out.print(escape(study + line), soft_wrap=True)
     if any(report.spoiled(c) for c in choices):  # the report's rule: an answer noise decides is none to apply
         out.print("next: run the same [bold]bench sweep[/bold] again when the machine is quiet: it measures again "
                   "what a busy machine or noise spoiled; [bold]bench report[/bold] shows which")
@@ -193,6 +201,14 @@ def timeout_option(text: str, field: str, what: str) -> float:
     low, high = specs.LIMITS[field]
     if not low <= seconds <= high:
         raise UserError(f"--timeout {text}: {what} takes {low:g}s to {high / 86400:g} days; give one in that range, like 30m")
+    return seconds
+
+
+def trial_timeout(text: str, spec) -> float:
+    """`bench trial --timeout`, held to the spec's own rule: longer than the longest a trial measures."""
+    seconds = timeout_option(text, "trial_timeout_s", "a trial")
+    if why := specs.short_timeout(seconds, spec):
+        raise UserError(f"--timeout {text}: {why}: give a longer one")
     return seconds
 
 
@@ -242,12 +258,13 @@ def quick(spec):
                    smoke=True)
 
 
-def device_spec(spec, device: str):
-    """The spec narrowed to what `device` can honour; each dropped search value is said once."""
+def device_spec(spec, device: str, say=None):
+    """The spec narrowed to what `device` can honour; each dropped search value is said once, through
+    `say` where given (bench trial says them once its --set is accepted: a refusal is one line)."""
     spec, notes = specs.for_device(spec, device)
     spec, more = specs.fit_nproc(spec, device, devices_available(device))
-    for note in notes + more:
-        err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+    for line in notes + more:
+        (say or note)(line)
     return spec
 
 
@@ -331,7 +348,7 @@ def check_scenarios(specs_to_run: list, device: str, storage_url: str | None, re
             study = ledger.load(stores.existing_storage(storage_url, results, spec.study, say=note), spec.study)
         except stores.NoStudy:
             continue  # a first sweep of this scenario: nothing to resume
-        if study.get_trials(deepcopy=False):
+        if study.get_trials(deepcopy=False) or "spec_path" in study.user_attrs:
             ledger.resumed(spec, study, device, hardware, check_only=True)
 
 
@@ -390,9 +407,45 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
         make_results_folder(results)
     storage = stores.open_storage(storage_url, results, spec.study, say=lambda line: err.print(escape(line), soft_wrap=True))
     hardware = hardware_model(device)
+    # under the claim lock: a worker started beside another (a Slurm array's tasks start together) finds the
+    # study either not made or made whole, header and baseline, and is checked against it as any resume is;
+    # else it found a study with no trial yet, took it for its own and ran under its own budget or device
+    ledger.has_header(storage, spec.study)  # read first: a damaged database is said before a lock file is made beside it
+    with stores.claim_lock(storage, results, spec.study)():
+        spec, study = open_study(spec, base, storage, device, hardware)
+    if outside := spec.outside(ledger.baseline_config(study) or base):  # a resume's: as first swept, whatever the file says now
+        whose, what = ("your config's", "your config") if spec.apply else \
+            ("the baseline's (bench's defaults: the spec has no apply: section)", "the baseline")
+        err.print(f"note: {whose} {', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not in the spec's "
+                  f"search: it is measured as {what}, and no other config is searched with "
+                  f"{'it' if len(outside) == 1 else 'them'}", markup=False, highlight=False, soft_wrap=True)
+    where = stores.redact(storage_url) if storage_url else str(stores.study_dir(results, spec.study))
+    out.print(f"[bold]bench sweep[/bold] {escape(spec.study)}: {escape(specs.workload_label(spec.workload))} "
+              f"on {device}, {spec.space_size()} configs in the space, up to {count(total, 'trial')} "
+              f"(then runs confirming the leader beside {'your config' if spec.apply else 'the baseline'}) → {escape(where)}")
+    if spec.smoke:
+        out.print(f"{QUICK_ENV} is set: a quick smoke run (tiny preset, short measurements, no compile), not numbers to act on")
+    if spec.memory_budget:
+        out.print(f"memory budget {size(spec.memory_budget)}, headroom {spec.headroom:.0%}")
+        warn_budget_above_device(spec.memory_budget, device)
+    sweep = studies.Sweep(spec, study, device, results, total, deadline, progress,
+                          claim=stores.claim_lock(storage, results, spec.study), auto=auto)
+    sweep.run()
+    return sweep.choice()
+
+
+def open_study(spec, base: dict, storage, device: str, hardware: str | None):
+    """The study `spec` names, made with its header and baseline where it is new, else checked as a resume
+    (refused where its runs would not compare) whether or not a trial of it has run yet: the caller holds
+    the claim lock, so another worker's study is seen whole. Returns the spec as the study runs it."""
+    made = ledger.has_header(storage, spec.study)
     study = ledger.create(ledger.including(spec, base), storage, device, hardware)
-    if study.get_trials(deepcopy=False):  # a resume: the study's own space, device and budget
+    if made or study.get_trials(deepcopy=False):  # a resume: the study's own space, device and budget
         spec = ledger.resumed(spec, study, device, hardware)
+        if not study.get_trials(deepcopy=False):  # a first sweep stopped between its header and its baseline
+            ledger.enqueue_baseline(study, ledger.including(spec, base), base)
+        if headroom := ledger.rechosen(spec, study):
+            err.print(f"note: {headroom}", markup=False, highlight=False, soft_wrap=True)
         if unsearched := ledger.mark_unsearched(study, spec):
             values = ", ".join(sorted({v for values in unsearched.values() for v in values}))
             err.print(f"note: {'trial' if len(unsearched) == 1 else 'trials'} {', '.join(f'#{n}' for n in unsearched)} "
@@ -413,24 +466,7 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
         spec = ledger.including(spec, base)
         ledger.enqueue_baseline(study, spec, base)
     ledger.enqueue_grid(study, spec)
-    if outside := spec.outside(ledger.baseline_config(study) or base):  # a resume's: as first swept, whatever the file says now
-        whose, what = ("your config's", "your config") if spec.apply else \
-            ("the baseline's (bench's defaults: the spec has no apply: section)", "the baseline")
-        err.print(f"note: {whose} {', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not in the spec's "
-                  f"search: it is measured as {what}, and no other config is searched with "
-                  f"{'it' if len(outside) == 1 else 'them'}", markup=False, highlight=False, soft_wrap=True)
-    where = stores.redact(storage_url) if storage_url else str(stores.study_dir(results, spec.study))
-    out.print(f"[bold]bench sweep[/bold] {escape(spec.study)}: {escape(specs.workload_label(spec.workload))} "
-              f"on {device}, {spec.space_size()} configs in the space, up to {total} trial{'s' if total > 1 else ''} → {escape(where)}")
-    if spec.smoke:
-        out.print(f"{QUICK_ENV} is set: a quick smoke run (tiny preset, short measurements, no compile), not numbers to act on")
-    if spec.memory_budget:
-        out.print(f"memory budget {size(spec.memory_budget)}, headroom {spec.headroom:.0%}")
-        warn_budget_above_device(spec.memory_budget, device)
-    sweep = studies.Sweep(spec, study, device, results, total, deadline, progress,
-                          claim=stores.claim_lock(storage, results, spec.study), auto=auto)
-    sweep.run()
-    return sweep.choice()
+    return spec, study
 
 
 def hardware_model(device: str) -> str | None:
@@ -471,11 +507,12 @@ def make_results_folder(results: Path) -> None:
 @main.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
 @click.option("--set", "overrides", multiple=True, metavar="KNOB=VALUE", help="Knob value (repeatable).")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option("--scenario", callback=a_scenario, help="Take the workload and budget from this scenario.")
+@click.option("--device", metavar="auto|cpu|cuda|cuda:N", default="auto", show_default=True,
+              help="auto: CUDA when a GPU is seen, else the CPU.")
+@click.option("--scenario", metavar="NAME", callback=a_scenario, help="Take the workload and budget from this scenario.")
 @click.option("--memory-budget", metavar="SIZE", help="Run under this memory, e.g. 24GiB.")
 @click.option("--timeout", metavar="DURATION", help="Trial time limit (default: the spec's).")
-@click.option("--preset", help="Built-in workload preset to use instead of the spec's, e.g. tiny.")
+@click.option("--preset", metavar="NAME", help="Built-in workload preset to use instead of the spec's, e.g. tiny.")
 @user_errors
 def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset):
     """Run one config of SPEC and print its JSON record on stdout."""
@@ -485,13 +522,15 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
     if memory_budget is not None:
         spec = replace(spec, memory_budget=budget_option(memory_budget, "--memory-budget"))
     device = resolve_device(device)
-    spec = device_spec(spec, device)
+    notes: list[str] = []
+    spec = device_spec(spec, device, say=notes.append)
     config = specs.trial_config(spec, specs.parse_overrides(overrides, spec))
     specs.check_config(config, device, "--set", devices_available(device))
     specs.check_shapes(spec, config, device, "--set")
     specs.check_effective_batch(spec, config)
-    limits = launch.Limits(timeout_option(timeout, "trial_timeout_s", "a trial") if timeout is not None else spec.trial_timeout_s,
-                           spec.stall_s)
+    limits = launch.Limits(trial_timeout(timeout, spec) if timeout is not None else spec.trial_timeout_s, spec.stall_s)
+    for line in notes:
+        note(line)
     try:  # Ctrl-C, SIGTERM, SIGHUP: the trial's group killed and its folder removed, as in a sweep
         with launch.stop_signals_interrupt():
             rec = launch.run(spec.job(device, config), limits, None)
@@ -508,6 +547,7 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
 
 @main.command("report")
 @click.argument("study_name", metavar="[STUDY]", required=False)
+@click.option("--study", "study_option", metavar="NAME", help="The study, as sweep and apply name it (or give it as STUDY).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "html"]),
               help="What to write  [default: --out's kind by its suffix, else table]")
 @click.option("--out", "out_path", type=click.Path(path_type=Path), help="Write to this file instead of stdout.")
@@ -516,15 +556,20 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
 @storage_option
 @results_option
 @user_errors
-def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
+def report_cmd(study_name, study_option, fmt, out_path, wide, scenario, storage, results):
     """Show what a study measured (default: the most recent one)."""
+    if study_name is not None and study_option is not None and \
+            typed_study(study_name, results, storage) != typed_study(study_option, results, storage):
+        raise UserError(f"study named twice, as {study_name} and as --study {study_option}: give one")
+    study_name = study_name if study_name is not None else study_option
     fmt, fmt_given = report_format(fmt, out_path, wide), bool(fmt)
     name = pick_study(study_name, scenario, results, storage)
     study = ledger.load(stores.existing_storage(storage, results, name, say=note), name)
     rows, info = ledger.rows_of(study), ledger.study_info(study)
     spec_path = spec_path_of(info, storage, results)
-    spec = study_spec(spec_path, info)
+    spec = study_spec(spec_path, info, say=note)
     choice = study_choice(rows, info, spec)
+    out_given = out_path is not None
     if fmt == "html" and not out_path:
         out_path = stores.study_dir(results, name) / "report.html"
         make_results_folder(results)  # a study in a database has none yet: made as a sweep makes it, ignored by git
@@ -552,7 +597,7 @@ def report_cmd(study_name, fmt, out_path, wide, scenario, storage, results):
     else:
         text = report.to_json(choice) if fmt == "json" else report.to_csv(choice)
     if out_path:
-        write_text(out_path, text)
+        write_text(out_path, text, "--out" if out_given else "the page's own place")
         err.print(f"wrote {out_path}", markup=False)
     else:
         click.echo(text)
@@ -589,22 +634,24 @@ def required_spec(info: dict, storage: str | None, results: Path, scenario: str 
     return specs.load(path, scenario)
 
 
-def study_spec(spec_path: str | None, info: dict):
-    """The spec the study was swept from, as it reads now; None when it is gone or no longer loads
-    (the report still shows what was measured)."""
+def study_spec(spec_path: str | None, info: dict, say: Callable[[str], None] | None = None):
+    """The spec the study was swept from, as it reads now; None when it is gone or no longer loads (the
+    report still shows what was measured; `say` is told why, where the spec is there but broken)."""
     if spec_path is None:
         return None
     try:
         return specs.load(spec_path, info.get("scenario"))
-    except (UserError, OSError):
+    except (UserError, OSError) as e:
+        if say is not None and Path(spec_path).exists():
+            say(f"{str(e).rstrip('.')}. The spec no longer loads, so this report judges compile against an assumed "
+                f"run of {pareto.ASSUMED_RUN_STEPS:,} steps; fix it for `bench apply`")
         return None
 
 
 def study_choice(rows: list[dict], info: dict, spec) -> pareto.Choice:
     """The study's choice, with compile judged against the training run the apply target describes."""
-    steps, said = apply.run_length(spec.apply) if spec is not None and spec.apply else (None, "no apply target")
-    source = None if steps else f"an assumed run of {pareto.ASSUMED_RUN_STEPS:,} steps ({said})"
-    return report.annotate(rows, info, run_steps=steps, run_source=source or said,
+    steps, source = studies.run_of(spec.apply if spec is not None else None)
+    return report.annotate(rows, info, run_steps=steps, run_source=source,
                            applies=spec is None or spec.apply is not None)
 
 
@@ -664,12 +711,18 @@ def size_warning(spec, rows: list[dict]) -> str | None:
     return apply.other_model_size(spec.apply, workload, set(rows[0].get("config") or {}))
 
 
+def typed_study(name: str | None, results: Path, storage: str | None) -> str | None:
+    """`bench report results/tinyvision`, as tab completion writes it, names the study tinyvision."""
+    if name and not storage and Path(name).parent.resolve() == Path(results).resolve():
+        return Path(name).name
+    return name
+
+
 def pick_study(name: str | None, scenario: str | None, results: Path, storage: str | None) -> str:
     """STUDY, else the most recent; with --scenario, that scenario's study of the same spec."""
     if name is not None and not name.strip():
         raise UserError("the study name is empty; name a study, or leave it out for the most recent one")
-    if name and not storage and Path(name).parent.resolve() == Path(results).resolve():
-        name = Path(name).name  # `bench report results/tinyvision`, as tab completion writes it
+    name = typed_study(name, results, storage)
     given, name = name, name or ledger.latest_study(results, storage)
     if not scenario:
         return name
@@ -774,9 +827,10 @@ def study_folder_holding(target: Path, results: Path) -> Path | None:
     return None
 
 
-def write_text(path: Path, text: str) -> None:
+def write_text(path: Path, text: str, named_by: str = "--out") -> None:
     """Replace a regular file atomically (through a symlink, at its target); write into anything else
-    (/dev/stdout, a FIFO, a device) as it is, never replacing it with a file."""
+    (/dev/stdout, a FIFO, a device) as it is, never replacing it with a file. `named_by`: what chose the
+    path, for the error (the user's --out, or the HTML page's place in the study folder)."""
     try:
         if path.exists() and not path.is_file():  # opened by its own name: /dev/stdout's link is a pipe's
             with open(path, "w") as stream:
@@ -785,7 +839,10 @@ def write_text(path: Path, text: str) -> None:
         target = path.resolve()
         apply.replace_file(target, text.encode())
     except OSError as exc:
-        raise UserError(f"--out {path}: cannot write ({exc.strerror or exc}); pick a writable path") from None
+        if named_by == "--out":
+            raise UserError(f"--out {path}: cannot write ({exc.strerror or exc}); pick a writable path") from None
+        raise UserError(f"{path} ({named_by}): cannot write ({exc.strerror or exc}); give --out with a writable "
+                        "path") from None
 
 
 # ---- apply ---------------------------------------------------------------------------------------
@@ -795,7 +852,7 @@ def write_text(path: Path, text: str) -> None:
 @click.option("--study", "study_name", metavar="NAME", help="Study to take it from (default: the most recent).")
 @click.option("--budget", metavar="SIZE", help="Best config that fits this much memory, e.g. 24GiB.")
 @click.option("--dry-run", is_flag=True, help="Print the diff; change nothing.")
-@click.option("--to", "to", type=click.Path(path_type=Path), help="Write the result to this file instead.")
+@click.option("--to", "to", metavar="FILE", type=click.Path(path_type=Path), help="Write the result to this file instead.")
 @click.option("--create-keys", is_flag=True, help="Create mapped keys that the target lacks.")
 @scenario_option
 @storage_option
@@ -831,8 +888,8 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
                   "vs_baseline": versus_words, "baseline": choice.baseline.number if versus_words else None,
                   "date": datetime.date.today().isoformat(), "bench_version": __version__,
                   "note": "; ".join([*(["a BENCH_QUICK smoke run, not numbers to act on"] if info.get("smoke") else []),
-                                     *(["measured on a busy machine or too noisy to rank: the answer is noise"]
-                                       if noise else []),
+                                     *(["the study's answer is noise: the figures deciding it were measured "
+                                        "on a busy machine or too noisy to rank"] if noise else []),
                                      *([set_aside] if set_aside else []),
                                      *([f"{spec.apply.file.name} made {edited[0]} before this apply, not your "
                                         f"config as swept ({edited[1]})"] if edited else [])])
@@ -841,12 +898,13 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
         refuse_own_file(to, spec_path_of(info, storage, results), spec, storage, results, name, option="--to")
     held = spec.held(current, device_kind)
     values = to_write(row.config, spec.knob_names() + list(held))
-    plan = apply.plan(spec.apply, values, provenance, to=to, create_keys=create_keys, current_values=current)
-    # planned before anything is written: a profile it would refuse must leave the main config unwritten too.
+    # the profile is planned first: one it refuses leaves the main config unwritten, and a key the main config
+    # lacks is said in the profile's words (--create-keys does not help there), not as "pass --create-keys".
     # --to leaves the project alone, its Hydra group too (a profile beside the --to file is no Hydra option)
     device = row.env.get("device") or "cpu"
     profile = apply.write_hydra_profile(spec.apply, values, device, provenance, current) \
         if spec.apply.hydra_group_dir and to is None else None
+    plan = apply.plan(spec.apply, values, provenance, to=to, create_keys=create_keys, current_values=current)
     # a file where only a new provenance header would change is left alone; --to: the copy is written
     # even where it reads exactly as the target does, unless it is already this very copy. The profile
     # on its own: `hardware=...` overrides the main config, so a profile edited back (or deleted) since
@@ -868,7 +926,7 @@ def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, sto
                   f"'vs your config' below compares with trial {choice.baseline.number} as swept",
                   highlight=False, markup=False)
     out.print(f"trial {row.number}: {report.describe(row.config)}  {chosen.speed:.1f} {choice.unit} "
-              f"(median of {chosen.runs} run{'s' if chosen.runs > 1 else ''}), peak {size(chosen.peak)}"
+              f"({chosen.runs_words}), peak {size(chosen.peak)}"
               + (f"; vs your config as swept (trial {choice.baseline.number}) {versus_words}"
                  if versus_words else ""), highlight=False, markup=False)
     for warning in [*study_warnings(spec, rows, info), chosen.caveat and f"trial {row.number}: {chosen.caveat}",

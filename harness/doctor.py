@@ -136,9 +136,10 @@ def _load(interval_s: float = LOAD_INTERVAL_S) -> dict:
     for proc in procs:
         percent = _optional_cpu(proc)
         if percent is not None and percent >= BUSY_PERCENT:
-            command = " ".join(proc.info.get("cmdline") or [])[:80] or proc.info.get("name") or "?"
-            busy.append({"pid": proc.pid, "name": proc.info.get("name") or "?", "command": command,
-                         "cpu_percent": round(percent, 1)})
+            whole = " ".join(proc.info.get("cmdline") or [])
+            busy.append({"pid": proc.pid, "name": proc.info.get("name") or "?",
+                         "command": whole[:80] or proc.info.get("name") or "?", "cpu_percent": round(percent, 1),
+                         "bench_trial": _a_bench_trial(whole)})  # read whole: a long interpreter path hides the module
     total = {k: after[k] - before[k] for k in after} if before and after else None
     jiffies = sum(total.values()) if total else 0
     return {
@@ -315,7 +316,7 @@ def _host_warnings(facts: dict, min_free_disk: int, min_free_memory: int) -> lis
 
 def _load_warnings(facts: dict) -> list[str]:
     load, cores = facts.get("load") or {}, facts["cpu"]["cores_usable"] or facts["cpu"]["cores_logical"]
-    out = [f"pid {p['pid']} {p['name']} is using {p['cpu_percent']:.0f}% of a core ({p['command']}): "
+    out = [f"pid {p['pid']} {p['name']} is using {_cpu_share(p['cpu_percent'])} ({p['command']}){_whose(p)}: "
            "trials would share the CPU with it and measure less, and noisier, throughput"
            for p in load.get("busy_processes", [])[:5]]
     if len(load.get("busy_processes", [])) > 5:
@@ -331,6 +332,23 @@ def _load_warnings(facts: dict) -> list[str]:
         out.append(f"CPU frequency scaling governor {', '.join(scaling)}: clocks change with load, so "
                    "throughput can drift between trials (the `performance` governor holds them)")
     return out
+
+
+def _cpu_share(percent: float) -> str:
+    """99% of a core; 1.8 cores (not "184% of a core")."""
+    return f"{percent:.0f}% of a core" if percent < 150 else f"{percent / 100:.1f} cores"
+
+
+def _a_bench_trial(command: str) -> bool:
+    """A bench trial's process (forked from the trial server, or a fresh one): its command line reads
+    `python -m harness.zygote ...`, which names neither bench nor a sweep."""
+    return any(f"harness.{module}" in command for module in ("zygote", "trial", "distributed"))
+
+
+def _whose(proc: dict) -> str:
+    if proc.get("bench_trial"):
+        return ", a bench trial (another `bench sweep` or `bench trial` on this machine)"
+    return ""
 
 
 # ---- terminal output ----------------------------------------------------------------------------

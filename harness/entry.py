@@ -3,8 +3,30 @@ rich, click: most of a second) is one line and exit 130, as it is once a command
 leaves early (`bench apply best | head -1`) silences the rest of the output, not the command, and so
 does an output that cannot be written (`bench sweep spec.yaml > sweep.log` on a full disk), which is
 said in one line and makes the exit status 2."""
+import contextlib
 import os
+import signal
 import sys
+
+
+@contextlib.contextmanager
+def _ctrl_c_noted():
+    """Ctrl-C raises KeyboardInterrupt as ever, and is noted in the list it yields (not where it is ignored:
+    `nohup bench sweep ... &`)."""
+    noted: list[int] = []
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield noted
+        return
+
+    def interrupt(signum, frame):
+        noted.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield noted
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class OutputToAReaderThatMayLeave:
@@ -49,7 +71,10 @@ class OutputToAReaderThatMayLeave:
 
 def main() -> None:
     try:
-        from harness.cli import main as cli
+        with _ctrl_c_noted() as noted:
+            from harness.cli import main as cli
+        if noted:  # raised where Python drops it (a weakref callback of the import locks): the import went on
+            raise KeyboardInterrupt
     except KeyboardInterrupt:
         sys.stderr.write("interrupted while bench started; nothing was written\n")
         sys.exit(130)
@@ -62,3 +87,12 @@ def main() -> None:
         if out.lost is not None and done.code in (0, None):
             sys.exit(2)  # it did its work, but what it had to say is lost
         raise
+    finally:
+        _done()
+
+
+def _done() -> None:
+    """The command has ended, its exit status decided: a Ctrl-C while Python shuts down (an `apply` that
+    had written its file exited 130 without a word, as if nothing had been) cannot change it."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)

@@ -156,16 +156,20 @@ def stop_signals_interrupt():
             signal.signal(s, handler)
 
 
-def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
+def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None, on_turn=None) -> dict:
     """Run `job` in a child; return its record with `status` classified. Never raises for a bad trial.
 
     KeyboardInterrupt (Stopped too) kills the child and propagates: the caller records the trial as
-    interrupted. The log is kept at log_path when one is given. `on_beat(heartbeat or None)` is called
-    on every poll, so a display can show the child's phase.
+    interrupted. The log is kept at log_path when one is given, an interrupted trial's too.
+    `on_beat(heartbeat or None)` is called on every poll, so a display can show the child's phase;
+    `on_turn()` once the device is this trial's, before the child starts: a look at the machine there
+    sees no other bench trial on the device, since those take turns with this one.
     """
     asked = time.monotonic()
     with device_turn(job, on_beat), tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-") as tmp:
-        waited = time.monotonic() - asked
+        waited = time.monotonic() - asked  # for the device: the look at the machine below is no part of it
+        if on_turn is not None:
+            on_turn()
         workdir = Path(tmp)
         inductor_cache, cache_state = compile_cache(job, workdir)
         env = child_env(job["config"], job["device"], inductor_cache, job["workload"].get("path", []))
@@ -181,9 +185,9 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
             killed_for = watch(proc, limits, Path(job["heartbeat"]), on_beat)
         finally:
             kill_group(proc, token)  # also on KeyboardInterrupt, and always: no grandchild outlives a trial
-        log = tail.text()
-        if log_path is not None:
-            save_log(log_path, log)
+            log = tail.text()
+            if log_path is not None:  # an interrupted trial's too: what it was doing when stopped
+                save_log(log_path, log)
         result = record.read(result_path)
         beat = read_heartbeat(Path(job["heartbeat"]))
         killed_in = killed_phase(beat, job["config"]) if killed_for else None
@@ -208,6 +212,26 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None) -> dict:
         return outcome
 
 
+def turn_taken(job: dict) -> bool:
+    """Whether another bench trial has one of `job`'s devices now (a look: no turn is kept)."""
+    for device in trial_devices(job):
+        try:
+            fd = os.open(lock_path(device), os.O_RDONLY | os.O_CREAT, 0o666)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # and with it the lock, when it was had
+    return False
+
+
+def lock_path(device: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"bench-device-{device}.lock"
+
+
 @contextlib.contextmanager
 def device_turn(job: dict, on_beat=None):
     """One trial at a time on each device, across every bench process on this machine: two sweeps of a
@@ -218,8 +242,7 @@ def device_turn(job: dict, on_beat=None):
     try:
         for device in trial_devices(job):
             try:
-                fds.append(fd := os.open(Path(tempfile.gettempdir()) / f"bench-device-{device}.lock",
-                                         os.O_RDONLY | os.O_CREAT, 0o666))
+                fds.append(fd := os.open(lock_path(device), os.O_RDONLY | os.O_CREAT, 0o666))
             except OSError:  # a lock file another user made unreadable: measure without the turn
                 continue
             try:

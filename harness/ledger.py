@@ -82,6 +82,14 @@ def make_sampler(spec: Spec) -> optuna.samplers.BaseSampler:
     return samplers[spec.sampler]()
 
 
+def has_header(storage, name: str) -> bool:
+    """A study named `name` is in `storage` with its header written whole (`create` writes `spec_path` last)."""
+    try:
+        return "spec_path" in optuna.load_study(study_name=name, storage=storage).user_attrs
+    except KeyError:
+        return False
+
+
 def create(spec: Spec, storage, device: str, hardware: str | None = None) -> optuna.Study:
     """The study `spec` names, made on first use with its header (what it measures, where, under what
     budget); `hardware`: the device's model, which a resume compares (resumed)."""
@@ -178,6 +186,19 @@ def resumed(spec: Spec, study: optuna.Study, device: str, hardware: str | None =
     if retarget and not check_only:
         study.set_user_attr("objective", spec.objective)
     return replace(spec, sampled=kept)
+
+
+def rechosen(spec: Spec, study: optuna.Study) -> str | None:
+    """A resume with another memory.headroom: written into the header, so that `bench report` and `bench apply`
+    choose with the headroom this sweep chose with (they read the header's; the sweep reads its spec's), and said.
+    Not refused as another budget is: trials are measured alike under either, only the choice among them moves.
+    None where the headroom is the study's."""
+    was = study.user_attrs.get("headroom")
+    if was is None or was == spec.headroom:
+        return None
+    study.set_user_attr("headroom", spec.headroom)
+    return (f"memory.headroom {was:g} -> {spec.headroom:g}: best now leaves {spec.headroom:.0%} of the capacity free, "
+            "in this sweep and in `bench report` and `bench apply` (what was measured stays)")
 
 
 def scenario_flag(spec: Spec) -> str:
@@ -308,11 +329,17 @@ def enqueue_baseline(study: optuna.Study, spec: Spec, config: dict) -> None:
 
 
 def enqueue_grid(study: optuna.Study, spec: Spec) -> None:
-    """sampler: grid — every config once, in order (Optuna's grid samplers call stop(), which ask/tell forbids)."""
-    if spec.sampler != "grid" or any(t.user_attrs.get("grid") for t in study.get_trials(deepcopy=False)):
+    """sampler: grid — every config once, in order (Optuna's grid samplers call stop(), which ask/tell forbids).
+
+    One write per config: a sweep killed (or stopped by Ctrl-C) while queueing the grid left only its
+    first configs queued, so the resume queues the ones no grid trial holds yet, not nothing."""
+    if spec.sampler != "grid":
         return
+    queued = {search.key(t.user_attrs["config"]) for t in study.get_trials(deepcopy=False)
+              if t.user_attrs.get("grid") and t.user_attrs.get("config")}
     for config in all_configs(spec):
-        study.enqueue_trial(sampler_params(spec, config), user_attrs={"config": config, "grid": True})
+        if search.key(config) not in queued:
+            study.enqueue_trial(sampler_params(spec, config), user_attrs={"config": config, "grid": True})
 
 
 def requeue(study: optuna.Study, spec: Spec, config: dict, attrs: dict) -> None:
@@ -334,6 +361,11 @@ def interrupted(t: optuna.trial.FrozenTrial) -> bool:
     (a FAIL without bench's record: a database worker that stopped beating)."""
     return t.user_attrs.get("status") == record.INTERRUPTED or (t.state == TrialState.FAIL and "record" not in t.user_attrs
                                                                 and not not_run_itself(t))
+
+
+def still_running(study: optuna.Study, trial: optuna.Trial) -> bool:
+    """The trial's state as stored now (Optuna has no public read of one trial by its handle)."""
+    return study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING
 
 
 def not_run_itself(t: optuna.trial.FrozenTrial) -> bool:

@@ -44,6 +44,11 @@ class LiveProgress(studies.Progress):
     def trial_phase(self, heartbeat):
         if self.running:
             self.running.heartbeat = heartbeat
+            phase = str((heartbeat or {}).get("phase") or "")
+            # a pipe or log has no spinner: the wait for another trial's device lock is said once, as a note
+            if phase.startswith("waiting for") and not self.out.is_terminal and not self.running.said_wait:
+                self.running.said_wait = True
+                self.note(phase)
 
     def stop(self):
         if self.status:
@@ -93,6 +98,7 @@ class RunningTrial:
 
     def __init__(self, text: str, compiles: bool):
         self.text, self.compiles, self.started, self.heartbeat = text, compiles, time.monotonic(), None
+        self.said_wait = False
 
     def phase(self) -> str:
         beat = self.heartbeat

@@ -371,18 +371,31 @@ def _register_cpu_sdpa_flops() -> None:
         lambda g, q, k, v, *a, out_shape=None, **kw: fc.sdpa_backward_flop_count(g, q, k, v))
 
 
-def count_flops(fwd_bwd) -> int:
-    """FLOPs of one forward+backward, counted op by op from shapes by torch's FlopCounterMode."""
+CONV_OPS = ("convolution", "convolution_backward")
+
+
+def count_flops(fwd_bwd) -> dict:
+    """FLOPs of one forward+backward, counted op by op from shapes by torch's FlopCounterMode: in all,
+    and those of convolutions (cuDNN runs an fp32 convolution in TF32: `peak_tflops`)."""
     from torch.utils.flop_counter import FlopCounterMode
     _register_cpu_sdpa_flops()
     with FlopCounterMode(display=False) as counter:
         fwd_bwd()
-    return int(counter.get_total_flops())
+    by_op = counter.get_flop_counts().get("Global", {})
+    conv = sum(n for op, n in by_op.items() if getattr(op, "__name__", str(op)).split(".")[0] in CONV_OPS)
+    return {"total": int(counter.get_total_flops()), "conv": int(conv)}
 
 
-def peak_tflops(device_name: str, precision: str) -> float | None:
+def peak_tflops(device_name: str, precision: str, conv_share: float = 0.0, conv_tf32: bool = False) -> float | None:
+    """The device's dense peak for the precision. fp32 with cuDNN's TF32 on (torch's default) runs its
+    convolutions (`conv_share` of the FLOPs) at the TF32 peak and the rest at fp32's: the peak is that
+    mix's, so a convolutional model's fp32 MFU is not 7-8x too high on an A100 or H100."""
     kind = "bf16" if precision in ("bf16-mixed", "fp16-mixed", "bf16-true") else precision
-    return PEAK_TFLOPS.get(device_name.strip(), {}).get(kind)
+    peaks = PEAK_TFLOPS.get(device_name.strip(), {})
+    peak = peaks.get(kind)
+    if peak and kind == "fp32" and conv_tf32 and conv_share > 0 and peaks.get("tf32"):
+        return 1 / (conv_share / peaks["tf32"] + (1 - conv_share) / peak)
+    return peak
 
 
 # ---- environment ----------------------------------------------------------------------------------

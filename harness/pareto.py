@@ -82,8 +82,18 @@ class Standing:
         return self.record.number
 
     @property
+    def status(self) -> str:
+        """The status every view shows: the record's, or `noisy` for a run too noisy to rank."""
+        return "noisy" if self.noisy else self.record.status
+
+    @property
     def config(self) -> dict:
         return self.record.config
+
+    @property
+    def runs_words(self) -> str:
+        """What `speed` is: "median of 3 runs", or "one run" (not "median of 1 run")."""
+        return f"median of {self.runs} runs" if self.runs > 1 else "one run"
 
     @property
     def peak(self) -> int | None:
@@ -189,7 +199,7 @@ class Versus:
         """The band the ratio fell inside, and where it comes from (a spread of ±0.15 alone reads as a win at 1.29x)."""
         if self.untellable:  # "1× ± 20.56" is no band anyone can read
             return (f"runs side by side disagree too much to tell (their ratios spread ± {self.spread:.2f}); "
-                    "measure again on a quiet machine")
+                    "more rounds side by side, with the machine kept quiet, would tell")
         source = "twice the spread of the paired runs" if self.paired_band else "the runs' own noise"
         return f"within the noise (1× ± {self.bound:.2f}, {source})"
 
@@ -343,8 +353,9 @@ class Choice:
         row = choice.best if which == "best" else choice.tiers[which]
         if row is None and budget:
             room = self.headroom if which == "best" else TIERS[which]
-            raise UserError(f"--budget {size(budget)}: no measured config fits with the {room:.0%} headroom of "
-                            f"{which}; sweep with a smaller search space or a larger budget")
+            whose = "the spec keeps" if which == "best" else f"the {which} tier keeps"
+            raise UserError(f"--budget {size(budget)}: no measured config fits under it with the {room:.0%} headroom "
+                            f"{whose}; give a larger --budget, or sweep smaller batch sizes")
         if row is None:
             noisy_rows = [s for s in self.rows if s.noisy]
             why = (f" (trial{'s' if len(noisy_rows) > 1 else ''} {', '.join(f'#{s.number}' for s in noisy_rows)} "
@@ -596,7 +607,9 @@ def paybacks(rows, objective: str = "samples", run_steps: int = ASSUMED_RUN_STEP
         step = (r.timing.get("step_s") or {}).get("median")
         if alt is None or not step or r.timing.get("compile_s") is None or not speed(alt, objective):
             continue
-        per_step = step * speed(r, objective)  # samples (or tokens) one compiled step trains
+        # samples (or tokens) one compiled step trains: its own run's rate is that over its own step time
+        # (record: batch x accumulation x nproc / step_s median); its confirmed median is another run's speed
+        per_step = step * r.rate(objective)
         saved = per_step * (1 / speed(alt, objective) - 1 / speed(r, objective))
         cost = r.timing["compile_s"] - (alt.timing.get("first_step_s") or 0.0)
         even = max(cost, 0.0) / saved if saved > 0 and faster(r, alt, objective) else None
@@ -713,14 +726,17 @@ def _not_kept_because(choice: Choice) -> str:
 def unsure_words(choice: Choice) -> str:
     """Why a config faster than your kept config is not best (Choice.unsure): over a leader that ties with
     yours, only a sure win (two or more rounds side by side, beyond their noise) replaces your config."""
-    s, base = choice.unsure, choice.baseline
+    s, base, unit = choice.unsure, choice.baseline, choice.unit
     v = versus(s.record, base.record, choice.objective)
     runs = f"median of {s.runs} runs" if confirmed(s.record) else "its trial's run"
-    rounds = "none" if v.paired == 0 else "one" if v.paired == 1 else f"{v.paired}, within their noise"
-    return (f"trial {s.number} measured {v.ratio:.2f}× your config's speed ({s.speed:.1f} {choice.unit}, {runs}) "
-            f"but is not chosen: the leader, trial {choice.leader.number}, ties with your config, and only a win "
-            f"beyond the noise of two or more rounds run side by side with your config replaces it; trial "
-            f"{s.number} has {rounds}")
+    rule = (f"but is not chosen: the leader, trial {choice.leader.number}, ties with your config, and only a win "
+            "beyond the noise of two or more rounds run side by side with your config replaces it")
+    if v.spread is not None:  # the ratio is the rounds' own, not the medians' (Versus)
+        return (f"trial {s.number} measured {v.ratio:.2f}× your config's speed over {v.paired} rounds run side by "
+                f"side ({s.speed:.1f} {unit}, {runs}) {rule}; its {v.paired} are within their noise")
+    rounds = "none" if v.paired == 0 else "one"
+    return (f"trial {s.number} measured {v.ratio:.2f}× your config's speed ({s.speed:.1f} {unit}, {runs}, against "
+            f"your config's {base.speed:.1f}) {rule}; trial {s.number} has {rounds}")
 
 
 def passed_over_words(choice: Choice) -> str:
@@ -743,6 +759,30 @@ def passed_over_words(choice: Choice) -> str:
         return head + tie + "with no memory capacity known a tie goes to the lighter"
     return head + tie + (f"where a tied config peaks over {1 - TIERS['safe']:.0%} of the {cap / 2**20:,.0f} MiB "
                          f"{choice.capacity_label} a tie goes to the lighter")
+
+
+def unpaid_words(choice: Choice, p: Payback) -> str:
+    """Why a compiled config is not chosen: its compile does not pay back within the run (never, where it is no faster)."""
+    after = (f"pays back only after {p.break_even_steps:,.0f} steps; the run is {choice.run_source}"
+             if p.break_even_steps is not None else "is not faster than eager beyond the noise")
+    return f"trial {p.trial} (compile) {after}: not chosen"
+
+
+def ruled_out(choice: Choice, number: int | None) -> str | None:
+    """Why trial `number`, measured faster than best, is no candidate at all: its loss rose beyond chance, a
+    value the spec no longer searches, or a compile that does not pay back within the run; in the words the
+    report's `why` gives (the live line quotes them, whether or not it is the fastest such trial). None
+    where it is none of these, is best, or is not faster."""
+    s, best = choice.standing(number) if number is not None else None, choice.best
+    if s is None or best is None or s is best or s.record.status != OK or s.noisy or not s.speed \
+            or s.speed <= best.speed:
+        return None
+    if s.unsafe:
+        return f"trial {s.number} is faster ({s.speed:.1f} {choice.unit}) but not chosen: {s.unsafe}"
+    if s.record.unsearched:
+        return f"trial {s.number} is faster ({s.speed:.1f} {choice.unit}) but not chosen: {unsearched_words(s)}"
+    unpaid = next((p for p in choice.paybacks if p.trial == s.number and not p.pays), None)
+    return unpaid_words(choice, unpaid) if unpaid is not None and s.number not in choice.candidates else None
 
 
 def _with_why(choice: Choice, unpaid: set) -> Choice:
@@ -773,9 +813,7 @@ def _with_why(choice: Choice, unpaid: set) -> Choice:
         why.append(unsure_words(choice))
     for p in choice.paybacks:
         if p.trial in unpaid:
-            after = (f"pays back only after {p.break_even_steps:,.0f} steps; the run is {choice.run_source}"
-                     if p.break_even_steps is not None else "is not faster than eager beyond the noise")
-            why.append(f"trial {p.trial} (compile) {after}: not chosen")  # never faster: no run is long enough
+            why.append(unpaid_words(choice, p))
     # not a candidate, for want of a payback: one that is (where no eager config fits, compiling is what
     # makes training fit) lost on speed alone
     untwinned = [s.number for s in choice.rows if s.record.measured and not s.noisy and not s.unsafe

@@ -157,8 +157,10 @@ class Planner:
 
     def per_sample(self, rows: list[dict]) -> float | None:
         """What one sample is in the objective's unit: 1, or the tokens a sample measured (the median over
-        the trials that measured both); None before anything is measured."""
-        measured = pareto.measured(rows, self.objective)
+        the trials that measured both); None before anything is measured. A noisy run counts: its
+        windows disagree, but it still says how long a step takes, and on a busy machine every run
+        may be noisy (the limit then went unchecked and batch 1280 x 2 ran into the trial timeout)."""
+        measured = [r for r in rows if Record.of(r).measured and pareto.speed(r, self.objective)]
         if self.objective == "samples" or not measured:
             return 1.0 if measured else None
         ratios = [pareto.speed(r, "tokens") / pareto.speed(r, "samples") for r in measured if pareto.speed(r, "samples")]
@@ -255,7 +257,10 @@ class Planner:
         if not reasons and not smaller:
             if any(pareto.speed(r, self.objective) > speed for r in fits):
                 return None  # best won a tie (lighter, or confirmed): the choice's own words say why
-            return f"#{best['number']} is the fastest config measured that fits"
+            ruled_out = any((pareto.speed(r, self.objective) or 0) > speed and search.fits(r, self.usable)
+                            for r in rows if r not in fits)  # a compile that does not pay back, a loss that rose
+            return f"#{best['number']} is the fastest config measured that fits" + \
+                (" and is not ruled out (the faster ones are, each with its reason)" if ruled_out else "")
         below = max(smaller, key=lambda r: r["config"]["batch_size"], default=None)
         gain, line = max(reasons, default=(0.0, ""), key=lambda x: x[0])
         if below is None:

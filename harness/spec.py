@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 import errno
 import importlib.util
 import itertools
@@ -23,7 +24,8 @@ import yaml
 
 from harness import apply, knobs
 from harness.errors import UserError, did_you_mean
-from harness.spec_own import FORMS, check_loop_form, check_trainer_config, check_trainer_knobs, own_form
+from harness.spec_own import (FORMS, check_defined, check_loop_form, check_trainer_config, check_trainer_knobs,
+                              own_form)
 from harness.spec_yaml import SpecLoader, read_yaml  # noqa: F401 (spec.read_yaml: API)
 from harness.units import parse_duration, parse_size
 from harness.workloads import WORKLOADS, resolve_preset
@@ -291,9 +293,14 @@ def printable(name) -> str:
 def build(raw: dict, path: Path, scenario: str | None, scenarios: tuple) -> Spec:
     where = str(path)
     study = raw.get("study", path.stem)
-    if isinstance(study, float):  # YAML read `study: 1.50` as the number 1.5: its spelling is gone
-        raise UserError(f"{where}: study {study!r} reads as a number in YAML; quote the name as you "
-                        f"mean it, e.g. study: \"{study}\"")
+    if study is None:  # `study:` with nothing after it
+        raise UserError(f"{where}: study is empty; name the study (e.g. study: {path.stem}), or leave the key out "
+                        "for the file's name")
+    if isinstance(study, (float, bool, datetime.date)):  # YAML read `study: 1.50` as 1.5: its spelling is gone
+        kind, shown = ("a boolean", str(study).lower()) if isinstance(study, bool) else \
+            ("a number", study) if isinstance(study, float) else ("a date", study)
+        raise UserError(f"{where}: study {shown} reads as {kind} in YAML; quote the name as you "
+                        f"mean it, e.g. study: \"{shown}\"")
     study = check_name(str(study) if isinstance(study, int) and not isinstance(study, bool) else study,
                        f"{where}: study")  # `study: 2024` is YAML's integer, and a fine name
     workload = parse_workload(raw.get("workload"), where, path.parent, raw.get("apply"))
@@ -353,14 +360,14 @@ def parse_workload(raw, where: str, base_dir: Path, raw_apply=None) -> dict:
         raise UserError(f"{where}: workload needs exactly one of `name` (built-in: {', '.join(WORKLOADS)}), "
                         "`factory` (\"package.module:function\"), `model` (+ `loss`, `batch`), `lightning` or `hf`; "
                         "see README, \"Bring your own model\"")
-    params = as_mapping(wl.get("params") or {}, f"{where}: workload.params")
+    params = as_mapping({} if wl.get("params") is None else wl["params"], f"{where}: workload.params")
     if any(form in wl for form in ("model", "lightning", "hf")):
         paths = import_paths(wl.get("path", []), base_dir, where)
 
         def check_ref(ref, at):
             check_factory(ref, paths, where, at)
             return ref
-        return {**own_form(wl, where, base_dir, raw_apply, check_ref, paths), "path": paths}
+        return {**own_form(wl, where, base_dir, raw_apply, check_ref), "path": paths}
     if "params_from" in wl or any(isinstance(v, dict) and set(v) == {"from"} for v in params.values()):
         raise UserError(f"{where}: workload.params_from and `from:` params work with the model, lightning and hf "
                         "forms; a factory or built-in workload takes plain params")
@@ -442,8 +449,10 @@ def check_factory(factory, paths: list[str], where: str, at: str = "workload.fac
     finally:
         sys.path[:] = saved
     if found is None:
-        raise UserError(f"{where}: {at}: cannot find module {module!r}; set workload.path to its folder "
+        near = did_you_mean(module, [p.stem for folder in paths for p in Path(folder).glob("*.py")])
+        raise UserError(f"{where}: {at}: cannot find module {module!r}{near}; set workload.path to its folder "
                         "(relative to the spec), install your package, or add its folder to PYTHONPATH")
+    check_defined(factory, paths, f"{where}: {at}")
 
 
 def workload_label(workload: dict) -> str:
@@ -554,6 +563,8 @@ def parse_dimension(name: str, value, at: str) -> Dimension:
         return Dimension(name, choices=batch_ladder(low))
     if isinstance(value, dict):
         check_keys(value, ("low", "high"), at)
+        if name == "batch_size" and isinstance(value.get("high"), str):  # `AUTO`, `autox`: the one word it takes
+            raise UserError(f"{at}.high: a whole number or auto (lower case), got {value['high']!r}")
         low, high = int_value(value.get("low"), f"{at}.low"), int_value(value.get("high"), f"{at}.high")
         if low > high:
             raise UserError(f"{at}: low {low} is above high {high}; the range is empty")
@@ -573,8 +584,11 @@ def parse_dimension(name: str, value, at: str) -> Dimension:
 def check_value(name: str, value, at: str) -> None:
     if name in knobs.CHOICES and value not in knobs.CHOICES[name]:
         article = "an" if name[0] in "aeiou" else "a"
-        raise UserError(f"{at}: {value!r} is not {article} {name}{did_you_mean(str(value), knobs.CHOICES[name])}; "
-                        f"use one of {', '.join(knobs.CHOICES[name])}")
+        shown = str(value).lower() if isinstance(value, bool) else repr(value)  # as YAML spells it: false, not False
+        mixed = f"{value}-mixed"  # Lightning reads a bare "bf16" as bf16-mixed; the nearest spelling is bf16-true
+        near = (f" (did you mean {mixed!r}?)" if mixed in knobs.CHOICES[name]
+                else did_you_mean(str(value), knobs.CHOICES[name]))
+        raise UserError(f"{at}: {shown} is not {article} {name}{near}; use one of {', '.join(knobs.CHOICES[name])}")
     if name in _BOOLS and not isinstance(value, bool):
         raise UserError(f"{at}: {name} takes true or false, got {value!r}")
     if name in _POSITIVE_INTS:
@@ -922,6 +936,19 @@ SPEC_KEYS = {"timeout_s": "timeout", "trial_timeout_s": "trial.timeout", "stall_
 
 MAX_CONFIGS = 1_000_000
 """The most configs a search space may hold (the planner scores them all before every trial)."""
+MAX_VALUES = 512
+"""The most values of the knobs other than batch_size and accumulation, together: the planner's model
+fits one term per value (harness.model.knob_levels), solved as a dense least-squares problem, so its
+time grows with their cube (513 values of seq_len planned in a second, 1,025 in a minute, 2,041 not in
+four; 99,993 asked numpy for 298 GiB)."""
+
+
+def short_timeout(timeout_s: float, spec: Spec) -> str | None:
+    """Why a trial timeout would stop every trial while it measures (the spec's and `bench trial --timeout`'s rule)."""
+    if timeout_s > spec.measure.max_seconds:
+        return None
+    return (f"must be longer than trial.max_seconds ({spec.measure.max_seconds:g} s), the longest a trial measures, "
+            "with room for its build, compile and warm-up")
 
 
 def check_numbers(spec: Spec, where: str) -> None:
@@ -939,6 +966,9 @@ def check_numbers(spec: Spec, where: str) -> None:
         raise UserError(f"{where}: trial.window ({window:g} s) must be at most half of trial.stall ({spec.stall_s:g} s): "
                         "a trial reports progress once per window, so every trial would read as a hang; "
                         "shorten trial.window (default 0.5s) or raise trial.stall")
+    if why := short_timeout(spec.trial_timeout_s, spec):  # `timeout: 5` is seconds: every trial timed out
+        raise UserError(f"{where}: trial.timeout ({spec.trial_timeout_s:g} s) {why}: raise trial.timeout (default 5m; "
+                        "durations: 90s, 10m) or lower trial.max_seconds")
     for knob, dim in spec.search.items():
         values = dim.choices or [v for v in (dim.low, dim.high) if isinstance(v, int)]  # high may be `auto`
         for value in values:
@@ -950,6 +980,13 @@ def check_numbers(spec: Spec, where: str) -> None:
     if math.prod(counted) > MAX_CONFIGS:  # the planner predicts every config of the space before each trial
         raise UserError(f"{where}: search: the space holds {math.prod(counted):,} configs, over {MAX_CONFIGS:,}; "
                         "narrow an integer range, give a list, or use batch_size: {low: N, high: auto}")
+    levels = {knob: dim.size() for knob, dim in spec.search.items() if knob not in ("batch_size", "accumulation")}
+    if sum(levels.values()) > MAX_VALUES:
+        knob = max(levels, key=levels.get)
+        raise UserError(f"{where}: search.{knob}: {levels[knob]:,} values ({sum(levels.values()):,} with the other "
+                        f"knobs'), over the {MAX_VALUES} that knobs other than batch_size and accumulation may have "
+                        "together (the planner models each value); give a list of the values worth measuring, "
+                        "e.g. [128, 256, 512, 1024]")
     for knob, value in spec.fixed.items():
         check_knob_number(knob, value, f"{where}: search.{knob}")
 

@@ -18,6 +18,7 @@ Parent side: never imports torch or the user's code.
 from __future__ import annotations
 
 import importlib.util
+import keyword
 import re
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ LOOPS = ("trainer", "bench")
 _MISSING = object()
 
 
-def own_form(wl: dict, where: str, base_dir: Path, raw_apply, check_ref, paths: list[str]) -> dict:
+def own_form(wl: dict, where: str, base_dir: Path, raw_apply, check_ref) -> dict:
     """The child's workload section for the `model` / `lightning` / `hf` forms, params resolved."""
     target = Target(raw_apply, base_dir, where)
     section: dict = {}
@@ -43,7 +44,7 @@ def own_form(wl: dict, where: str, base_dir: Path, raw_apply, check_ref, paths: 
             section[key] = check_ref(wl[key], f"workload.{key}")
     elif "lightning" in wl:
         section["loop"] = loop(wl, where)
-        section["lightning"] = lightning_refs(wl["lightning"], target, where, check_ref, paths)
+        section["lightning"] = lightning_refs(wl["lightning"], target, where, check_ref)
         if "data" not in section["lightning"]:
             check_no_datamodule(target, where, needs_one=section["loop"] == "trainer" and "batch" not in wl)
         data_section = target.section("data") if target.has("data") else {}
@@ -111,7 +112,7 @@ def trainer_refusal(workload: dict, knob: str, value) -> str | None:
     return None
 
 
-def lightning_refs(raw, target: "Target", where: str, check_ref, paths: list[str]) -> dict:
+def lightning_refs(raw, target: "Target", where: str, check_ref) -> dict:
     refs = {"model": raw} if isinstance(raw, str) else {} if raw is True else raw
     if not isinstance(refs, dict) or set(refs) - {"model", "data"}:
         raise UserError(f"{where}: workload.lightning must be \"module:Class\", {{model: \"module:Class\", "
@@ -123,7 +124,6 @@ def lightning_refs(raw, target: "Target", where: str, check_ref, paths: list[str
             at = f"workload.lightning.{part}" if refs.get(part) else \
                 f"workload.lightning: {part}.class_path {ref.replace(':', '.')} in {target.file}"
             out[part] = check_ref(ref, at)
-            check_defined(ref, paths, f"{where}: {at}")
     if "model" not in out:
         raise UserError(f"{where}: workload.lightning.model: name the LightningModule class (\"module:Class\"), "
                         f"or give {target.file}'s model section a class_path")
@@ -145,7 +145,7 @@ def check_no_datamodule(target: "Target", where: str, needs_one: bool) -> None:
 
 
 def check_defined(ref: str, paths: list[str], at: str) -> None:
-    """A class the module's source never spells cannot be imported from it: refused at load, when the
+    """A name the module's source never spells cannot be imported from it: refused at load, when the
     source is a plain top-level .py file (found, not imported: importing it is user code) that makes no names
     the text does not spell (a star import, a module __getattr__)."""
     module, _, name = ref.partition(":")
@@ -155,8 +155,9 @@ def check_defined(ref: str, paths: list[str], at: str) -> None:
     source = origin.read_text(errors="replace")
     if "import *" in source or "__getattr__" in source or re.search(rf"\b{re.escape(name)}\b", source):
         return
-    defined = re.findall(r"^class\s+(\w+)", source, re.MULTILINE)
-    raise UserError(f"{at}: {origin} defines no {name}{did_you_mean(name, defined)}; correct the class name")
+    defined = re.findall(r"^(?:class|def|async def)\s+(\w+)|^(\w+)\s*[:=]", source, re.MULTILINE)
+    names = [a or b for a, b in defined if not keyword.iskeyword(a or b)]  # `else:` is no name
+    raise UserError(f"{at}: {origin} defines no {name}{did_you_mean(name, names)}; correct the name")
 
 
 def module_file(module: str, paths: list[str]) -> Path | None:
@@ -268,9 +269,20 @@ class Target:
             raise UserError(f"{self.where}: {at}.from must be a dotted key path like model.width, got {path!r}")
         found = self._walk(path)
         if found is _MISSING:
-            raise UserError(f"{self.where}: {at}: from {path}: no such key in {self.file}; "
-                            "check the key path (dotted, like model.width)")
+            raise UserError(f"{self.where}: {at}: from {path}: no such key in {self.file}"
+                            f"{did_you_mean(path, self.key_paths())}; check the key path (dotted, like model.width)")
         return found
+
+    def key_paths(self, node=None, prefix: str = "") -> list[str]:
+        """Every dotted key path of the file (a LightningCLI `init_args` level left out, as `_walk` allows)."""
+        node = self.data() if node is None else node
+        paths = []
+        for key, value in (node.items() if isinstance(node, dict) else []):
+            if key == "init_args":  # a level the key path may leave out
+                paths += self.key_paths(value, prefix)
+            else:
+                paths += [f"{prefix}{key}", *self.key_paths(value, f"{prefix}{key}.")]
+        return paths
 
     def section(self, path: str) -> dict:
         found = self.value(path, f"workload.params_from {path}")

@@ -33,6 +33,11 @@ SpecLoader.yaml_implicit_resolvers = {
 SpecLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
                                  list("tTfF"))
 
+MAX_NODES = 100_000
+"""The most values a spec may hold once its aliases are expanded; a real one holds hundreds. Ten nested
+lists of ten `*aliases` each are a kilobyte of YAML and 10^10 values in the journal the study writes."""
+
+
 def read_yaml(path: Path, what: str) -> dict:
     """Safe-load a YAML mapping (no object construction), or one clear UserError."""
     path = Path(path)
@@ -43,13 +48,17 @@ def read_yaml(path: Path, what: str) -> dict:
     if not path.is_file():  # reading a FIFO waits for a writer forever
         raise UserError(f"{path}: is not a regular file (a FIFO or device), expected a {what} YAML file")
     try:
-        data = yaml.load(path.read_text(), Loader=SpecLoader)
+        data = _load_bounded(path.read_text(), path, what)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         problem = str(getattr(exc, "problem", None) or exc).splitlines()[0]  # the rest repeats the position
         raise UserError(f"{path}{where}: invalid YAML ({problem}); fix the syntax") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        line = exc.object[:exc.start].count(b"\n") + 1
+        raise UserError(f"{path} at line {line}: not UTF-8 text (byte {exc.object[exc.start]:#04x}); save the "
+                        f"{what} as UTF-8") from None
+    except OSError as exc:
         raise UserError(f"{path}: cannot read {what} ({exc})") from None
     except RecursionError:
         raise UserError(f"{path}: the {what} nests thousands of levels deep; no {what} does, check the file") from None
@@ -66,3 +75,31 @@ def read_yaml(path: Path, what: str) -> dict:
 def top_level(data) -> str:
     """What a file holds instead of a mapping, in words (not a Python type name)."""
     return {list: "a list", str: "a single string"}.get(type(data), "a single value")
+
+
+def _load_bounded(text: str, path: Path, what: str):
+    """yaml.load, refusing a document whose aliases add over MAX_NODES values to what is written (counted on
+    the node graph, where an alias is its anchor's node again, before anything is expanded)."""
+    loader = SpecLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        sizes = {}
+        if _expanded_size(node, sizes) - len(sizes) > MAX_NODES:  # what aliases add: a long file written out is no bomb
+            raise UserError(f"{path}: the {what}'s aliases (*name) expand to over {MAX_NODES:,} values; no {what} "
+                            "needs that many, write the values out or check the file")
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _expanded_size(node, sizes: dict) -> int:
+    """How many values the node holds with every alias expanded (memoised per node: a shared one counts
+    once per use, at the cost of one visit)."""
+    if id(node) not in sizes:
+        sizes[id(node)] = 0  # a node that holds itself (`&a [*a]`) is refused by the constructor
+        children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else \
+            node.value if isinstance(node, yaml.SequenceNode) else []
+        sizes[id(node)] = 1 + sum(_expanded_size(child, sizes) for child in children)
+    return sizes[id(node)]

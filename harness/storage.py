@@ -206,7 +206,12 @@ def existing_storage(url: str | None, results: Path, study: str, say: Callable[[
     if journal.torn is not None and say is not None and torn_for_good(path):
         say(f"{path}: its last record is cut off at line {journal.torn} (a crash or a full disk): this shows the "
             "whole records before it; the next `bench sweep` of the study repairs it")
-    return optuna.storages.JournalStorage(journal)
+    storage = optuna.storages.JournalStorage(journal)
+    names = sorted(s.study_name for s in storage.get_all_studies())
+    if names and study not in names:  # named by its folder, which holds another study's journal
+        raise NoStudy(f"no study named {study!r} in {path}: it holds {', '.join(map(repr, names))} (its folder "
+                      "copied or renamed); rename the folder back to its study's name to read it here")
+    return storage
 
 
 def holds_optuna_tables(database: Path, url: str, say: Callable[[str], None] | None = None) -> bool:
@@ -284,7 +289,7 @@ def open_database(url: str, heartbeat: bool):
     engine = {} if url.startswith("sqlite") else {"engine_kwargs": {"pool_pre_ping": True}}
     try:
         with no_experimental_warning(), schema_lock(url):
-            return SteadyRDBStorage(url, **engine, **beats)
+            return schema_made(lambda: SteadyRDBStorage(url, **engine, **beats), url)
     except ImportError:
         raise UserError(f"--storage {redact(url)}: no database driver for this URL; for PostgreSQL install "
                         "bench[postgres] and write postgresql+psycopg2://USER:PASSWORD@HOST/DB") from None
@@ -293,6 +298,25 @@ def open_database(url: str, heartbeat: bool):
             raise UserError(fault_line(fault, url)) from None
         raise UserError(f"--storage {redact(url)}: cannot open it ({redact(str(exc)).splitlines()[0][:200]}); "
                         "check the URL, the server and the password") from None
+
+
+SCHEMA_RACE = ("already exists", "UNIQUE constraint failed: alembic_version")
+"""What a SQLite file says to the second of two workers creating Optuna's tables in it at once."""
+
+
+def schema_made(open_it: Callable, url: str, tries: int = 10):
+    """`open_it()`, opened again where another worker was creating Optuna's tables in the same new SQLite
+    file at that moment: workers started together each ran CREATE TABLE, and all but one stopped with
+    "cannot open it (table studies already exists)". By then the tables are made (or being made): the
+    next try finds them. A lock file beside the database would do it too, but a damaged database must
+    be left as it is, with nothing beside it."""
+    for attempt in range(tries):
+        try:
+            return open_it()
+        except Exception as exc:  # noqa: BLE001 (sqlalchemy's OperationalError or IntegrityError, as raised)
+            if not url.startswith("sqlite") or attempt == tries - 1 or not any(s in str(exc) for s in SCHEMA_RACE):
+                raise
+            time.sleep(0.1 * (attempt + 1))
 
 
 SCHEMA_LOCK_S = 60.0

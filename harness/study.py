@@ -17,13 +17,13 @@ import random
 import socket
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
 
-from harness import apply, busy, failures, launch, ledger, pareto, planner, record, search, storage
+from harness import apply, busy, failures, launch, ledger, pareto, planner, record, search, storage, units
 from harness.errors import UserError
 from harness.spec import Spec, all_configs, workload_label
 from harness.storage import is_stale, study_dir, worker_id
@@ -110,7 +110,7 @@ class Sweep:
         self.runner = self.runner or self.launch
         self._planner = None
         # read once: the apply target's run length decides whether a compile pays back (harness.pareto)
-        self.run_steps = apply.run_length(self.spec.apply)[0] if self.spec.apply else None
+        self.run_steps, self.run_source = run_of(self.spec.apply)
         self.stale = 0  # measured trials since the best last improved
         self.quiet = busy.Quiet(self.device, say=lambda line: self.progress.note(line), deadline=self.deadline)
 
@@ -121,7 +121,9 @@ class Sweep:
         running = len(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
         self.progress.started(self.counted(), self.total, self.spec.study, running)
         waits = self.quiet.left > 0  # BENCH_QUIET_WAIT=0: measure the machine as it is, never measure again
-        if self.quiet.wait("the sweep starts", longest=2 * busy.EACH_WAIT_S) is None and waits:
+        # not while another worker's trial has the device: that is no outside load, and each trial looks again in its turn
+        if not launch.turn_taken({"device": self.device, "config": {}}) \
+                and self.quiet.wait("the sweep starts", longest=2 * busy.EACH_WAIT_S) is None and waits:
             self.remeasure_what_ran_busy()
         for _ in range(1 + RESEARCHES):
             if not self.search():
@@ -231,6 +233,9 @@ class Sweep:
             return True
         if self.auto:
             self.progress.note("no config left is predicted to beat the best by more than its noise: "
+                               "stopping (--trials auto)" if any(r.get("status") == "ok" for r in rows) else
+                               "no trial has given a throughput to rank (an OOM, a crash, a diverged loss), and the "
+                               "configs left are ruled out by those trials (bench report says how each ended): "
                                "stopping (--trials auto)")
             return False
         return True  # every config is measured or ruled out: the sampler proposes (run() stops when all are)
@@ -349,6 +354,31 @@ class Sweep:
         """Ask, run (or skip, or drop a duplicate) and tell one trial. False when nothing was measured."""
         done = self.counted()
         trial, config, previous, drawn = self.claim_next()
+        told: list[dict] = []  # the child's record once its run returned: what a Ctrl-C from here on keeps
+        try:
+            return self.run_claimed(trial, config, previous, drawn, done, told)
+        except KeyboardInterrupt as stop:  # Ctrl-C, SIGTERM, SIGHUP between the claim and the tell, outside the run
+            if ledger.still_running(self.study, trial):  # never left so: it would hold its config forever
+                if told:
+                    self.tell(trial, self.completed(trial, config, told[0]))  # measured: kept, as recover_trials keeps it
+                else:
+                    self.tell_interrupted(trial, config, str(stop) or "interrupted by the user (Ctrl-C)")
+            raise
+
+    def completed(self, trial, config: dict, rec: dict) -> dict:
+        """The child's record made the study's: its number, config, log and what it re-measures (idempotent)."""
+        rec.update(number=trial.number, config=config)
+        if trial.user_attrs.get("remeasured_after"):  # what spoiled the run this one replaces, and which, for the report
+            replaced = trial.user_attrs.get("remeasures")
+            rec["remeasured_after"] = {**trial.user_attrs["remeasured_after"],
+                                       **({"trial": replaced} if replaced is not None else {})}
+        rec.setdefault("error", None)
+        rec["log"] = self.log_of(trial.number)
+        return rec
+
+    def run_claimed(self, trial, config: dict, previous, drawn: bool, done: int, told: list) -> bool:
+        """run_one's claimed trial, run (or skipped, or dropped as a duplicate) and told; `told` gets the
+        child's record once the run returned it."""
         if not trial.user_attrs.get("baseline") and not self.spec.contains(config):
             self.set_aside(trial, config, drawn)
             self.enqueue_unmeasured(trial.number)
@@ -391,11 +421,8 @@ class Sweep:
             self.tell_interrupted(trial, config, "no tokens/s: the workload reports no tokens_per_sample")
             raise UserError(f"{self.spec.shown}: objective: tokens, but workload {workload_label(self.spec.workload)} "
                             "reports no tokens_per_sample (its samples have no length); set objective: samples and re-run")
-        rec.update(number=trial.number, config=config)
-        if trial.user_attrs.get("remeasured_after"):  # what spoiled the run this one replaces, for the report
-            rec["remeasured_after"] = trial.user_attrs["remeasured_after"]
-        rec.setdefault("error", None)
-        rec["log"] = self.log_of(trial.number)
+        told.append(rec)
+        self.completed(trial, config, rec)
         before = self.leader_so_far()
         self.tell(trial, rec)
         leader = self.leader_so_far()
@@ -478,12 +505,16 @@ class Sweep:
     def launch(self, config: dict, number: int, repeat: bool = False) -> dict:
         """Run `config` in a fresh child, once the machine is quiet (or the wait for quiet is over: then
         the record says it ran busy; running it again would measure the same load)."""
-        stayed_busy = self.quiet.wait(f"trial {number}" + (" (confirmation run)" if repeat else ""))
-        before = busy.snapshot(self.device)
+        looked = {}
+
+        def look():  # once the device is ours: another worker's trial on it is waited out, not load
+            looked["busy"] = self.quiet.wait(f"trial {number}" + (" (confirmation run)" if repeat else ""))
+            looked["before"] = busy.snapshot(self.device)
+
         log = self.confirmation_log_path(number) if repeat else self.log_path(number)
         rec = launch.run(self.job(config, number, repeat), launch.Limits(self.spec.trial_timeout_s, self.spec.stall_s),
-                         log, on_beat=self.progress.trial_phase)
-        rec["busy"] = stayed_busy or busy.verdict(before, busy.snapshot(self.device))
+                         log, on_beat=self.progress.trial_phase, on_turn=look)
+        rec["busy"] = looked["busy"] or busy.verdict(looked["before"], busy.snapshot(self.device))
         self.quiet.measured(rec["busy"])
         return rec
 
@@ -892,12 +923,12 @@ class Sweep:
             for slot in set(runs) | set(partners):
                 self.study.set_user_attr(ledger.confirm_key(*slot), {"state": "free", "kept": done[slot]})
         if again:
-            self.progress.note(f"the machine is quiet: measuring again {len(again)} trial(s) a busy machine or noise "
+            self.progress.note(f"the machine is quiet: measuring again {units.count(len(again), 'trial')} a busy machine or noise "
                                "spoiled (" + ", ".join(f"#{r['number']}" for r in again) + ")")
         if runs:
             extra = len(set(partners) - set(runs))
-            self.progress.note(f"the machine is quiet: {len(runs)} confirmation run(s) made on a busy machine run again"
-                               + (f", with the {extra} run(s) side by side with them" if extra else ""))
+            self.progress.note(f"the machine is quiet: {units.count(len(runs), 'confirmation run')} made on a busy machine run again"
+                               + (f", with the {units.count(extra, 'run')} side by side with them" if extra else ""))
 
     def fail_stale_trials(self) -> None:
         """RUNNING trials no live worker holds: interrupted, re-queued (recover_trials)."""
@@ -956,8 +987,9 @@ class Sweep:
         """The choice `bench report` makes of the study as it stands (a compile judged against the run
         the apply target describes, as the report judges it)."""
         rows = ledger.rows_of(self.study) if rows is None else rows
-        return pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, self.spec.objective,
-                             run_steps=self.run_steps)
+        choice = pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, self.spec.objective,
+                               run_steps=self.run_steps, run_source=self.run_source)
+        return replace(choice, applies=self.spec.apply is not None)  # "your config as swept", or "the baseline"
 
     def best_as_reported(self, number: int | None = None) -> tuple[dict | None, str | None]:
         """The row `bench report` would call best now, and the report's reason where trial `number` (just
@@ -969,13 +1001,20 @@ class Sweep:
             return best, choice.why[0]
         if choice.passed_over is not None and choice.passed_over.number == number:
             return best, pareto.passed_over_words(choice)
-        return best, None
+        return best, pareto.ruled_out(choice, number)  # else pareto.why_not's noise, headroom or tie
 
     def leader_so_far(self) -> dict | None:
         """The leading config's row: the planner's bar and the slow cut's (ties with your config do not matter here)."""
         rows = ledger.rows_of(self.study)
         leader = self.choice(rows).leader
         return next((r for r in rows if leader is not None and r["number"] == leader.number), None)
+
+
+def run_of(target) -> tuple[int | None, str]:
+    """The optimizer steps of the training run the apply target describes (None: pareto.ASSUMED_RUN_STEPS),
+    and where they come from, in the words every view gives: the report, `bench apply` and the live line."""
+    steps, said = apply.run_length(target) if target else (None, "no apply target")
+    return steps, said if steps else f"an assumed run of {pareto.ASSUMED_RUN_STEPS:,} steps ({said})"
 
 
 def cpu_step_limit(spec: Spec) -> float:

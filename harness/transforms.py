@@ -152,6 +152,8 @@ def to_device(batch, device: torch.device, non_blocking: bool, float_dtype: torc
         return batch.to(float_dtype) if float_dtype is not None and batch.is_floating_point() else batch
     if isinstance(batch, dict):
         return {k: to_device(v, device, non_blocking, float_dtype) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple takes its fields one by one
+        return type(batch)(*(to_device(v, device, non_blocking, float_dtype) for v in batch))
     if isinstance(batch, (list, tuple)):
         return type(batch)(to_device(v, device, non_blocking, float_dtype) for v in batch)
     return batch

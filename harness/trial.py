@@ -144,6 +144,11 @@ class Trial:
         except workloads.NotAWorkload as exc:
             traceback.print_exc()  # the log the parent's one line points at
             raise FactoryImportError(str(exc)) from exc
+        except ModuleNotFoundError as exc:  # the hf and lightning forms import their library here
+            if not missing_extra(exc):
+                raise
+            traceback.print_exc()
+            raise FactoryImportError(f"{exc}{missing_extra(exc)}") from exc
         self.timing["build_s"] = time.perf_counter() - t0
         self.check_knobs()
         self.t_setup = t_setup
@@ -506,10 +511,14 @@ class Trial:
     def flops(self, step_s: float, env: dict) -> dict | None:
         if self.flops_per_micro is None:
             return {"per_step": None, "tflops": None, "mfu": None, "error": self.flops_error}
-        per_step = self.flops_per_micro * self.accum * self.world
+        counted = self.flops_per_micro  # a bare count: filed by a bench before convolutions were counted apart
+        counted = counted if isinstance(counted, dict) else {"total": counted, "conv": 0}
+        per_step = counted["total"] * self.accum * self.world
         tflops = per_step / step_s / 1e12
-        peak = measure.peak_tflops(env["device"], self.precision) if self.device.type == "cuda" else None
-        return {"per_step": per_step, "tflops": tflops, "peak_tflops": peak,
+        conv_share = counted["conv"] / max(counted["total"], 1)
+        peak = measure.peak_tflops(env["device"], self.precision, conv_share, env["tf32"]["cudnn_allow_tf32"]) \
+            if self.device.type == "cuda" else None
+        return {"per_step": per_step, "tflops": tflops, "peak_tflops": peak, "conv_share": conv_share,
                 "mfu": tflops / (peak * self.world) if peak else None}
 
 
@@ -573,7 +582,19 @@ def import_factory(factory: str) -> None:
         machinery = last.filename.startswith("<") or last.filename.startswith(str(Path(__file__).parent))
         at = "" if machinery else f" ({last.filename}:{last.lineno})"
         first_line = (str(exc).splitlines() or [""])[0]
-        raise FactoryImportError(f"cannot import {factory}: {type(exc).__name__}: {first_line}{at}") from exc
+        raise FactoryImportError(f"cannot import {factory}: {type(exc).__name__}: {first_line}{at}"
+                                 f"{missing_extra(exc)}") from exc
+
+
+EXTRAS = {"lightning": "lightning", "transformers": "hf"}
+"""Libraries a model brought as it is may import, and the extra of pyproject.toml that installs each."""
+
+
+def missing_extra(exc: BaseException) -> str:
+    """'; bench's extra installs it: pip install -e ".[hf]"' where `exc` is one of EXTRAS not installed, else ''."""
+    extra = EXTRAS.get((getattr(exc, "name", None) or "").partition(".")[0]) \
+        if isinstance(exc, ModuleNotFoundError) else None
+    return f"; bench's extra installs it: pip install -e \".[{extra}]\"" if extra else ""
 
 
 def failure_record(job: dict, status: str, exc: BaseException) -> dict:

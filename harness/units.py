@@ -95,6 +95,11 @@ def _finite(value: int | float, where: str, what: str) -> float:
     return number
 
 
+def count(n: int, noun: str) -> str:
+    """"1 run", "3 runs": a count with its noun (regular plurals only)."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def fixed(value: float, decimals: int) -> str:
     """`value` to `decimals` places, or to two significant digits where those places would leave fewer
     (a table column in one unit: 3 MiB reads 0.0029 GiB, not 0.00; 0.04 samples/s not 0.0)."""

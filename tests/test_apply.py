@@ -229,6 +229,22 @@ def test_read_current_hf(tmp_path, lines, expected):
     assert read_current(target_for(file, preset="hf")) == expected
 
 
+@pytest.mark.parametrize("lines, expected", [
+    ("bf16: yes\nfp16: no", {"precision": "bf16-mixed"}),
+    ("bf16: off\ntf32: On", {"precision": "tf32"}),
+    ("gradient_checkpointing: YES\ntorch_compile: no", {"checkpointing": "full", "compile": "off"}),
+])
+def test_read_current_hf_reads_yes_no_on_off_as_transformers_does(tmp_path, lines, expected):
+    """HfArgumentParser reads a YAML file with PyYAML, where `bf16: no` is false (YAML 1.1); bench reads
+    YAML 1.2, where it is the string "no", and refused the file: "cannot tell which precision"."""
+    file = tmp_path / "args.yaml"
+    file.write_text(lines + "\n")
+    assert read_current(target_for(file, preset="hf")) == expected
+    p = plan(target_for(file, preset="hf"), {"precision": "fp16-mixed"}, PROVENANCE, create_keys=True)
+    data = yaml.safe_load(p.new_text)  # as transformers reads it
+    assert data["fp16"] is True and data.get("bf16", False) is False
+
+
 def test_read_current_deepspeed_and_auto_means_unknown(tmp_path):
     file = copy("deepspeed.json", tmp_path)
     target = target_for(file, preset="deepspeed")
@@ -1277,3 +1293,51 @@ def test_a_value_only_a_preset_cannot_spell_is_measured_with_a_note_yours_is_ref
     own = target_for(file, keys={"checkpointing": {"key": "gradient_checkpointing", "values": {"none": False, "full": True}}})
     with pytest.raises(UserError, match="s.yaml: .*checkpointing=selective cannot be written: apply.keys.checkpointing"):
         apply.refuse_unwritable(own, {"checkpointing": ["none", "full", "selective"]}, "s.yaml")
+
+
+@pytest.mark.parametrize("text, expected", [
+    # the section's last value is an alias: its node's marks are the anchor's, further up the file
+    ("opt: &opt\n  name: adamw\n  wd: 0.01\ntrainer:\n  devices: 1\n  optimizer: *opt\n",
+     "trainer:\n  devices: 1\n  optimizer: *opt\n  batch_size: 32\n"),
+    ("bs: &bs 8\ntrainer:\n  devices: 1\n  eval_batch: *bs   # same as train\nmodel: x\n",
+     "trainer:\n  devices: 1\n  eval_batch: *bs   # same as train\n  batch_size: 32\nmodel: x\n"),
+    ("bs: &bs 8\ntrainer:\n  devices: 1\n  sizes:\n  - 4\n  - *bs\nmodel: x\n",
+     "trainer:\n  devices: 1\n  sizes:\n  - 4\n  - *bs\n  batch_size: 32\nmodel: x\n"),
+    ("base: &base\n  a: 1\ntrainer:\n  devices: 1\n  <<: *base\n",  # a merge last: base.batch_size was made
+     "trainer:\n  devices: 1\n  <<: *base\n  batch_size: 32\n"),
+    ("bs: &bs 8\ntrainer: {devices: 1, eval_batch: *bs}\n",
+     "trainer: {devices: 1, eval_batch: *bs, batch_size: 32}\n"),
+    # an empty last value (`plugins:`): its null's mark lies past the blank and comment lines below it
+    ("trainer:\n  devices: 1\n  plugins:\n\n# ---- model ----\nmodel:\n  x: 1\n",
+     "trainer:\n  devices: 1\n  plugins:\n  batch_size: 32\n\n# ---- model ----\nmodel:\n"),
+])
+def test_create_keys_goes_after_a_last_value_that_is_an_alias_or_empty(tmp_path, text, expected):
+    """A section ending in `optimizer: *opt` got the new key after the anchored mapping's last line, up the
+    file: inside `opt:` (bench apply crashed: "produced unexpected values ... a bench bug"), or, at the top
+    level, between other keys; one ending in an empty `plugins:` got it below the next section's comment."""
+    file = tmp_path / "c.yaml"
+    file.write_text(text)
+    p = plan(target_for(file, keys={"batch_size": "trainer.batch_size"}), {"batch_size": 32}, {}, create_keys=True)
+    assert expected in p.new_text
+    assert load(p.new_text)["trainer"]["batch_size"] == 32
+
+
+def test_create_keys_in_a_flow_mapping_leaves_the_last_entrys_comment_on_its_line(tmp_path):
+    """`root: x  # r` as a `{...}` mapping's last entry, one per line: the new entry went between `x` and its
+    comment, which then spoke of the new key (`batch_size: 32       # r`)."""
+    file = tmp_path / "c.yaml"
+    file.write_text("data: {\n  workers: 2,   # w\n  root: x       # r\n}\nprecision: fp32\n")
+    p = plan(target_for(file, keys={"batch_size": "data.batch_size"}), {"batch_size": 32}, {}, create_keys=True)
+    assert "data: {\n  workers: 2,   # w\n  root: x,      # r\n  batch_size: 32\n}\nprecision: fp32\n" in p.new_text
+    assert load(p.new_text)["data"] == {"workers": 2, "root": "x", "batch_size": 32}
+
+
+def test_a_profile_of_a_key_the_main_config_lacks_says_why_not_to_pass_create_keys(tmp_path):
+    """`bench apply best --create-keys` with apply.hydra was refused with "... or pass --create-keys to add it":
+    the flag just passed, which cannot help, since the profile may hold only keys the main config has."""
+    target = plain_hydra_target(tmp_path, config="batch_size: 8\n")
+    with pytest.raises(UserError) as refused:
+        write_hydra_profile(target, {"batch_size": 32, "precision": "bf16-mixed"}, "NVIDIA H200", PROVENANCE)
+    said = str(refused.value)
+    assert "precision" in said and "apply.hydra" in said and "add it to config.yaml" in said
+    assert "pass --create-keys" not in said

@@ -122,9 +122,11 @@ def test_hydra_profile_is_planned_before_anything_is_written_and_carries_the_res
     # key the main config lacks, so it refuses: before, the main config was written first and stayed so
     target.write_text(swept.replace("  precision: 32-true      # 32-true | bf16-mixed | 16-mixed\n", ""))
     before = target.read_bytes()
-    result = CliRunner().invoke(main, ["apply", "best", "--create-keys"])
-    assert result.exit_code == 2 and "trainer.precision" in result.output, result.output
-    assert target.read_bytes() == before and not list(target.parent.glob("*.bench-backup-*"))
+    for flags in (["--create-keys"], []):  # without it, the refusal said "pass --create-keys", which it then refused
+        result = CliRunner().invoke(main, ["apply", "best", *flags])
+        assert result.exit_code == 2 and "trainer.precision" in result.output, result.output
+        assert "--create-keys does not add it where apply.hydra is set" in result.output, result.output
+        assert target.read_bytes() == before and not list(target.parent.glob("*.bench-backup-*"))
     target.write_text(swept)
     assert apply("best").exit_code == 0
     profile = yaml.safe_load((project / "conf" / "hardware" / "test-gpu.yaml").read_text())

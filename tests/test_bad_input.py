@@ -114,6 +114,15 @@ BAD_SPECS = {
                          "search.pin_memory: true cannot run on cpu: pin_memory only means something on a CUDA GPU"),
     "markup_in_a_key": (yaml.safe_dump({**GOOD, "[/x]": 1}), "unknown key '[/x]'"),  # printed as text, not markup
     "apply_empty_list": (yaml.safe_dump({**GOOD, "apply": []}), "apply: expected a mapping"),
+    # an empty list, 0 or false was read as "no params" and the sweep ran; [1] was refused
+    "params_an_empty_list": (yaml.safe_dump({**GOOD, "workload": {"name": "emberformer", "preset": "tiny", "params": []}}),
+                             "workload.params: must be a mapping of keys, got list []"),
+    "params_zero": (yaml.safe_dump({**GOOD, "workload": {"name": "emberformer", "preset": "tiny", "params": 0}}),
+                    "workload.params: must be a mapping of keys, got int 0"),
+    # a kilobyte of nested *aliases under params: 10^9 values, hours of work and a journal of gigabytes
+    "alias_bomb": (yaml.safe_dump(GOOD) + "x:\n  a0: &a0 [" + ", ".join(["x"] * 10) + "]\n" + "".join(
+        f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n" for i in range(1, 9)),
+        "aliases (*name) expand to over 100,000 values"),
     "apply_empty_mapping": (yaml.safe_dump({**GOOD, "apply": {}}), "apply: `file` is missing"),
     "effective_batch_typo": (yaml.safe_dump({**GOOD, "search": {"batch_size": [4], "accumulation": {"efective_batch": 64}}}),
                              "did you mean 'effective_batch'?"),
@@ -125,6 +134,13 @@ BAD_SPECS = {
     "scenarios_empty_list": (yaml.safe_dump({**GOOD, "scenarios": []}), "got []"),
     "study_a_float": ("study: 1.50\n" + yaml.safe_dump({k: v for k, v in GOOD.items() if k != "study"}),
                       'study 1.5 reads as a number in YAML; quote the name as you mean it, e.g. study: "1.5"'),
+    # said as Python's `datetime.date(2026, 12, 4)`, `True`, `None`
+    "study_a_date": ("study: 2026-12-04\n" + yaml.safe_dump({k: v for k, v in GOOD.items() if k != "study"}),
+                     "study 2026-12-04 reads as a date in YAML; quote the name as you mean it, e.g. study: \"2026-12-04\""),
+    "study_a_boolean": ("study: true\n" + yaml.safe_dump({k: v for k, v in GOOD.items() if k != "study"}),
+                        "study true reads as a boolean in YAML"),
+    "study_null": ("study:\n" + yaml.safe_dump({k: v for k, v in GOOD.items() if k != "study"}),
+                   "study is empty"),
     # two knobs written to one key overwrote each other: a batch-8 trial was written as `batch_size: 1`
     "two_knobs_one_key": (yaml.safe_dump({**GOOD, "apply": {"file": "train.yaml", "keys": {"accumulation": "batch_size"}}}),
                           "apply.keys.batch_size and apply.keys.accumulation both name batch_size"),
@@ -211,6 +227,20 @@ BAD_NUMBERS = {
     "knob_negative": ("search: {batch_size: [4, 8], seq_len: [-5, 64]}", "search.seq_len", "at least 1"),
     "trials_auto": ("trials: auto", "trials: auto is the command line's default", "give a whole number, e.g. trials: 12"),
     "knob_string": ("search: {batch_size: [4, 8], seq_len: [abc, 64]}", "search.seq_len", "whole number"),
+    # said "must be a whole number, got 'autox'", and `compile: [false]` "False is not a compile"
+    "batch_high_autox": ("search: {batch_size: {low: 4, high: autox}}", "search.batch_size.high",
+                         "a whole number or auto (lower case), got 'autox'"),
+    "compile_false": ("search: {batch_size: [4], compile: [false]}", "search.compile: false is not a compile",
+                      "use one of off,"),
+    # `timeout: 5` (5 seconds, meant as minutes?) under the default 20 s of measuring: every trial timed out
+    "trial_timeout_under_max_seconds": ("trial: {timeout: 5}", "trial.timeout (5 s)", "trial.max_seconds (20 s)",
+                                        "raise trial.timeout"),
+    # a range of a knob other than batch_size or accumulation is one term per value in the planner's model:
+    # 2,041 values of seq_len took over 4 minutes of CPU to plan the second trial, 99,993 a 298 GiB traceback
+    "seq_len_range_too_many_values": ("search: {batch_size: [4, 8], seq_len: {low: 8, high: 100000}}", "search.seq_len",
+                                      "99,993 values", "give a list"),
+    "seq_len_list_too_many_values": ("search: {batch_size: [4, 8], seq_len: [" + ", ".join(map(str, range(8, 1000)))
+                                     + "]}", "search.seq_len", "992 values"),
 }
 # Names are names: a study or scenario named like a path would write outside results/.
 BAD_NAMES = {
@@ -254,6 +284,15 @@ def spec_with(extra: str) -> str:
     kept = yaml.safe_load(GOOD_TEXT)
     kept.pop(key, None)
     return yaml.safe_dump(kept, sort_keys=False) + extra + "\n"
+
+
+def test_a_spec_not_in_utf8_names_its_line_and_says_to_save_it_as_utf8(cwd):
+    """A Latin-1 `café` said "cannot read sweep spec ('utf-8' codec can't decode byte 0xe9 in position 54: ...)"."""
+    (cwd / "latin.yaml").write_bytes(spec_with("").encode() + "# caf\u00e9\n".encode("latin-1"))
+    line = assert_user_error(bench("sweep", "latin.yaml", "--device", "cpu"), "latin.yaml at line ",
+                             "not UTF-8 text (byte 0xe9)", "save the sweep spec as UTF-8")
+    assert "codec" not in line
+    assert nothing_written(cwd)
 
 
 @pytest.mark.parametrize("case", sorted(BAD_NUMBERS))
@@ -356,11 +395,11 @@ def test_python_tags_construct_nothing(cwd, tag):
 # ---- a factory that cannot be imported ----------------------------------------------------------------
 
 @pytest.mark.parametrize("module, code, phrase", [
-    ("broken_import", "import torch\nraise RuntimeError('this module is broken')\n",
+    ("broken_import", "import torch\nraise RuntimeError('this module is broken')\ndef build(params):\n    pass\n",
      "RuntimeError: this module is broken (", ),
-    ("missing_dep", "import no_such_dependency_xyz\n",
+    ("missing_dep", "import no_such_dependency_xyz\ndef build(params):\n    pass\n",
      "ModuleNotFoundError: No module named 'no_such_dependency_xyz' ("),
-    ("no_function", "x = 1\n", "AttributeError: module 'no_function' has no attribute 'build'"),
+    ("no_function", "from math import *  # names the load check cannot see\n", "AttributeError: module 'no_function' has no attribute 'build'"),
     ("broken_pkg.model", None, "RuntimeError: package init fails ("),
     # two trials failed alike with a TypeError raised in bench's own file before the sweep stopped
     ("not_a_workload", "def build(params):\n    return {'model': None}\n",
@@ -404,6 +443,7 @@ def test_factory_that_cannot_be_imported_stops_the_sweep(cwd, monkeypatch, modul
     (["--set", "batch_size="], "--set batch_size=: no value; write one after the ="),  # "got None"
     (["--set", "compile= "], "--set compile=: no value; write one after the ="),
     (["--set", "precision=fp64"], "'fp64' is not a precision"),
+    (["--set", "precision=bf16"], "'bf16' is not a precision (did you mean 'bf16-mixed'?)"),  # said bf16-true
     (["--set", "optimizer=sgd"], "'sgd' is not an optimizer"),  # "a optimizer"
     (["--set", "checkpointing=[full]"], "checkpointing"),
     (["--set", "batch_size=99999999999999999999"], "--set batch_size: 99999999999999999999 is out of range"),  # exit 1, a child started
@@ -411,6 +451,7 @@ def test_factory_that_cannot_be_imported_stops_the_sweep(cwd, monkeypatch, modul
     (["--timeout", "garbage"], "--timeout"),
     (["--timeout", ""], "--timeout: cannot read duration ''"),  # ran with the spec's limit, as if not given
     (["--timeout", "200h"], "--timeout 200h: a trial takes 1s to 7 days"),  # ran with no limit to speak of
+    (["--timeout", "1s"], "--timeout 1s: must be longer than trial.max_seconds (1 s)"),  # the spec's rule; it timed out
     (["--memory-budget", "garbage"], "--memory-budget"),
     (["--memory-budget", ""], "--memory-budget: cannot read size ''"),  # ran under the spec's budget
     (["--memory-budget", "2048TiB"], "--memory-budget 2048TiB: a memory budget is at most 1024 TiB"),
@@ -426,7 +467,8 @@ def test_factory_that_cannot_be_imported_stops_the_sweep(cwd, monkeypatch, modul
     (["--preset", ""], "has no such preset"),
 ])
 def test_bad_trial_options(cwd, args, phrase):
-    path = write(cwd, "good.yaml", GOOD)
+    # tf32 is left out on a CPU with a note, which came before the refusal: two lines
+    path = write(cwd, "good.yaml", {**GOOD, "search": {**GOOD["search"], "precision": ["fp32", "tf32"]}})
     assert_user_error(bench("trial", path, "--device", "cpu", *args), phrase)
     assert nothing_written(cwd)
 
@@ -622,6 +664,21 @@ def test_what_apply_could_not_write_is_refused_before_the_sweep(cwd, apply_secti
                           "search": {"batch_size": [4, 8], "precision": ["fp32", "bf16-mixed"]}, "trials": 2,
                           "apply": {"file": "train.yaml", **apply_section}})
     assert_user_error(bench("sweep", "s.yaml", "--device", "cpu"), "s.yaml: ", said)
+    assert nothing_written(cwd)
+
+
+@pytest.mark.parametrize("values", [{}, {4: "four"}])
+def test_a_value_map_that_cannot_read_the_files_batch_size_names_the_map_not_the_file(cwd, values):
+    """The file's `batch_size: 8` was called "not a batch_size bench can read: write a whole number ...
+    (e.g. 8)": the map under apply.keys.batch_size.values had no entry for it."""
+    write(cwd, "train.yaml", text="train:\n  batch_size: 8\n")
+    write(cwd, "s.yaml", {"study": "s", "workload": {"name": "emberformer", "preset": "tiny"},
+                          "search": {"batch_size": [4, 8]}, "trials": 2,
+                          "apply": {"file": "train.yaml", "keys": {"batch_size": {"key": "train.batch_size",
+                                                                                  "values": values}}}})
+    line = assert_user_error(bench("sweep", "s.yaml", "--device", "cpu"), "train.batch_size: 8",
+                             "apply.keys.batch_size.values")
+    assert "write a whole number" not in line
     assert nothing_written(cwd)
 
 
@@ -833,7 +890,7 @@ def test_a_budget_above_the_devices_memory_is_warned_in_one_line(cwd):
     write(cwd, "big.yaml", {**GOOD, "memory": {"budget": 2 * psutil.virtual_memory().total}})
     result = bench("sweep", "big.yaml", "--device", "cpu", "--trials", "1")
     assert result.exit_code == 0, result.output
-    assert "up to 1 trial →" in result.stdout  # not "1 trials"
+    assert "up to 1 trial (then" in result.stdout  # not "1 trials"
     [warning] = [line for line in result.stderr.splitlines() if line.strip()]
     assert warning.startswith("warning: memory budget") and "more than the" in warning
 
@@ -899,3 +956,12 @@ def test_a_searched_value_the_model_cannot_take_is_left_out_with_a_note_and_refu
     assert_user_error(bench("trial", cwd / "gpt.yaml", "--device", "cpu", "--set", "seq_len=128"),
                       "--set: seq_len 128 is longer than block_size 64")
     assert nothing_written(cwd)
+
+
+def test_a_long_file_without_aliases_is_not_refused_for_its_aliases(tmp_path):
+    """An apply target listing 100,001 file names (no alias in it) was refused: "aliases (*name) expand to
+    over 100,000 values"; the bound is on what aliases add, as a file written out is no bomb."""
+    from harness.spec_yaml import read_yaml
+    path = tmp_path / "config.yaml"
+    path.write_text("batch_size: 8\nfiles:\n" + "".join(f"- f{i}.png\n" for i in range(100_001)))
+    assert len(read_yaml(path, "apply target")["files"]) == 100_001

@@ -67,9 +67,10 @@ def test_a_machine_that_stays_busy_is_measured_in_bounded_time_and_called_noise(
     assert time.monotonic() - start < 120 and launched == [0]
     text = "\n".join(lines)
     assert "machine busy before the sweep starts" in text and "still busy after" in text
-    assert "no waiting left (BENCH_QUIET_WAIT): measuring anyway, its figures will be noise" in text
+    assert ("no waiting left (the sweep's 0.3s of waiting for quiet are spent; BENCH_QUIET_WAIT=10m gives more): "
+            "measuring anyway, its figures will be noise") in text  # it named a variable you never set
     assert rows[0]["busy"]["busy_cores"] == 1.9
-    assert "1 run(s) measured on a busy machine: the answer is noise" in lines[-1]
+    assert "1 run measured on a busy machine: the answer is noise" in lines[-1]
     choice = report.annotate(rows, {"name": "load"})
     assert any("the machine was busy during 1 of 1 trials: #0" in line for line in report.story(choice))
     assert "when the machine is quiet" in report.next_step(choice)
@@ -181,14 +182,14 @@ def test_run_again_on_a_quiet_machine_measures_again_what_a_busy_one_spoiled(tmp
     (again,) = ledger.rows_of(study)
     assert again["number"] != first["number"] and again["status"] == "ok" and not again["busy"]
     assert again["remeasured_after"]["busy_cores"] == 1.9
-    assert "measuring again 1 trial(s) a busy machine or noise spoiled (#0)" in "\n".join(progress.lines)
+    assert "measuring again 1 trial a busy machine or noise spoiled (#0)" in "\n".join(progress.lines)
     assert study.user_attrs[ledger.confirm_key(first["number"], 0)] == {"state": "free", "kept": {**run, "busy": BUSY}}
     # its partner runs again with it, to be side by side again; the other round stays as measured
     assert [study.user_attrs[ledger.confirm_key(7, k)]["state"] for k in (0, 1)] == ["free", "done"]
-    assert "1 confirmation run(s) made on a busy machine run again, with the 1 run(s) side by side with them" \
+    assert "1 confirmation run made on a busy machine run again, with the 1 run side by side with them" \
         in "\n".join(progress.lines)
     choice = report.annotate(ledger.rows_of(study), {"name": "load"})
-    said = f"re-measured #1 ({report.describe(again['config'])}): the machine was busy during its first run (1.9 of 2 cores"
+    said = f"#1 re-measured #0 ({report.describe(again['config'])}): the machine was busy during its first run (1.9 of 2 cores"
     assert said in str(report.summary(choice, {}))
     assert said in html.unescape(report.render_html(choice, {"name": "load"}))  # the page said nothing of it
     assert "when the machine is quiet" not in report.next_step(choice), ledger.rows_of(study)
@@ -258,7 +259,7 @@ def test_a_run_that_turned_busy_after_it_started_is_counted_in_the_sweeps_last_w
     monkeypatch.setattr(busy, "verdict", lambda before, after: during)
     rows, lines, launched = sweep(tmp_path, iter([None] * 50), 60, monkeypatch)
     assert rows[0]["busy"] == during
-    assert lines[-1].startswith("1 run(s) measured on a busy machine: the answer is noise")
+    assert lines[-1].startswith("1 run measured on a busy machine: the answer is noise")
 
 
 def test_the_next_step_while_a_sweep_runs_is_to_wait_for_it():
@@ -306,3 +307,17 @@ def test_the_reports_worst_busy_figure_is_the_one_with_most_cores_taken():
     choice = report.annotate([ok(0, light), ok(1, BUSY), ok(2, None)], {"name": "load"})
     said = " ".join(" ".join(report.story(choice)).split())
     assert "at worst 1.9 of 2 cores in use by others" in said, said
+
+
+@pytest.mark.parametrize("budget, said", [
+    (0.0, "no waiting left (BENCH_QUIET_WAIT=0: no waiting)"),  # it said "the sweep's 0.0s ... are spent"
+    (120.0, "no waiting left (the sweep's 120s of waiting for quiet are spent; BENCH_QUIET_WAIT=10m gives more)"),
+    (900.0, "no waiting left (the sweep's 900s of waiting for quiet are spent; BENCH_QUIET_WAIT=30m gives more)"),
+])
+def test_no_waiting_left_says_what_would_give_more(monkeypatch, budget, said):
+    monkeypatch.setattr(busy, "now", lambda device, sample_s=busy.SAMPLE_S: BUSY)
+    told = []
+    quiet = busy.Quiet("cpu", say=told.append, budget_s=budget)
+    quiet.left = 0.0  # spent by earlier waits
+    assert quiet.wait("trial 0") == BUSY
+    assert said in told[-1], told

@@ -67,6 +67,10 @@ def test_a_reused_breakdown_is_never_shown_as_measured_in_that_trial(swept):
 def test_the_report_splits_the_sweeps_time_into_phases(swept):
     text = " ".join(swept["text"].split())
     assert "time in 2 trials" in text
+    # the split is of the trials' own runs: a sweep's wall time of twice it read as unexplained
+    confirmations = sum(len(r["repeats"] or []) for r in swept["rows"])
+    assert (f"(their own runs; {confirmations} confirmation run" in text) == (confirmations > 0), text
+    assert (f"The trials&#x27; own runs; {confirmations} confirmation run" in swept["html"]) == (confirmations > 0)
     for phase in ("start-up", "build", "compile", "warm-up", "measuring", "teardown"):
         assert f"{phase} " in text, phase
         assert f"<td>{phase}</td>" in swept["html"], phase
@@ -90,6 +94,17 @@ def test_a_trial_that_ended_early_keeps_its_phases_and_the_rest_is_not_guessed()
     killed = report.trial_phases({"trial_wall_s": 5.0, "killed_in": "build"})  # its heartbeat said so
     assert killed == {"build": 5.0}
     assert report.trial_phases({"trial_wall_s": 5.0, "killed_in": "lunch"}) == {"ended early": 5.0}  # hand-edited
+
+
+def test_the_time_split_says_a_busy_machines_waits_come_on_top():
+    """Waits for a quiet machine are not in any trial's wall time: without confirmation runs they went unsaid."""
+    from harness.record import Record
+    from harness.report import _time
+    quiet = {"number": 0, "status": "ok", "timing": {"trial_wall_s": 5.0}}
+    assert "come on top" not in _time.lines([Record.of(quiet)])[0]
+    busy_row = Record.of({**quiet, "busy": {"load1": 3.5, "cores": 2, "steal": 0.0}})
+    assert _time.lines([busy_row])[0].startswith("time in 1 trial, 5.0s (their own runs; any waits for a quiet "
+                                                 "machine come on top): ")
 
 
 def test_a_figure_is_reused_only_under_the_same_key(tmp_path):
@@ -149,4 +164,5 @@ def test_a_cpu_peak_is_the_same_whether_the_trial_reused_the_figures_or_measured
         peaks[name] = (bf16["peak_memory"], set(bf16["reused"] or ()))
     (reused, took), (fresh, measured) = peaks["reused"], peaks["fresh"]
     assert {"flops", "reference"} <= took and not {"flops", "reference"} & measured
-    assert abs(reused - fresh) < 2.5 * 2**20, (reused / 2**20, fresh / 2**20)
+    # the bug was 7-8 MiB; one CPU peak wanders 1-3 MiB between runs of the same config (54.6-58.0 MiB here)
+    assert abs(reused - fresh) < 4 * 2**20, (reused / 2**20, fresh / 2**20)

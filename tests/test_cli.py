@@ -86,9 +86,13 @@ def test_report_json_contract(swept):
 
 
 def test_report_table_and_csv(swept):
-    folder, _, _ = swept
+    folder, _, result = swept
     table = in_folder(folder, "report")
     assert table.exit_code == 0
+    # the sweep ends with the report's answer (it ended on "next: bench report"), unless noise decided it
+    sweep_words, words = " ".join(result.output.split()), " ".join(table.output.split())
+    best = re.search(r"best: trial .*?MiB", words).group(0)
+    assert best in sweep_words or "when the machine is quiet" in sweep_words, (best, result.output[-2000:])
     assert "★" in table.output and "samples/s" in table.output and "best: trial" in table.output
     # whichever config won on this machine's load: compared with the baseline, or the baseline itself
     words = " ".join(table.output.split())
@@ -96,6 +100,11 @@ def test_report_table_and_csv(swept):
     csv_out = in_folder(folder, "report", "tiny", "--format", "csv")
     header = csv_out.output.splitlines()[0].split(",")
     assert {"number", "status", "throughput", "peak_memory", "config.batch_size"} <= set(header)
+    # --study, as sweep and apply take it ("No such option"), reads the same study; two names are refused
+    assert in_folder(folder, "report", "--study", "tiny", "--format", "csv").output == csv_out.output
+    assert in_folder(folder, "report", "results/tiny", "--study", "tiny", "--format", "csv").output == csv_out.output
+    twice = in_folder(folder, "report", "tiny", "--study", "other")
+    assert twice.exit_code == 2 and "study named twice, as tiny and as --study other: give one" in twice.output
 
 
 def test_report_out_never_replaces_what_the_report_is_made_from(swept):
@@ -130,6 +139,32 @@ def test_report_out_never_replaces_what_the_report_is_made_from(swept):
         del os.environ["FORCE_COLOR"]
     text = (folder / "report.txt").read_text()
     assert table.exit_code == 0 and "best: trial" in text and "\x1b[" not in text
+
+
+def test_an_html_page_that_cannot_be_written_where_it_goes_says_so_not_out(swept, monkeypatch):
+    """Under a read-only results folder, `bench report --format html` said "--out results/s/report.html:
+    cannot write", though no --out was given."""
+    folder, _, _ = swept
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+    monkeypatch.setattr("harness.apply.replace_file", read_only)
+    page = in_folder(folder, "report", "--format", "html")
+    said = " ".join(page.output.split())
+    assert page.exit_code == 2 and "report.html (the page's own place): cannot write (Read-only file system); " \
+        "give --out with a writable path" in said and "--out results" not in said, said
+
+
+def test_a_copied_study_folder_read_by_its_new_name_says_what_it_holds(swept, tmp_path):
+    """It said "no study named 'copy' in that storage: it holds 's'; name it", and naming it read the
+    original folder, not the copy."""
+    import shutil
+    folder, _, _ = swept
+    [study] = [p for p in (folder / "results").iterdir() if p.is_dir()]
+    shutil.copytree(study, tmp_path / "results" / "copy")
+    said = " ".join(in_folder(tmp_path, "report", "copy").output.split())
+    assert f"no study named 'copy' in results/copy/journal.log: it holds '{study.name}' (its folder copied or " \
+        "renamed); rename the folder back to its study's name to read it here" in said, said
 
 
 def test_report_out_names_its_kind_by_its_suffix_and_a_format_that_disagrees_is_refused(swept, tmp_path):
@@ -298,7 +333,8 @@ def test_trial_under_a_small_memory_budget_is_a_real_oom(project):
     assert result.exit_code == 0, result.output
     record = json.loads(result.stdout)
     assert record["status"] == "oom", record
-    assert re.search(r"can't allocate memory|out of memory|MemoryError|could not create a primitive",
+    # oneDNN's words, counted as OOM only once the wall has refused memory, may come from forward or backward
+    assert re.search(r"can't allocate memory|out of memory|MemoryError|could not (create|execute) a primitive",
                      record["error"]["message"] + record["error"]["type"])
     # torch's CUDA message opens with the whole GPU's free memory (a 24 GiB cap on an H200 read "120 GiB
     # free"), so the line says which wall it hit
@@ -494,7 +530,9 @@ def test_report_fits_the_terminal_and_never_cuts_a_number(swept, monkeypatch, co
         cells = lines[r["number"]].split()
         shown = f"{r['speed']['value']:.1f}" if r["speed"] else "-"  # the figure the choice was made on
         assert str(r["config"]["batch_size"]) in cells and shown in cells
-        assert f"{r['peak_memory'] / 1024**2:.1f}" in cells  # peaks under 1 GiB are shown in MiB
+        # peaks under 1 GiB are shown in MiB; the highest over the trial's runs (`peak`), which a confirmation
+        # run may raise above the trial's own (`peak_memory`): a CI run failed on 54.8 against the shown 55.x
+        assert f"{r['peak'] / 1024**2:.1f}" in cells
     wide = in_folder(folder, "report", "--wide")
     assert "checkpointing" in wide.output and "% mem" in wide.output
 
@@ -545,7 +583,10 @@ def test_an_empty_tier_says_nothing_fits_only_where_something_was_measured():
              "nothing fits": [ok]}
     for said, rows in cases.items():
         lines = _terminal.summary_lines(pareto.choose(rows, 1024**3, 0.1, "samples"), {"name": "x"})
-        assert f"  safe       {said}" in lines, (said, lines)
+        # tiers alike share a line: the 900 MiB trial fits only the aggressive tier's 95%
+        alike = "safe, balanced" if said == "nothing fits" else "safe, balanced, aggressive"
+        assert f"  {alike} {said}" in lines, (said, lines)
+        assert ("  aggressive trial 1: 100.0 samples/s, peak 900.0 MiB" in lines) == (said == "nothing fits"), lines
 
 
 def test_a_skip_inferred_from_one_trial_says_trial():
@@ -623,3 +664,14 @@ def test_a_quick_smoke_run_compiles_nothing_and_keeps_a_fixed_compile(tmp_path, 
     pinned.write_text((ROOT / "sweeps" / "emberformer.yaml").read_text().replace("compile: [off, default]",
                                                                                  "compile: [default]"))
     assert cli.quick(specs.load(pinned)).fixed["compile"] == "default"
+
+
+# Each command's --help names its values as the README's Commands section does (`--scenario NAME`,
+# `--device auto|cpu|cuda|cuda:N`), not click's generic TEXT.
+@pytest.mark.parametrize("command", ["sweep", "trial", "report", "apply"])
+def test_help_names_scenario_and_device_values_as_the_readme_does(command):
+    text = CliRunner().invoke(main, [command, "--help"], terminal_width=200).output
+    assert "TEXT" not in text, text
+    assert "--scenario NAME" in text
+    if command in ("sweep", "trial"):
+        assert "--device auto|cpu|cuda|cuda:N" in text

@@ -176,3 +176,48 @@ def test_a_trial_waits_for_another_bench_trial_on_the_same_device(gated):  # noq
     assert second.returncode == 0, stderr
     rec = json.loads(stdout)
     assert rec["status"] == "ok" and rec["timing"]["device_wait_s"] > 2  # its start-up took the rest of the 4 s
+
+
+HOLDER = """
+import fcntl, os, pathlib, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_CREAT, 0o666)
+fcntl.flock(fd, fcntl.LOCK_EX)  # another worker's trial has the device
+pathlib.Path(sys.argv[2]).write_text("held")
+time.sleep(4)
+pathlib.Path(sys.argv[3]).write_text("released")
+"""
+
+
+def test_a_sweep_looks_at_the_machine_only_in_its_turn_of_the_device(tmp_path, faulty_path, monkeypatch):
+    """Two workers on one CPU: each looked for quiet before taking its turn, so the other's trial read as
+    outside load ("machine busy before the sweep starts (1.0 of 2 cores in use by others)"), its wait
+    spent on it and its runs marked busy. Every look now comes while no other bench trial has the device."""
+    import tempfile
+    from harness import busy
+    from tests.conftest import faulty_spec
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # this test's own device locks
+    held, released = tmp_path / "held", tmp_path / "released"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path / "bench-device-cpu.lock"), str(held),
+                               str(released)])
+    looks = []  # whether the holder had let go, at each look
+
+    def look(device, sample_s=busy.SAMPLE_S):
+        looks.append(released.exists())
+        if len(looks) == 1:
+            time.sleep(6)  # a long look: no part of the trial's wait for the device
+        return None  # quiet: what this test asks is when bench looks, not what it sees
+    monkeypatch.setattr(busy, "now", look)
+    try:
+        while not held.exists():
+            assert holder.poll() is None
+            time.sleep(0.05)
+        swept = CliRunner().invoke(main, ["sweep", str(faulty_spec(tmp_path, "turns", ["none"], trials=1)),
+                                          "--device", "cpu"])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert swept.exit_code == 0, swept.output
+    assert looks and all(looks), looks
+    (first,) = [r for r in json.loads(CliRunner().invoke(main, ["report", "--format", "json"]).output) if r["number"] == 0]
+    assert 0 < first["timing"]["device_wait_s"] < 6, first["timing"]  # the holder's 4 s at most

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -259,3 +260,36 @@ def test_render_shows_the_load(facts):
     assert "load average 0.10 0.10 0.10" in text and "1 other busy process" in text
     assert "pid 7 spin is using 99% of a core (spin --fast)" in text
     assert "nothing here would spoil" not in text
+
+
+# `bench doctor`'s words for a busy process: a process on several cores reads as cores, not "184% of a
+# core", and a bench trial running elsewhere on this machine (a sweep in another terminal, whose trials are
+# forked from `python -m harness.zygote`) is named as one, not as an anonymous python process.
+def busy_facts(*busy):
+    return {"cpu": {"cores_usable": 2, "cores_logical": 2},
+            "load": {"interval_s": 1.0, "loadavg": [0.1, 0.1, 0.1], "busy_processes": list(busy),
+                     "cpu_busy_percent": 3.0, "steal_percent": 0.0, "governors": []}}
+
+
+def test_a_process_on_more_than_a_core_reads_as_cores():
+    found = doctor._load_warnings(busy_facts({"pid": 7, "name": "python", "command": "python train.py", "cpu_percent": 184.0}))
+    assert found[0].startswith("pid 7 python is using 1.8 cores (python train.py)"), found
+    one = doctor._load_warnings(busy_facts({"pid": 7, "name": "spin", "command": "spin --fast", "cpu_percent": 99.0}))
+    assert one[0].startswith("pid 7 spin is using 99% of a core (spin --fast)"), one
+
+
+def test_another_bench_trial_is_named_as_one():
+    """Read from the whole command line: cut to 80 characters, a long interpreter path hid the module."""
+    # not doctor's own child (those are left out): started from a shell that exits at once
+    argv = " ".join([sys.executable, "-c", "'while True: pass'", "/" + "deep/" * 20 + "python", "-m", "harness.zygote"])
+    pid = int(subprocess.run(["sh", "-c", f"{argv} >/dev/null 2>&1 & echo $!"], capture_output=True, text=True,
+                             check=True).stdout)
+    try:
+        time.sleep(0.3)
+        load = doctor._load(interval_s=1.0)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    mine = [p for p in load["busy_processes"] if p["pid"] == pid]
+    assert mine and "harness.zygote" not in mine[0]["command"], mine  # past the 80 characters shown
+    found = doctor._load_warnings(busy_facts(*mine))
+    assert "a bench trial (another `bench sweep` or `bench trial` on this machine)" in found[0], found

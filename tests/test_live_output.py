@@ -3,6 +3,7 @@ not best, the running trial's phase and elapsed time, lines that fit the termina
 import io
 import re
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -278,3 +279,19 @@ def test_your_batch_that_does_not_divide_the_effective_batch_runs_as_it_is_and_n
     ran = [t.user_attrs["config"] for t in study.get_trials(deepcopy=False) if "record" in t.user_attrs]
     assert ran[0]["batch_size"] == 8 and len(ran) == 9  # your config, then the 4 sizes that divide 100 x 2 precisions
     assert all(c["batch_size"] * c["accumulation"] == 100 for c in ran[1:]), ran
+
+
+# A sweep whose trial waits for another bench trial on the device says so in a log or pipe too, once,
+# under that trial's header (README, `bench sweep`: "the live line says 'waiting for another bench trial on
+# cpu to end'"); before, only a terminal's spinner showed it and a piped sweep sat silent while it waited.
+def test_a_piped_sweep_says_once_that_its_trial_waits_for_the_device():
+    out = io.StringIO()
+    live = LiveProgress(SimpleNamespace(objective="samples", apply=True), Console(file=out, width=200))
+    live.trial_started(0, 0, 3, {"batch_size": 8, "precision": "fp32"}, baseline=True)
+    for _ in range(3):
+        live.trial_phase({"phase": "waiting for another bench trial on cpu to end"})
+    live.trial_phase({"phase": "start"})
+    live.stop()
+    text = out.getvalue()
+    assert text.count("waiting for another bench trial on cpu to end") == 1, text
+    assert text.index("[1/3] #0") < text.index("waiting for another")

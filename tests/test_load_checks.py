@@ -6,6 +6,7 @@ import json
 import pytest
 import yaml
 
+from harness import trial, workloads
 from tests.test_bad_input import assert_user_error, nothing_written
 from tests.test_own_models import SMALL_CHARLM, SMALL_UNET, copy_example, run
 
@@ -107,6 +108,28 @@ def test_a_misspelt_class_path_names_the_config_key_and_writes_nothing(tmp_path,
     assert nothing_written(folder)
 
 
+@pytest.mark.parametrize("example, key, typo, said", [
+    ("unet", "model", "unet:Unet", "(did you mean 'UNet'?)"),
+    ("unet", "loss", "unet:dice_bc", "(did you mean 'dice_bce'?)"),
+    ("custom", "factory", "tinyvision:buid", "(did you mean 'build'?)"),
+])
+def test_a_misspelt_name_in_the_spec_is_refused_at_load_with_the_near_one(tmp_path, monkeypatch, example, key, typo, said):
+    """It waited for a quiet machine, failed the first trial with "module 'unet' has no attribute 'Unet'"
+    and left a study behind; the Lightning form already said it at load."""
+    folder = copy_example(example, tmp_path, monkeypatch)
+    edit_spec(folder, lambda s: s["workload"].update({key: typo}))
+    assert_user_error(run("sweep", "sweep.yaml", "--device", "cpu"), f"workload.{key}", said, "correct the name")
+    assert nothing_written(folder)
+
+
+def test_a_misspelt_module_is_refused_with_the_near_one(tmp_path, monkeypatch):
+    folder = copy_example("unet", tmp_path, monkeypatch)
+    edit_spec(folder, lambda s: s["workload"].update(batch="unett:random_batch"))
+    assert_user_error(run("sweep", "sweep.yaml", "--device", "cpu"),
+                      "workload.batch: cannot find module 'unett' (did you mean 'unet'?)")
+    assert nothing_written(folder)
+
+
 def test_a_missing_apply_target_is_said_as_such(tmp_path, monkeypatch):
     """It asked to give missing.yaml's model section a class_path."""
     folder = lightning(tmp_path, monkeypatch, SMALL_CHARLM)
@@ -129,6 +152,15 @@ class TwoOptimizers(CharLM):
         return [torch.optim.SGD(list(self.parameters())[:half], lr=0.1),
                 torch.optim.SGD(list(self.parameters())[half:], lr=0.1)]
 """, "charlm.TwoOptimizers", "configure_optimizers returned 2 optimizers"),
+    # said as Lightning's bare "ReadsTrainer is not attached to a `Trainer`."
+    "reads-self-trainer": ("""
+class ReadsTrainer(CharLM):
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        steps = self.trainer.estimated_stepping_batches
+        return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, steps)}
+""", "charlm.ReadsTrainer", "ReadsTrainer reads self.trainer, which bench's own loop (loop: bench) does not have; "
+                           "leave out loop: bench to measure it in your Trainer"),
 }
 
 
@@ -161,3 +193,49 @@ class StreamData(CharData):
     edit_spec(folder, lambda s: s["workload"].update(loop="bench"))
     stopped_at_first_trial(run("sweep", "sweep.yaml", "--device", "cpu"), "StreamData.train_dataloader() yields an "
                            "IterableDataset")
+
+
+# A model brought as it is that imports Lightning or transformers, on an install without the extra
+# (README, "Bring your own model": `pip install -e ".[lightning]"` / `".[hf]"`): the sweep's one line
+# says which extra to install, not only "No module named 'lightning'".
+@pytest.mark.parametrize("missing, extra", [("lightning", "lightning"), ("lightning.pytorch", "lightning"),
+                                            ("transformers", "hf")])
+def test_a_missing_extra_is_named_with_its_install_line(monkeypatch, missing, extra):
+    def load(ref):
+        raise ModuleNotFoundError(f"No module named '{missing}'", name=missing)
+    monkeypatch.setattr(workloads, "load_factory", load)
+    with pytest.raises(trial.FactoryImportError) as caught:
+        trial.import_factory("charlm:CharLM")
+    message = str(caught.value)
+    assert message.startswith("cannot import charlm:CharLM: ModuleNotFoundError: No module named")
+    assert f'pip install -e ".[{extra}]"' in message
+
+
+def test_a_module_of_your_own_that_is_missing_gets_no_install_line(monkeypatch):
+    def load(ref):
+        raise ModuleNotFoundError("No module named 'charlm'", name="charlm")
+    monkeypatch.setattr(workloads, "load_factory", load)
+    with pytest.raises(trial.FactoryImportError) as caught:
+        trial.import_factory("charlm:CharLM")
+    assert "pip install" not in str(caught.value)
+
+
+def test_the_hf_form_without_transformers_says_which_extra_in_one_line(tmp_path):
+    """The hf form imports transformers while bench builds the workload, not from a factory of yours: the
+    trial failed with a bare "No module named 'transformers'" (a sweep ran three such trials before stopping)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    shutil.copytree(root / "examples" / "hf", tmp_path / "hf")
+    shadow = tmp_path / "shadow" / "transformers"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'transformers'\", name='transformers')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "shadow"), "BENCH_QUICK": "2"}
+    done = subprocess.run([sys.executable, "-m", "harness", "trial", "sweep.yaml", "--device", "cpu"], cwd=tmp_path / "hf",
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert 'pip install -e ".[hf]"' in done.stderr, done.stderr

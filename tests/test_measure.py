@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import footprint, launch, live, pareto
+from harness import footprint, launch, live, measure, pareto
 from harness.record import Record
 from harness.spec import Measure
 
@@ -53,6 +53,23 @@ def test_flops_of_a_plain_mlp_match_the_analytic_count(tmp_path, faulty_path):
     assert rec["flops"]["per_step"] == batch * width * width * (6 * depth + 4) * accum
     assert rec["flops"]["tflops"] > 0
     assert rec["flops"]["mfu"] is None  # a CPU has no peak in the table: no invented MFU
+
+
+def test_an_fp32_convolutions_flops_are_weighed_at_the_tf32_peak_cudnn_runs_them_at():
+    """cuDNN runs fp32 convolutions in TF32 by default: MFU against the fp32 peak alone read 8x too high
+    for a convolutional model on an A100 (156 against 19.5 TFLOP/s)."""
+    import torch
+    conv, head = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Linear(8 * 16 * 16, 10)
+    x = torch.randn(4, 3, 16, 16)
+    counted = measure.count_flops(lambda: head(conv(x).flatten(1)).sum().backward())
+    forward = 2 * 4 * 8 * 16 * 16 * 3 * 3 * 3  # 2 x batch x out channels x pixels x kernel x in channels
+    assert counted["conv"] == 2 * forward  # the forward and the weight gradient (the input needs none)
+    assert counted["total"] == counted["conv"] + 3 * 2 * 4 * 8 * 16 * 16 * 10  # the Linear's 3 matmuls
+    a100 = "NVIDIA A100-SXM4-80GB"
+    assert measure.peak_tflops(a100, "fp32") == 19.5
+    assert measure.peak_tflops(a100, "fp32", conv_share=0.5, conv_tf32=True) == pytest.approx(1 / (0.5 / 156 + 0.5 / 19.5))
+    assert measure.peak_tflops(a100, "fp32", conv_share=0.5, conv_tf32=False) == 19.5  # cuDNN's TF32 turned off
+    assert measure.peak_tflops(a100, "bf16-mixed", conv_share=0.5, conv_tf32=True) == 312.0
 
 
 def test_a_budget_that_fits_is_ok_and_one_that_does_not_is_a_real_oom(tmp_path):

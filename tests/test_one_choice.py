@@ -12,6 +12,7 @@ import optuna
 import pytest
 from click.testing import CliRunner
 
+import harness
 from harness import ledger, spec as specs, storage as stores
 from harness import study as studies
 from harness.apply import plan
@@ -169,6 +170,25 @@ def test_the_live_line_says_why_a_single_faster_run_is_not_best(project):
     assert best["number"] == [r["number"] for r in rows if r["best"]][0]
     assert best["number"] == 1  # a single run the confirmed best outranks: the report's reason, live
     assert note.startswith("trial 2 measured") and "not chosen" in note, note
+
+
+def test_the_live_line_gives_the_reports_reason_a_faster_trial_is_ruled_out(project):
+    """The live line's own rule (pareto.why_not) knew nothing of a loss that rose: a lighter trial 1.4%
+    faster than best, whose loss rose beyond chance, was said to lose "a tie [that] goes to the config with
+    more headroom (#1 peaks at 6.00 GiB, #2 at 3.00 GiB)"; and beyond the noise it said nothing at all."""
+    risen = {"loss": {"first": 4.81, "last": 4.875}}
+    make_study(project, CLEAR[:2] + [({"batch_size": 16, "precision": "bf16-true"}, 143.0, 3.0, risen),
+                                     ({"batch_size": 16, "precision": "bf16-mixed"}, 190.0, 3.0, risen)], {})
+    sweep = live_sweep(project)
+    rows = json.loads(bench("report", "--format", "json").output)
+    assert [r["number"] for r in rows if r["best"]] == [1] and rows[2]["unsafe"] and rows[3]["unsafe"]
+    for number in (2, 3):
+        best, note = sweep.best_as_reported(number)
+        assert best["number"] == 1 and note is not None, number
+        assert note.startswith(f"trial {number} is faster (") and "but not chosen: its loss rose 4.81 → 4.875" in note
+        assert "a tie goes to" not in note
+    table = flat(bench("report", COLUMNS="200").output)
+    assert sweep.best_as_reported(3)[1] in table  # the fastest such trial: the report's own line, word for word
 
 
 def test_without_an_apply_section_no_view_offers_bench_apply(project):
@@ -375,6 +395,7 @@ def test_a_noisy_baseline_is_compared_with_nothing_and_apply_says_nothing_shows_
     assert "runs:" not in table  # every figure is one run: no runs column, and no legend for one
     tile = "your config&#x27;s windows disagree (159% CV): nothing to compare with"  # the speedup tile said "best is your config"
     assert tile in page and "best is your config" not in page
+    assert "your config 100.0 samples/s" not in page  # the best tile set the two figures side by side all the same
     warned = "your config (trial 0) ran too noisy to compare against (159% CV, most often a busy machine), so nothing shows trial"
     assert "vs your config as swept (trial 0) no ratio: your config ran too noisy to compare (159% CV)" in dry
     assert warned in dry
@@ -389,6 +410,10 @@ def test_a_noisy_trial_is_compared_with_your_config_in_no_view(project):
     table, page, rows, grid, dry = views(project)
     assert rows[3]["noisy"] and rows[3]["vs_baseline"] is None and grid[3]["vs_baseline"] == grid[3]["tie"] == ""
     assert rows[1]["vs_baseline"]["ratio"] == pytest.approx(1.41)  # a steady trial still is
+    # the CSV's status is the table's ("noisy"): a script's `status == "ok"` picked it as the fastest config
+    assert "off noisy 300.0" in table and [g["status"] for g in grid] == ["ok", "ok", "ok", "noisy"]
+    frame = harness.load_study("one", results=project / "results")
+    assert list(frame.status) == ["ok", "ok", "ok", "noisy"]
     noisy = bench("apply", "3", "--dry-run").output
     assert "trial 3:" in noisy and "vs your config as swept (trial 0) no ratio: trial 3 ran too noisy to compare (90% CV)" in noisy
 
@@ -428,11 +453,48 @@ def test_compile_is_chosen_only_where_it_pays_back_within_the_run_the_target_des
     sweep = live_sweep(project)  # the sweep's own bar (its live "best so far", the race, the slow cut) is the same
     assert sweep.choice().best.number == chosen and sweep.leader_so_far()["number"] == chosen
     assert "pays for itself after 2,2" in table
+    if chosen == 1:  # the live line says why the faster compile is not best, as the report does (it said nothing)
+        assert sweep.best_as_reported(2)[1] == "trial 2 (compile) pays back only after 2,226 steps; the run is the " \
+            "2,000-step run config.yaml describes (trainer.max_steps): not chosen"
+        assert sweep.best_as_reported(2)[1] in table
     if max_steps is None:  # the example config says max_epochs 50, and nothing about an epoch's length
         assert "an assumed run of 10,000 steps (config.yaml says trainer.max_epochs 50 but not how many " \
                "steps an epoch has)" in table
     else:
         assert f"the {max_steps:,}-step run config.yaml describes (trainer.max_steps)" in table
+
+
+def test_a_report_whose_spec_no_longer_loads_says_what_it_judges_without_it(project):
+    """The study's spec broken after the sweep: the report fell back to an assumed 10,000-step run (compile
+    chosen) without a word, where `bench apply` refuses the spec."""
+    text = (project / CONFIG).read_text().replace("  max_epochs: 50\n", "  max_epochs: 50\n  max_steps: 2000\n")
+    (project / CONFIG).write_text(text)
+    make_study(project, compile_trials(), {})
+    (project / "one.yaml").write_text((project / "one.yaml").read_text() + "search: [\n")
+    report = bench("report", COLUMNS="200")
+    assert report.exit_code == 0
+    said = flat(report.stderr)
+    assert said.startswith("note: ") and "one.yaml at line " in said and "no longer loads" in said and \
+        "an assumed run of 10,000 steps" in said and "fix it for `bench apply`" in said, said
+    assert bench("apply", "best", "--dry-run").exit_code == 2
+
+
+def test_load_study_marks_the_best_the_report_marks_where_compile_pays_back_only_in_a_longer_run(project):
+    """`harness.load_study` (the README's "same trials as a pandas DataFrame") made the choice again without
+    the run the apply target describes: a 2,000-step run, where compile pays back only after ~2,240 steps,
+    had `bench report` and `bench apply best` say trial 1 and the DataFrame say trial 2."""
+    import harness
+    text = (project / CONFIG).read_text().replace("  max_epochs: 50\n", "  max_epochs: 50\n  max_steps: 2000\n")
+    (project / CONFIG).write_text(text)
+    make_study(project, compile_trials(), {})
+    rows = json.loads(bench("report", "--format", "json").output)
+    assert [r["number"] for r in rows if r["best"]] == [1]
+    assert "trial 1:" in bench("apply", "best", "--dry-run").output
+    frame = harness.load_study("one", results=project / "results")
+    marks = ("best", "leader", "tier", "pareto", "fits")
+    assert frame[frame["best"]]["number"].tolist() == [1]
+    assert [{k: (None if v != v else v) for k, v in zip(marks, row)} for row in frame[list(marks)].itertuples(index=False)] \
+        == [{k: r[k] for k in marks} for r in rows]
 
 
 def test_a_compile_slower_than_eager_is_said_slower_not_a_negative_saving(project):
@@ -557,6 +619,29 @@ def test_a_confirmed_figures_spread_is_its_runs_in_every_view(project):
     assert round(float(grid[1]["speed_cv"]), 4) == 0.0996 and grid[1]["step_cv"] == "0.01"
 
 
+def test_a_trial_cut_after_one_warm_up_step_shows_no_spread_in_any_view(project):
+    """A trial cut after its first warm-up step has one timing, whose step-time "CV" is 0.0 in the raw record:
+    the table showed `-` (Record.step_cv: one timing has no spread) while the HTML page said "±0%" and the
+    CSV's step_cv 0.0, the steadiest figure in the study for its least measured one (the quickstart's #3, #4)."""
+    cut = ({"batch_size": 16, "precision": "fp32"}, 60.0, 3.0,
+           {"timing": {"windows": 0, "step_s": {"cv": 0.0, "median": 16 / 60}, "cut_short": "60.0 samples/s in its "
+                       "first warm-up step, under the sweep's cut of 70.5: not timed further"}})
+    make_study(project, [*CLEAR, cut], {})
+    table = bench("report", COLUMNS="200").output
+    row = next(line for line in table.splitlines() if re.match(r"\s*3\s", line))
+    assert "60.0" in row and "0.0%" not in row and "-" in row, table
+    rows = json.loads(bench("report", "--format", "json").output)
+    assert rows[3]["speed"]["cv"] is None
+    grid = list(csv.DictReader(io.StringIO(bench("report", "--format", "csv").output)))
+    assert grid[3]["speed_cv"] == "" and grid[3]["step_cv"] == "", grid[3]
+    assert grid[1]["step_cv"] == "0.01"  # a timed trial keeps its windows' spread
+    bench("report", "--format", "html")
+    page = (project / "results" / "one" / "report.html").read_text()
+    trial = re.search(r'<tr class="[^"]*" data-trial="3">(.*?)</tr>', page).group(1)
+    assert "266.7" in trial and "±0%" not in trial, trial  # its step time, with no spread beside it
+    assert "±1%" in re.search(r'<tr class="[^"]*" data-trial="1">(.*?)</tr>', page).group(1)
+
+
 def test_an_oom_rows_figure_is_empty_in_csv_as_it_is_null_in_json(project):
     """CSV gave an OOM row `speed_unit` samples/s and `runs` 0 where JSON has `speed: null`: CSV now
     reads the figure JSON carries."""
@@ -608,6 +693,8 @@ def test_a_trial_over_the_budget_shows_no_speed_in_any_view(project):
     assert row["speed"] is None and row["vs_baseline"] is None
     (line,) = [g for g in grid if g["status"] == "oom"]
     assert line["speed"] == "" and line["vs_baseline"] == ""
+    # nor its own run's rate: the record's keeps it, Record.rate (what the table reads) does not
+    assert row["throughput"] is None and line["throughput"] == "" and "777" not in json.dumps(row)
 
 
 def test_apply_of_an_answer_a_busy_machine_decided_says_it_is_noise(project):
@@ -620,7 +707,7 @@ def test_apply_of_an_answer_a_busy_machine_decided_says_it_is_noise(project):
     applied = bench("apply", "best")
     assert applied.exit_code == 0, applied.output
     assert "warning: the figures deciding this study's answer were measured on a busy machine" in flat(applied.output)
-    assert "the answer is noise" in (project / CONFIG).read_text()
+    assert "the study's answer is noise" in (project / CONFIG).read_text()
     make_study(project, CLEAR, {}, name="quiet")  # and not a word of it where the machine was quiet
     calm = bench("apply", "best", "--dry-run", "--study", "quiet")
     assert calm.exit_code == 0 and "busy machine" not in calm.output and "answer is noise" not in calm.output, calm.output
@@ -676,17 +763,44 @@ def test_a_resume_after_your_file_was_edited_says_whose_config_it_compares_with(
     assert "note=config.yaml made batch_size=64 before this apply, not your config as swept (batch_size=8)" in header
 
 
+# your config, a leader whose rounds beside yours disagree (a tie, so yours is kept), and a faster trial
+KEPT_TIE = [({"batch_size": 8, "precision": "fp32"}, 100.0, 2.0, {}),
+            ({"batch_size": 16, "precision": "fp32"}, 160.0, 3.0, {}),
+            ({"batch_size": 32, "precision": "fp32"}, 250.0, 4.0, {})]
+
+
 def test_a_faster_config_that_is_no_sure_win_over_a_kept_tie_is_said_why(project):
     """A second audit: the leader (confirmed) tied with your config, so yours stayed; trial 2 had measured
     2.71x yours in one run beside it, and no view said why it was not best. Only a win beyond the noise of
     two or more rounds side by side replaces your config over a tied leader."""
-    make_study(project, [({"batch_size": 8, "precision": "fp32"}, 100.0, 2.0, {}),
-                         ({"batch_size": 16, "precision": "fp32"}, 160.0, 3.0, {}),
-                         ({"batch_size": 32, "precision": "fp32"}, 250.0, 4.0, {})],
+    make_study(project, KEPT_TIE,
                {0: [100.0, 100.0], 1: [300.0, 60.0]})  # the leader's rounds beside yours disagree: a tie
     table, page, rows, grid, dry = views(project)
     assert [r["number"] for r in rows if r["best"]] == [0]
-    said = ("trial 2 measured 2.50× your config's speed (250.0 samples/s, its trial's run) but is not chosen: "
+    said = ("trial 2 measured 2.50× your config's speed (250.0 samples/s, its trial's run, against your config's "
+            "100.0) but is not chosen: "
             "the leader, trial 1, ties with your config, and only a win beyond the noise of two or more rounds "
             "run side by side with your config replaces it; trial 2 has none")
     assert said in table and said in html.unescape(page)
+
+
+def test_a_ratio_over_rounds_side_by_side_says_so_beside_the_median(project):
+    """"1.00× your config's speed (128.4 samples/s, median of 5 runs)" read as 128.4 over your 123.6: the 1.00
+    was the rounds' own ratio, taken side by side, and nothing said so."""
+    make_study(project, KEPT_TIE,
+               {0: [100.0, 100.0], 1: [300.0, 60.0], 2: [125.0, 80.0]})
+    table, page, rows, grid, dry = views(project)
+    assert [r["number"] for r in rows if r["best"]] == [0]
+    said = ("trial 2 measured 1.00× your config's speed over 2 rounds run side by side (125.0 samples/s, median of "
+            "3 runs) but is not chosen: the leader, trial 1, ties with your config, and only a win beyond the noise "
+            "of two or more rounds run side by side with your config replaces it; its 2 are within their noise")
+    assert said in table and said in html.unescape(page)
+
+
+@pytest.mark.parametrize("which, whose", [("best", "the spec keeps"), ("safe", "the safe tier keeps")])
+def test_a_budget_nothing_fits_under_says_whose_headroom(project, which, whose):
+    """It said "no measured config fits with the 10% headroom of best; sweep with a smaller search space"."""
+    make_study(project, CLEAR, {})
+    said = bench("apply", which, "--budget", "1GiB", "--dry-run")
+    assert said.exit_code == 2 and "--budget 1.00 GiB: no measured config fits under it with the " in flat(said.output)
+    assert f"headroom {whose}; give a larger --budget, or sweep smaller batch sizes" in flat(said.output), said.output

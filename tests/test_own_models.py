@@ -3,12 +3,14 @@ config — tunes in real child trials and applies to the user's own config with 
 import json
 import re
 import shutil
+from collections import namedtuple
 
 import pytest
+import torch
 import yaml
 from click.testing import CliRunner
 
-from harness import spec as specs
+from harness import spec as specs, transforms
 from harness.cli import main
 from harness.errors import UserError
 from tests.conftest import FAST_TRIAL, NOISE_REFUSAL, ROOT
@@ -60,6 +62,7 @@ trainer:
   accumulate_grad_batches: 1
 optimizer:
   lr: 0.001                 # tuned for effective batch 8
+activation_checkpointing: false
 """
 
 
@@ -69,6 +72,7 @@ def test_unet_tunes_and_applies_with_no_wrapper_code(tmp_path, monkeypatch):
     (folder / "config.yaml").write_text(SMALL_UNET)
     result = run("sweep", "sweep.yaml", "--device", "cpu")
     assert result.exit_code == 0, result.output
+    assert "no key of config.yaml holds it" not in result.output  # the example maps every knob it searches
     rows = json.loads(run("report", "--format", "json").output)
     assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}, [r.get("error") for r in rows]
     # the model was built from config.yaml's model: section, the batch from data.image_size
@@ -81,6 +85,9 @@ def test_unet_tunes_and_applies_with_no_wrapper_code(tmp_path, monkeypatch):
     text = (folder / "config.yaml").read_text()
     assert re.search(r"\n  batch_size: 16 +# effective batch 8 on one GPU\n", text)  # comments stay as they were...
     assert "lr: 0.00141421" in text  # sqrt rule: 0.001 * sqrt(16 / 8)
+    assert "\nactivation_checkpointing: false\n" in text
+    ckpt_applied = CliRunner().invoke(main, ["apply", str(ckpt["number"]), "--dry-run"], catch_exceptions=False)
+    assert "+activation_checkpointing: true" in ckpt_applied.output, ckpt_applied.output
     # ...and bench says which now quote the old batch, one per key (a loaded machine may add a noise warning)
     warnings = [line for line in applied.stderr.splitlines() if line.startswith("warning:") and "config.yaml:" in line]
     assert len(warnings) == 2, applied.stderr
@@ -112,7 +119,8 @@ def test_a_param_no_function_takes_is_an_error_not_ignored(tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize("params, message", [
-    ({"image_size": {"from": "data.imagesize"}}, "workload.params.image_size: from data.imagesize: no such key in .*config.yaml"),
+    ({"image_size": {"from": "data.imagesize"}}, "workload.params.image_size: from data.imagesize: no such key in "
+                                                  r".*config.yaml \(did you mean 'data.image_size'\?\)"),
     ({"image_size": {"from": 3}}, "workload.params.image_size.from must be a dotted key path"),
     ({"image_size": {"from": "data.image_size"}, "width": {"from": "model.width.x"}}, "from model.width.x: no such key"),
 ])
@@ -124,6 +132,16 @@ def test_a_wrong_key_path_names_the_path_and_the_file(tmp_path, monkeypatch, par
     with pytest.raises(UserError, match=message) as err:
         specs.load("sweep.yaml")
     assert str(err.value).startswith("sweep.yaml: ")
+
+
+def test_a_wrong_key_path_in_a_lightning_config_gets_the_near_one_without_init_args(tmp_path, monkeypatch):
+    folder = copy_example("lightning", tmp_path, monkeypatch)
+    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
+    spec["workload"]["params"] = {"block_size": {"from": "data.block_sise"}}  # data: class_path + init_args
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(UserError, match=r"from data.block_sise: no such key in .*config.yaml "
+                                        r"\(did you mean 'data.block_size'\?\)"):
+        specs.load("sweep.yaml")
 
 
 def test_the_model_form_needs_its_three_pieces(tmp_path, monkeypatch):
@@ -162,11 +180,55 @@ def test_checkpointing_a_model_without_repeated_blocks_says_why_in_its_own_terms
     spec = yaml.safe_load((folder / "sweep.yaml").read_text())
     spec["workload"] = {"model": "mlp:MLP", "loss": "torch.nn.functional:cross_entropy", "batch": "mlp:make_batch",
                         "path": ".", "params": {"width": 16}}
+    del spec["apply"]  # the first trial is the spec's own checkpointed config, not the example config's
     (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
     result = run("sweep", "sweep.yaml", "--device", "cpu")
     stop = next(line for line in result.output.splitlines() if "stopped:" in line)
     assert result.exit_code == 2 and "your model has none (no nn.ModuleList/Sequential holds two blocks" in stop
     assert "search checkpointing: none only" in stop and "factory" not in stop and "UserFacingError" not in stop
+
+
+FLAT_BLOCKS = """\
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.fc, self.norm = nn.Linear(width, width), nn.LayerNorm(width)
+
+    def forward(self, x):
+        return x + torch.relu(self.norm(self.fc(x)))
+
+
+class Flat(nn.Module):
+    def __init__(self, width=16):
+        super().__init__()
+        self.inp, self.out = nn.Linear(8, width), nn.Linear(width, 2)
+        self.b1, self.b2, self.b3 = Block(width), Block(width), Block(width)  # attributes, no ModuleList
+
+    def forward(self, x):
+        return self.out(self.b3(self.b2(self.b1(self.inp(x)))))
+
+
+def make_batch(batch_size):
+    return torch.randn(batch_size, 8), torch.randint(0, 2, (batch_size,))
+"""
+
+
+def test_blocks_held_as_attributes_are_checkpointed(tmp_path, monkeypatch):
+    """`self.b1, self.b2, self.b3 = Block(), Block(), Block()` was refused: "checkpointing needs repeated blocks
+    to wrap, and your model has none"."""
+    folder = copy_example("unet", tmp_path, monkeypatch)
+    (folder / "flat.py").write_text(FLAT_BLOCKS)
+    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
+    spec["workload"] = {"model": "flat:Flat", "loss": "torch.nn.functional:cross_entropy", "batch": "flat:make_batch",
+                        "path": ".", "params": {"width": 16}}
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    rec = trial("batch_size=8", "checkpointing=full")
+    assert rec["status"] == "ok", rec.get("error")
+    assert rec["adapter"]["blocks"] == "flat.Block" and rec["adapter"]["blocks_count"] == 3
 
 
 @pytest.mark.parametrize("change, said", [
@@ -377,7 +439,8 @@ def test_memory_the_steps_keep_is_named_a_leak_in_the_trial_line_and_the_report(
     assert swept.exit_code == 0 and "a leak?" in swept.output, swept.output
     rows = json.loads(run("report", "--format", "json").output)
     leak = rows[0]["memory"]["leak"]
-    assert 256 * 1024 <= leak["bytes_per_step"] < 300 * 1024 and leak["steps"] >= 2
+    # 256 KiB kept a step, read off the C heap, where the loop's other small allocations come and go
+    assert 240 * 1024 <= leak["bytes_per_step"] < 300 * 1024 and leak["steps"] >= 2
     assert "trial 0: memory the steps keep grew in every window" in run("report").output
     (folder / "keeper.py").write_text(KEEPER.replace("    KEPT.append", "    # KEPT.append"))
     assert trial("batch_size=256")["memory"]["leak"] is None
@@ -387,12 +450,12 @@ def test_a_leak_that_runs_into_the_memory_wall_is_said_with_its_oom(tmp_path, mo
     """It read as this config's OOM, as if a smaller batch would fit; the steps' growth before it says why."""
     folder = copy_example("unet", tmp_path, monkeypatch, trial={
         **FAST_TRIAL, "window": "10ms", "min_windows": 3, "max_windows": 1000, "target_cv": 0.000001,
-        "max_seconds": 60})
+        "max_seconds": 60, "timeout": "120s"})
     (folder / "keeper.py").write_text(KEEPER)
     own_workload(folder, KEEPER_WORKLOAD, {"batch_size": [256]}, apply=True)  # the 96 MiB wall within some 300 steps
     result = run("trial", "sweep.yaml", "--device", "cpu", "--memory-budget", "96MiB")
     record = json.loads(result.stdout)
-    assert record["status"] == "oom" and record["memory"]["leak"]["bytes_per_step"] >= 256 * 1024, record
+    assert record["status"] == "oom" and record["memory"]["leak"]["bytes_per_step"] >= 240 * 1024, record
     assert "oom under the 96.0 MiB budget: memory the steps keep grew in every window" in result.stderr
 
 
@@ -563,7 +626,7 @@ def test_transformers_model_tunes_from_a_local_config_with_its_own_checkpointing
     selective = next(r for r in rows if r["config"]["checkpointing"] == "selective")
     assert selective["adapter"]["checkpointing"] == "bench wraps every other block"
     assert selective["adapter"]["blocks"].endswith("LlamaDecoderLayer")
-    assert all(r["tokens_per_s"]["median"] == pytest.approx(64 * r["throughput"]) for r in rows)
+    assert all(r["tokens_per_s"] == pytest.approx(64 * r["throughput"]) for r in rows)  # the report's rate, one figure
 
 
 @pytest.mark.parametrize("value", ["abc", "true"])
@@ -575,3 +638,78 @@ def test_set_of_your_own_param_takes_the_kind_of_value_your_config_holds(tmp_pat
     assert result.exit_code == 2, result.output
     assert "--set width:" in result.stderr and "a number, as config.yaml's model.width (8)" in result.stderr
     assert len([line for line in result.stderr.splitlines() if line.strip()]) == 1 and not result.stdout
+
+
+# Batches and shapes as users bring them, checked in the child's own terms before torch fails.
+Sample = namedtuple("Sample", ["image", "label"])
+
+
+def test_a_namedtuple_batch_reaches_the_device_as_the_same_namedtuple():
+    """A Dataset of namedtuples collates (default_collate) into one; moving it failed with
+    `Sample.__new__() missing 1 required positional argument: 'label'`."""
+    batch = torch.utils.data.default_collate([Sample(torch.ones(3), 1), Sample(torch.zeros(3), 2)])
+    out = transforms.to_device(batch, torch.device("cpu"), False, transforms.input_dtype("bf16-true"))
+    assert type(out) is Sample
+    assert out.image.dtype == torch.bfloat16 and out.label.dtype == torch.int64
+    nested = transforms.to_device({"pair": Sample(torch.ones(1), torch.tensor([1]))}, torch.device("cpu"), False)
+    assert type(nested["pair"]) is Sample
+
+
+@pytest.mark.parametrize("fields", [
+    {"model_type": "gpt2", "n_embd": 16, "n_layer": 1, "n_head": 2, "n_positions": 64, "vocab_size": 50},
+    # OPT's table has 66 rows for its 64 positions: it went through to the IndexError
+    {"model_type": "opt", "hidden_size": 16, "word_embed_proj_dim": 16, "num_hidden_layers": 1, "ffn_dim": 32,
+     "num_attention_heads": 2, "max_position_embeddings": 64, "vocab_size": 50},  # not 64: the token table
+], ids=["gpt2", "opt"])
+def test_a_seq_len_beyond_the_hf_configs_positions_is_said_before_torch_fails(tmp_path, fields):
+    """The default seq_len (128) on a config with 64 positions ended every trial in
+    `IndexError: index out of range in self`, inside the position embedding."""
+    pytest.importorskip("transformers")
+    from harness.trial import UserFacingError
+    from harness.workloads import hf
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(fields))
+    build = hf.adapter({"hf": {"config": str(config), "task": "causal-lm"}, "loop": "bench", "strict": []})
+    with pytest.raises(UserFacingError, match=r"seq_len 128.*64 positions") as err:
+        build({})
+    assert err.value.every_config
+    assert build({"seq_len": 64}).tokens_per_sample == 64
+    with pytest.raises(UserFacingError, match=r"seq_len 256 is longer") as err:
+        build({"seq_len": 256})  # a seq_len the spec gives may be searched: other values may fit
+    assert not err.value.every_config
+
+
+def test_rotary_positions_are_not_held_to_max_position_embeddings(tmp_path):
+    """Llama has no position table: a seq_len beyond max_position_embeddings trains, so it is not refused."""
+    pytest.importorskip("transformers")
+    from harness.workloads import hf
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "vocab_size": 64, "hidden_size": 16, "intermediate_size": 32,
+                                  "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
+                                  "max_position_embeddings": 32}))
+    build = hf.adapter({"hf": {"config": str(config), "task": "causal-lm"}, "loop": "bench", "strict": []})
+    workload = build({"seq_len": 64})
+    batch = workload.collate([(workload.dataset, 0)] * 2)
+    assert workload.loss(workload.model, batch).isfinite()
+
+
+def test_containers_held_as_attributes_are_not_taken_for_blocks():
+    """Two halves held as nn.ModuleList were chosen as the blocks: a ModuleList is looped over, never called,
+    so checkpointing wrapped it and recomputed nothing, and the trial measured `none` under `full`."""
+    from torch import nn
+
+    from harness.workloads.own import find_blocks
+
+    class Halves(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc = nn.ModuleList([nn.Linear(8, 8), nn.GELU()])
+            self.dec = nn.ModuleList([nn.Linear(8, 8), nn.Tanh()])
+            self.stem, self.head = nn.Sequential(nn.Linear(8, 8)), nn.Sequential(nn.Linear(8, 8))
+
+    blocks, said = find_blocks(Halves())
+    assert blocks == () and said["blocks"] is None, said
+    nested = nn.Sequential(nn.ModuleList([nn.Linear(8, 8), nn.ReLU()]), nn.ModuleList([nn.Linear(8, 8), nn.ReLU()]))
+    assert find_blocks(nested)[0] == ()

@@ -147,7 +147,7 @@ def test_a_tie_says_the_band_it_was_judged_by():
     v = pareto.choose([base, wild], 24 * GiB, 0.1).versus
     assert v.tie and v.bound > 1
     assert v.text("samples/s").endswith("a tie: runs side by side disagree too much to tell (their ratios spread "
-                                        f"± {v.spread:.2f}); measure again on a quiet machine")
+                                        f"± {v.spread:.2f}); more rounds side by side, with the machine kept quiet, would tell")
     # nor is the ratio printed with that spread as its error bar ("4.87× ± 5.46 ... a tie", a reviewer's sweep),
     # nor the ratio at all: rounds of 4.04 and 26.4 made a "15.21×" headline no measurement supports
     assert v.text("samples/s").startswith("?× the samples/s (2 runs each side by side) — a tie")
@@ -410,3 +410,21 @@ def test_a_compile_that_is_never_faster_is_not_weighed_against_the_run_length():
                          run_source="100 steps, the target's")
     assert "trial 1 (compile) pays back only after 2,950 steps; the run is 100 steps, the target's: not chosen" \
         in slow.why, slow.why
+
+
+def test_a_compile_s_payback_counts_the_samples_one_step_trains_not_its_confirmed_speed_times_its_own_step():
+    """Time saved per compiled step is (samples a step trains) x (1/eager speed - 1/compiled speed). A step
+    trains batch x accumulation samples (100 here); the trial's own step time (1.0 s, its own run at 100
+    samples/s) times its confirmed median (150 samples/s) made it 150, so a compile of 30 s paid back after
+    118 steps instead of 177 and was chosen for a run of 150 steps it does not pay back in."""
+    def trial(n, tput, step, mode, **extra):
+        return {**row(n, tput, 1), "config": {"batch_size": 100, "compile": mode},
+                "timing": {"step_s": {"cv": 0.005, "median": step}, "compile_s": 30.0 if mode != "off" else 0.0,
+                           "first_step_s": 0.5}, **extra}
+    eager = trial(0, 120.0, 100 / 120, "off")
+    compiled = trial(1, 100.0, 1.0, "default",
+                     repeats=[{"status": "ok", "throughput": 150.0, "round": 1}, {"status": "ok", "throughput": 150.0, "round": 2}])
+    (pay,) = pareto.paybacks([eager, compiled], run_steps=150)
+    assert pay.saved_s_per_step == pytest.approx(100 * (1 / 120 - 1 / 150))
+    assert pay.break_even_steps == pytest.approx(29.5 / (100 * (1 / 120 - 1 / 150)))
+    assert not pay.pays

@@ -16,6 +16,8 @@ import pytest
 from rich.console import Console
 
 from harness import pareto, report
+from harness.report import _html as html_module
+from harness.report import _svg as _svg_module
 
 GiB = 1024**3
 
@@ -156,7 +158,9 @@ def test_a_budget_far_above_every_measurement_is_named_off_the_scale():
     frontier = _svg(page, "frontier")
     assert 'class="limit' not in frontier
     assert "10% headroom: 21.60 GiB · budget 24.00 GiB: off the scale →" in frontier
-    assert ">0.16<" in frontier and ">1<" not in frontier  # sized to the 150 MiB point
+    assert ">160<" in frontier and ">1,000<" not in frontier  # sized to the 150 MiB point
+    trials = re.search(r'<table class="trials.*?</table>', page, re.S).group(0)
+    assert "peak memory (MiB)" in frontier and "peak memory (MiB)" in trials  # one unit on the page
     assert "budget 24.00 GiB: off the scale ↑" in _svg(page, "breakdown")
 
 
@@ -167,6 +171,38 @@ def test_points_budget_lines_and_labels(page):
     assert "10% headroom: 21.60 GiB" in frontier
     assert ">best #3<" in frontier and ">baseline #0<" in frontier
     assert "3.26×" in frontier  # 1335 / 410
+
+
+def _labels_over_marks(frontier: str) -> list[tuple[str, str]]:
+    """(label, trial) for each callout or arrow label whose box covers another trial's marker."""
+    marks = {}
+    for n, body in re.findall(r'<g class="pt[^"]*" data-trial="(\d+)">(.*?)</g>', frontier, re.S):
+        circle = re.search(r'class="shape" cx="([\d.]+)" cy="([\d.]+)"', body)
+        diamond = re.search(r'class="shape" d="M([\d.]+) ([\d.]+)L', body)  # its top corner, 8 above
+        marks[n] = (float(circle[1]), float(circle[2])) if circle else (float(diamond[1]), float(diamond[2]) + 8)
+    hits = []
+    for x, y, anchor, text in re.findall(r'<text class="(?:callout[^"]*|arrow-label)" x="([\d.]+)" y="([\d.]+)"'
+                                         r'(?: text-anchor="(\w+)")?>([^<]*)<', frontier):
+        box = _svg_module._text_box(float(x), float(y), html.unescape(text), anchor or "start")
+        own = re.search(r"#(\d+)$", text)
+        hits += [(text, n) for n, (cx, cy) in marks.items() if (not own or own.group(1) != n)
+                 and box[0] < cx + 13 and cx - 13 < box[2] and box[1] < cy + 13 and cy - 13 < box[3]]
+    return hits
+
+
+def test_a_label_never_covers_another_trial_s_marker(page):
+    """"best = your config #0" ran over the leader beside it (a CPU sweep of examples/custom), as if #3 were yours."""
+    mib = 1024**2
+    near = [_trial(0, "ok", 8, "fp32", throughput=123.6, peak=110 * mib, baseline=True),
+            _trial(1, "ok", 32, "fp32", throughput=128.4, peak=338 * mib),
+            _trial(2, "ok", 64, "fp32", throughput=79.6, peak=497 * mib),
+            _trial(3, "ok", 16, "bf16-mixed", throughput=134.4, peak=186 * mib)]
+    for row in near:
+        row["timing"]["step_s"]["cv"] = 0.06  # the two within each other's noise: your config kept
+    frontier = _svg(render_html(near, synthetic_study() | {"budget": None}), "frontier")
+    assert ">best = your config #0<" in frontier
+    assert _labels_over_marks(frontier) == []
+    assert _labels_over_marks(_svg(page, "frontier")) == []  # the speedup arrow's label too
 
 
 def test_batch_plot_joins_only_trials_that_differ_in_batch_size(page):
@@ -257,11 +293,13 @@ def test_renders_an_empty_study():
     assert "No trial measured" in page and "<svg" not in page
 
 
-def test_small_cpu_sized_memory_gets_fractional_ticks():
+def test_small_cpu_sized_memory_reads_in_mib_with_round_ticks():
+    """It read 0.02 … 0.1 GiB beside a table in MiB."""
     rows = [_trial(0, "ok", 8, "fp32", throughput=55.0, peak=90 * 1024**2, baseline=True, best=True,
                    pareto=True)]
     frontier = _svg(render_html(rows, {"name": "cpu", "budget": None, "headroom": 0.1}), "frontier")
-    assert ">0.02<" in frontier and ">0.1<" in frontier
+    assert "peak memory (MiB)" in frontier and ">20<" in frontier and ">100<" in frontier
+    assert ">0.1<" not in frontier
     assert ">best = your config #0<" in frontier
 
 
@@ -458,6 +496,44 @@ def test_the_terminal_table_of_a_gpu_sized_study_shows_an_oom_without_a_peak():
     assert "oom" in oom and "26.30" not in oom  # an OOM's peak is not a measurement of the config
 
 
+def test_the_pages_table_shows_the_peaks_the_terminals_does_in_the_same_unit():
+    """The terminal left an OOM's peak out ("not a measurement of the config") while the page's table showed
+    it, 26.30 GiB; and the page chose GiB for its column from those peaks too: a small model's measured
+    peaks of 72.8 MiB read 0.07 GiB on the page beside a CPU trial that went over its budget, MiB in the
+    terminal."""
+    def cells(page: str, number: int) -> list[str]:
+        row = re.search(rf'<tr class="[^"]*" data-trial="{number}">(.*?)</tr>', page).group(1)
+        return re.findall(r"<td[^>]*>(.*?)</td>", row)
+    page = render_html(synthetic_rows(), synthetic_study())
+    column = re.findall(r"<th [^>]*>([^<]*)</th>", page).index("peak memory (GiB)")
+    assert cells(page, 7)[column] == "" and cells(page, 3)[column] == "17.60"
+    rows = synthetic_rows()
+    for r in rows:  # a small model on a CPU, whose trial 7 went over the budget after its steps (OverBudget)
+        if r["peak_memory"] and r["status"] != "oom":
+            r["peak_memory"] = r["peak_memory"] // 128
+    buf = io.StringIO()
+    Console(file=buf, width=1 << 12).print(report.table(choose(rows, synthetic_study()), synthetic_study(), None))
+    small = render_html(rows, synthetic_study())
+    assert "peak MiB" in buf.getvalue() and "peak memory (MiB)" in re.findall(r"<th [^>]*>([^<]*)</th>", small)
+    column = re.findall(r"<th [^>]*>([^<]*)</th>", small).index("peak memory (MiB)")
+    assert cells(small, 0)[column] == "72.8" and cells(small, 7)[column] == ""
+
+
+@pytest.mark.parametrize("objective", ["samples", "tokens"])
+def test_a_trial_over_the_budget_shows_no_rate_in_the_pages_other_rate_column(objective):
+    """A CPU trial over its budget (OverBudget) is `oom` and keeps the rates it measured: the terminal and the
+    objective's column show none (Record.rate: a speed the budget does not allow), but the page's other
+    column, "samples/s (this run)" or "tokens/s (this run)", read the record's raw figure and showed it."""
+    rows = synthetic_rows()
+    rows[7].update(throughput=777.0, tokens_per_s={"median": 777.0 * 512}, error={
+        "type": "OverBudget", "message": "peak 26.3 GiB over the 24.0 GiB budget"})
+    page = render_html(rows, synthetic_study() | {"objective": objective})
+    trial = re.search(r'<tr class="[^"]*" data-trial="7">(.*?)</tr>', page).group(1)
+    assert "777" not in trial and "397,824" not in trial, trial
+    other = re.search(r'<tr class="[^"]*" data-trial="1">(.*?)</tr>', page).group(1)
+    assert ("463,360.0" if objective == "samples" else "905.0") in other  # a measured trial's other rate stays
+
+
 def test_a_small_peak_beside_gib_sized_ones_and_a_slow_rate_do_not_read_as_zero():
     rows = synthetic_rows()
     rows[4]["peak_memory"], rows[4]["throughput"] = 3 * 2**20, 0.04  # 3 MiB read "0.00" GiB, 0.04/s "0.0"
@@ -581,3 +657,118 @@ def test_the_limit_lines_labels_are_not_struck_through_by_the_staircase_or_an_oo
     dom = _chromium(tmp_path, "--window-size=1280,2400", "--dump-dom", report.as_uri())
     struck = json.loads(html.unescape(re.search(r'data-struck="([^"]+)"', dom).group(1)))
     assert struck == [[0, 0], [0, 0]], struck  # the headroom's label and the budget's
+
+
+def test_every_tooltip_names_the_objectives_unit_and_an_oom_has_no_rate():
+    """A tokens/s study's batch plot said "660,480.0 samples/s" on hover (its tooltips were always
+    samples/s), and every OOM's tooltip read "- samples/s, peak 26.30 GiB" in both plots."""
+    page = render_html(synthetic_rows(), synthetic_study() | {"objective": "tokens"})
+    for cls in ("frontier", "batch"):
+        titles = [html.unescape(t) for t in re.findall(r"<title>(.*?)</title>", _svg(page, cls), re.S)]
+        assert titles and not any("samples/s" in t for t in titles), (cls, titles)
+        assert any("660,480.0 tokens/s" in t for t in titles), (cls, titles)
+        ooms = [t for t in titles if " oom: " in t]
+        assert len(ooms) == 2 and not any("- " in t or "peak" in t for t in ooms), (cls, ooms)
+    assert "#7 oom: out of memory at 26.30 GiB" in html.unescape(_svg(page, "frontier"))
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="headless browser test needs `chromium` on PATH")
+def test_a_long_study_name_and_config_value_wrap_instead_of_widening_a_narrow_page(tmp_path):
+    """On a phone-wide window a study name with no spaces ("emberformer_h100_bf16_compile_sweep_v2") ran
+    off the header's right edge, and a factory param's path ran out of the best config's chips in the
+    hero and the tier cards: the whole page scrolled sideways."""
+    rows = synthetic_rows()
+    rows[3]["config"]["data_path"] = "/datasets/emberformer/shards/imagenet_train_shard_manifest_v3_deduplicated.jsonl"
+    study = synthetic_study() | {"name": "emberformer_h100_bf16_compile_sweep_v2"}
+    probe = ("<script>const w=window.innerWidth;const wide=[...document.querySelectorAll('main *')]"
+             ".filter(e=>e.getBoundingClientRect().right>w+1&&!e.closest('.table-wrap')).map(e=>e.className||e.tagName);"
+             "document.body.dataset.wide=JSON.stringify([w,document.documentElement.scrollWidth,[...new Set(wide)]]);"
+             "</script></body>")
+    report = tmp_path / "narrow.html"
+    report.write_text(render_html(rows, study).replace("</body>", probe))
+    dom = _chromium(tmp_path, "--window-size=400,2400", "--dump-dom", report.as_uri())
+    width, scrolled, wide = json.loads(html.unescape(re.search(r'data-wide="([^"]+)"', dom).group(1)))
+    assert scrolled == width and wide == [], (width, scrolled, wide)
+
+
+def test_a_skipped_trial_says_why_in_the_table_as_the_terminal_does():
+    """The terminal says "skipped #12 ...: <reason> (inferred from trial 11); not measured"; the page's
+    row for it had a bare "skipped" badge and an empty notes cell."""
+    rows = synthetic_rows() + [_trial(12, "skipped", 512, "fp32", "max-autotune", error=None,
+                                      skip={"reason": "a smaller batch of its family ran out of memory", "from": [11]})]
+    page = render_html(rows, synthetic_study())
+    row = re.search(r'<tr class="" data-trial="12">.*?</tr>', page, re.S).group(0)
+    assert "a smaller batch of its family ran out of memory (inferred from trial 11); not measured" in html.unescape(row)
+
+
+def test_many_ooms_at_one_spot_stay_on_the_floor_and_are_counted():
+    """Thirty OOMs without a recorded size sit at the budget, stacked 16 px apart: the column of crosses
+    climbed past 1,500 samples/s and out of the plot, read as measurements on the way, and struck
+    through the budget's label; the batch plot's stack at one batch size climbed the same way."""
+    rows = synthetic_rows() + [_trial(12 + i, "oom", 512, "bf16-mixed",
+                                      error={"type": "OutOfMemoryError", "message": "CUDA out of memory"})
+                               for i in range(30)]
+    page = render_html(rows, synthetic_study())
+    for cls, height, half in (("frontier", 440, 6), ("batch", 360, 4.5)):
+        svg = _svg(page, cls)
+        bottom, top = height - 52, 22
+        ys = [float(y) + half for y in re.findall(r'<g class="oom[^"]*"[^>]*>(?:<title>.*?</title>)<path d="M-?[\d.]+ (-?[\d.]+)L',
+                                                      svg, re.S)]
+        assert len(ys) == 32, (cls, len(ys))
+        assert all(bottom - (bottom - top) / 4 <= y <= bottom for y in ys), (cls, min(ys))
+    assert ">31 OOMs<" in _svg(page, "frontier") and ">30 OOMs<" in _svg(page, "batch")
+    assert "OOMs<" not in _svg(render_html(synthetic_rows(), synthetic_study()), "frontier")  # a few: countable as they are
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="headless browser test needs `chromium` on PATH")
+def test_the_tables_header_stays_in_view_down_a_long_table(tmp_path):
+    """The header is sticky in the CSS, but its table sat in a wrapper that scrolls sideways, which
+    made the wrapper the sticky box: 150 rows down, the columns had no titles in view."""
+    rows = [_trial(n, "ok", 8 * (1 + n % 8), "fp32", throughput=100.0 + n, peak=int((2 + n % 8) * GiB),
+                   baseline=n == 0) for n in range(150)]
+    probe = ("<script>addEventListener('load',()=>{const t=document.querySelector('table.trials');"
+             "const row=t.tBodies[0].rows[120];row.scrollIntoView({block:'center'});"
+             "const th=t.querySelector('th').getBoundingClientRect(),r=row.getBoundingClientRect();"
+             "document.body.dataset.seen=JSON.stringify([th.top>=-1&&th.bottom<=r.top,"
+             "document.documentElement.scrollWidth===innerWidth]);});</script></body>")
+    report = tmp_path / "long.html"
+    report.write_text(render_html(rows, synthetic_study()).replace("</body>", probe))
+    dom = _chromium(tmp_path, "--window-size=1280,900", "--dump-dom", report.as_uri())
+    header_in_view, no_sideways = json.loads(html.unescape(re.search(r'data-seen="([^"]+)"', dom).group(1)))
+    assert header_in_view and no_sideways
+
+
+def test_the_frontier_legend_names_only_colours_its_marks_use():
+    """Every OOM's cross is red whatever its precision, yet the legend listed a colour for each OOM's
+    precision: a study where only OOMs ran had a legend of fp32 and bf16-mixed dots for no dot at all."""
+    rows = [_trial(0, "oom", 64, "fp32", peak=int(30 * GiB), baseline=True), _trial(1, "oom", 32, "bf16-mixed")]
+    frontier = render_html(rows, synthetic_study()).split('<svg class="plot frontier"', 1)[1].split("</section>", 1)[0]
+    legend = re.search(r'<div class="legend">(.*?)</div>', frontier, re.S).group(1)
+    assert "out of memory" in legend and "fp32" not in legend and "bf16-mixed" not in legend, legend
+
+
+def test_a_long_story_keeps_the_figures_near_the_top():
+    """150 trials, one story line per compile that does not pay back: the tiles with the figures began
+    3,800 px down the page, under 157 lines."""
+    rows = synthetic_rows() + [_trial(n, "ok", 16 + n, "fp32", "default", throughput=300.0 + n, peak=int(2 * GiB),
+                                      timing={"compile_s": 900.0, "first_step_s": 1.0,
+                                              "step_s": {"median": 0.05, "cv": 0.01}})
+                               for n in range(12, 40)]
+    story = re.search(r'<ul class="story">(.*?)</ul><div class="stats">', render_html(rows, synthetic_study()), re.S)
+    assert story, "the figures come right after the story"
+    shown, folded = story.group(1).split("<details", 1)
+    assert shown.count("<li>") <= html_module.STORY_LINES < story.group(1).count("<li>")
+    assert re.search(r"<summary>\d+ more lines?</summary>", folded)
+
+
+def test_tiers_that_name_one_trial_share_a_card(page):
+    """Three identical cards (safe, balanced, aggressive: one trial) where the terminal could say it once."""
+    assert page.count('<div class="tier">') == 1 and '<div class="label">safe · balanced · aggressive · #3</div>' in page
+    rows = [_trial(0, "ok", 16, "fp32", throughput=410.0, peak=int(2 * GiB), baseline=True),
+            _trial(1, "ok", 32, "fp32", throughput=800.0, peak=int(17 * GiB)),
+            _trial(2, "ok", 64, "fp32", throughput=900.0, peak=int(22 * GiB))]  # within 5% of 24 GiB only
+    two = render_html(rows, synthetic_study())
+    labels = re.findall(r'<div class="tier"><div class="label">([^<]*)</div>', two)
+    assert labels == ["safe · balanced · #1", "aggressive · #2"], labels

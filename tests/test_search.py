@@ -833,7 +833,15 @@ def test_a_tie_the_rounds_still_cannot_tell_says_sweep_again_on_a_quiet_machine(
     sweep = sweep_for(spec, tmp_path, Runner(steady), total=4, baseline={"batch_size": 8, "precision": "fp32"})
     sweep.run()
     assert seen[(8, "fp32")] == 3 and sweep.choice().kept and not sweep.choice().wide_tie
-    assert report.next_step(sweep.choice()).startswith("keep your config; to look further")
+    assert report.next_step(sweep.choice()).startswith("keep your config: no config measured is chosen over it")
+    # rounds either side of 1x by far (1.9x, 0.6x): untellable, no wide tie; it said "widen the search space"
+    untold, seen = wide_tie_table([12.0, 7.0, 22.0, 7.0, 22.0])
+    sweep = sweep_for(spec, tmp_path / "untold", Runner(untold), total=4, baseline={"batch_size": 8, "precision": "fp32"})
+    sweep.run()
+    choice = sweep.choice()
+    assert choice.kept and choice.versus.untellable and not choice.wide_tie, choice.versus
+    assert report.next_step(choice).startswith(f"keep your config for now: its runs side by side with the leader "
+                                               f"(#{choice.leader.number}) disagree too much to tell the two apart")
 
 
 def test_a_confirmation_run_stopped_from_outside_runs_its_round_again_whole(tmp_path):
@@ -1040,3 +1048,16 @@ def test_confirmation_runs_are_read_by_round_and_a_hand_edited_key_is_none():
              "confirm:2:0": {"state": "claimed"}}
     runs = ledger.confirmation_runs(attrs)
     assert list(runs) == ["3"] and [(r["round"], r["throughput"]) for r in runs["3"]] == [(0, 8.0), (1, 9.0)]
+
+
+def test_the_sweeps_choice_words_the_baseline_as_the_report_does(tmp_path):
+    """A spec with no apply: section: the sweep's closing answer called its baseline "your config as swept"
+    where `bench report` says "the baseline" (the spec's defaults)."""
+    from harness.report import headline
+    spec = make_spec(tmp_path, batch_size=[8, 16], precision=["fp32"])
+    table, _ = wide_tie_table([20.0])  # your config (batch 8) at 20, the others slower: it stays best
+    sweep = sweep_for(spec, tmp_path, Runner(table), total=2, baseline={"batch_size": 8, "precision": "fp32"})
+    sweep.run()
+    choice = sweep.choice()
+    assert not choice.applies and choice.best.record.baseline
+    assert headline(choice)[0].endswith("— the baseline"), headline(choice)

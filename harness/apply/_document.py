@@ -181,7 +181,7 @@ def _read_strictly(doc: _Document, knob: str, maps: tuple[KeyMap, ...]) -> objec
         value = next((found[m.key] for m in maps if m.values is None and found[m.key] is not ABSENT), ABSENT)
         if value is ABSENT:
             return ABSENT
-    return _checked_knob_value(doc, knob, found, value)
+    return _checked_knob_value(doc, knob, found, value, decoded=all(m.values is not None for m in maps))
 
 
 def _read_count(doc: _Document, maps: tuple[KeyMap, ...]) -> object:
@@ -222,7 +222,10 @@ def _agrees(m: KeyMap, file_value: object, candidate: str) -> bool:
     return _same(m.canonical(file_value), m.values[candidate])
 
 
-def _checked_knob_value(doc: _Document, knob: str, found: dict[str, object], value: object) -> object:
+def _checked_knob_value(doc: _Document, knob: str, found: dict[str, object], value: object,
+                        decoded: bool = False) -> object:
+    """`value` as a knob's; `decoded`: read through apply.keys' `values:` maps, which had no entry for what
+    the file holds (value None): said of the map, not of the file's number (`batch_size: 8` is one)."""
     choices = knobs.CHOICES.get(knob)
     if knob in ("batch_size", "accumulation"):  # what a study records (spec's check_knob_number), so it can read it back
         valid = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= knobs.LIMITS[knob]
@@ -230,7 +233,7 @@ def _checked_knob_value(doc: _Document, knob: str, found: dict[str, object], val
         valid = value is not None and (choices is None or value in choices)
     if not valid:
         shown = ", ".join(f"{k}: {json.dumps(v, default=str)}" for k, v in found.items() if v is not ABSENT)
-        if knob in ("batch_size", "accumulation"):
+        if knob in ("batch_size", "accumulation") and not (value is None and decoded):
             raise UserError(f"{doc.path}: {shown} is not a {knob} bench can read: write a whole number from 1 "
                             f"to {knobs.LIMITS[knob]:,}, unquoted (e.g. 8), or set apply.keys.{knob}: null to leave it out")
         raise UserError(f"{doc.path}: cannot tell which {knob} `{shown}` means; map its spelling under "

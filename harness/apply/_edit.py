@@ -150,7 +150,7 @@ def _filling(doc: _Document, empty: ScalarNode, key_node: ScalarNode, parent: Ma
 def _block_insertion(doc: _Document, node: MappingNode, tree: dict) -> tuple[int, int, str]:
     """New `key: value` lines after the mapping's last line, at the indentation of its keys."""
     text, newline = doc.text, "\r\n" if "\r\n" in doc.text else "\n"
-    at = _end_of_line(text, _last_end(node))
+    at = _end_of_line(text, _last_end(text, node))
     indent = node.value[0][0].start_mark.column
     lines = _block_lines(tree, indent, _indent_step(doc.root), doc.format)
     lead = newline if at == len(text) and text and not text.endswith("\n") else ""
@@ -181,7 +181,12 @@ def _flow_insertion(doc: _Document, node: MappingNode, tree: dict) -> tuple[int,
         separator = "," + newline + re.match(r"[ \t]*", doc.text[line_start:]).group()
     else:
         separator = ", "
-    at = last_value.end_mark.index
+    at = _last_end(doc.text, last_value, last_key.end_mark.index)
+    comment = re.compile(r"([ \t]*)(#[^\r\n]*)").match(doc.text, at) if separator != ", " else None
+    if comment:  # the last entry's own comment stays on its line: the comma goes before it, the new entries below
+        gap = comment.group(1)[1:] or " "  # the comma takes a space, where there is one to spare
+        line_break = separator[1:]
+        return at, comment.end(), "," + gap + comment.group(2) + line_break + separator.join(entries)
     return at, at, "".join(separator + entry for entry in entries)
 
 
@@ -191,12 +196,33 @@ def _flow_entries(tree: dict, fmt: str) -> list[str]:
             for k, v in tree.items()]
 
 
-def _last_end(node: Node) -> int:
-    """Where the node's text ends; for a block collection, where its last value ends."""
+def _last_end(text: str, node: Node, floor: int = 0) -> int:
+    """Where the node's text ends; for a block collection, where its last value ends. `floor`: where the
+    node's own text starts at the earliest (after its key, or after the item before it). An alias (`*x`)
+    is the node it names, whose marks are its anchor's, up the file: it ends where its `*x` does. A key
+    with nothing after it (`plugins:`) ends on its key's line: its null's mark lies past the blank and
+    comment lines below it."""
+    if node.start_mark.index < floor:
+        return _alias_end(text, node, floor)
     if isinstance(node, (MappingNode, SequenceNode)) and not node.flow_style and node.value:
-        last = node.value[-1]
-        return _last_end(last[1] if isinstance(last, tuple) else last)
+        if isinstance(node, SequenceNode):
+            end = node.start_mark.index
+            for item in node.value:  # each item starts after the one before it
+                end = _last_end(text, item, end)
+            return end
+        key, value = node.value[-1]
+        if isinstance(value, ScalarNode) and value.start_mark.index == value.end_mark.index:
+            return key.end_mark.index
+        return _last_end(text, value, key.end_mark.index)
     return node.end_mark.index
+
+
+def _alias_end(text: str, node: Node, floor: int) -> int:
+    """Where the first `*anchor` of the node after `floor` ends (`floor` where none is found)."""
+    if not node.anchor:
+        return floor
+    found = re.compile(rf"\*{re.escape(node.anchor)}(?=[\s,\]}}]|$)").search(text, floor)
+    return found.end() if found else floor
 
 
 def _end_of_line(text: str, index: int) -> int:

@@ -31,7 +31,7 @@ def write_hydra_profile(target: ApplyTarget, values: dict, device_name: str, pro
         raise UserError("apply.hydra is not set in the spec; add apply: {hydra: {group_dir: conf/hardware}}")
     doc = _load_document(target.file, target.format)
     assignments, _ = _assignments(target, values, doc, current_values=current_values)
-    _edits(doc, assignments, create_keys=False)  # refuses keys the main config lacks
+    _refuse_keys_the_main_config_lacks(target, doc, assignments)
     profile = {}
     for a in assignments:
         if not _already_implied(doc, a):
@@ -50,6 +50,20 @@ def write_hydra_profile(target: ApplyTarget, values: dict, device_name: str, pro
                     diff=_diff(old_text, new_text, path, path), changes=_created(assignments, profile), unmapped=unmapped)
     overridden = _overridden_by_the_main_config(target, doc)
     return replace(plan, warnings=plan.warnings + ((overridden,) if overridden else ()))
+
+
+def _refuse_keys_the_main_config_lacks(target: ApplyTarget, main: _Document, assignments: list[_Assignment]) -> None:
+    """The profile holds only keys the main config has (Hydra refuses to override others); --create-keys, which
+    would add them to the main config, does not help here: said in the refusal."""
+    _edits(main, assignments, create_keys=True)  # a key that holds a list or a mapping: refused as plan() does
+    missing = [a.key for a in assignments if _lookup(main.data, a.key) is ABSENT and not _already_implied(main, a)]
+    if missing:
+        them = "it" if len(missing) == 1 else "them"
+        raise UserError(f"{target.file}: {'key' if len(missing) == 1 else 'keys'} {', '.join(missing)} not in the file, "
+                        f"and the apply.hydra profile can only hold keys the main config has (Hydra overrides no "
+                        f"others; --create-keys does not add {them} where apply.hydra is set): add {them} to "
+                        f"{target.file.name}, or map the knob to the key your file uses (apply.keys.KNOB: null "
+                        "leaves it out)")
 
 
 def _overridden_by_the_main_config(target: ApplyTarget, doc: _Document) -> str | None:

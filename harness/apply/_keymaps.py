@@ -87,6 +87,9 @@ class ApplyTarget:
 # Presets: the keys each framework's config uses for the knobs (values read as "bench -> file").
 
 _NO_YES = {"fp32": False, "tf32": False, "bf16-mixed": False, "fp16-mixed": False}
+_YAML11_BOOLS = {word: value for words, value in (("yes on", True), ("no off", False))
+                 for w in words.split() for word in (w, w.title(), w.upper())}
+"""transformers reads a YAML file with PyYAML (YAML 1.1), where `bf16: no` is false; bench reads YAML 1.2."""
 
 PRESETS: dict[str, dict[str, tuple[KeyMap, ...]]] = {
     # The registry's plain keys: only knobs whose name is unambiguous at a file's top level (a
@@ -117,19 +120,20 @@ PRESETS: dict[str, dict[str, tuple[KeyMap, ...]]] = {
         "batch_size": (KeyMap("per_device_train_batch_size", default=8),),
         "accumulation": (KeyMap("gradient_accumulation_steps", default=1),),
         "precision": (
-            KeyMap("bf16", values={**_NO_YES, "bf16-mixed": True}, default=False),
-            KeyMap("fp16", values={**_NO_YES, "fp16-mixed": True}, default=False),
-            KeyMap("tf32", values={"fp32": False, "tf32": True}, default=False),
+            KeyMap("bf16", values={**_NO_YES, "bf16-mixed": True}, default=False, aliases=_YAML11_BOOLS),
+            KeyMap("fp16", values={**_NO_YES, "fp16-mixed": True}, default=False, aliases=_YAML11_BOOLS),
+            KeyMap("tf32", values={"fp32": False, "tf32": True}, default=False, aliases=_YAML11_BOOLS),
         ),
-        "checkpointing": (KeyMap("gradient_checkpointing", values={"none": False, "full": True}, default=False),),
+        "checkpointing": (KeyMap("gradient_checkpointing", values={"none": False, "full": True}, default=False,
+                                 aliases=_YAML11_BOOLS),),
         "compile": (
             KeyMap("torch_compile", values={"off": False, "default": True, "reduce-overhead": True,
-                                            "max-autotune": True}, default=False),
+                                            "max-autotune": True}, default=False, aliases=_YAML11_BOOLS),
             KeyMap("torch_compile_mode", values={m: m for m in ("default", "reduce-overhead", "max-autotune")},
                    default="default", aliases={None: "default"}),
         ),
         "num_workers": (KeyMap("dataloader_num_workers", default=0),),
-        "pin_memory": (KeyMap("dataloader_pin_memory", default=True),),
+        "pin_memory": (KeyMap("dataloader_pin_memory", default=True, aliases=_YAML11_BOOLS),),
         # The process count is the launcher's (torchrun, accelerate), not TrainingArguments'; DDP is
         # what the Trainer does under several processes unless `fsdp` says otherwise.
         "parallel": (KeyMap("fsdp", values={"none": "", "ddp": "", "fsdp": "full_shard"}, default=""),),

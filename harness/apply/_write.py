@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import signal
 import stat
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -63,18 +65,46 @@ def write_together(*plans: Plan) -> list[Path | None]:
     profile never disagree. Returns each plan's backup."""
     check(*plans)
     written = []
-    for plan in plans:
-        sidecar = plan.sidecar.read_bytes() if plan.sidecar is not None and plan.sidecar.exists() else None
-        try:
-            backup = write(plan)
-        except UserError as e:
-            raise UserError(str(e) + "".join(_put_back(*done) for done in reversed(written))) from None
-        except KeyboardInterrupt:  # Ctrl-C between the two files: the first put back too
+    with _signals_held() as held:  # a Ctrl-C that lands inside a write (after its rename) must not leave it unknown
+        for plan in plans:
+            if held:
+                break
+            sidecar = plan.sidecar.read_bytes() if plan.sidecar is not None and plan.sidecar.exists() else None
+            try:
+                backup = write(plan)
+            except UserError as e:
+                raise UserError(str(e) + "".join(_put_back(*done) for done in reversed(written))) from None
+            except KeyboardInterrupt:  # raised by other means than the signals held: the ones written put back too
+                for done in reversed(written):
+                    _put_back(*done)
+                raise
+            written.append((plan, backup, sidecar))
+        if held:  # Ctrl-C, SIGTERM or SIGHUP during the writes: every file as it was, then the signal acts
             for done in reversed(written):
                 _put_back(*done)
-            raise
-        written.append((plan, backup, sidecar))
     return [backup for _, backup, _ in written]
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Ctrl-C, SIGTERM and SIGHUP held (their numbers collected in the list it yields) while the files are
+    written and, where one came, put back; then delivered again under the handlers they had. A signal
+    ignored before stays ignored; off the main thread (where none can be set) nothing is held."""
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) not in (signal.SIG_IGN, None):
+            previous[signum] = signal.signal(signum, lambda number, frame: held.append(number))
+    try:
+        yield held
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if held:
+            signal.raise_signal(held[0])
 
 
 def _put_back(plan: Plan, backup: Path | None, sidecar: bytes | None) -> str:

@@ -26,7 +26,6 @@ from harness.report._svg import FRONT_COLOUR, OOM_COLOUR, batch_plot, breakdown_
 from harness.spec import workload_label
 from harness.units import fixed, size
 
-TIER_ORDER = {"safe": 0, "balanced": 1, "aggressive": 2}
 
 
 def render_html(choice: Choice, study: dict) -> str:
@@ -63,7 +62,7 @@ def _breakdown_source(best: Standing | None) -> str:
 # ---- page sections ------------------------------------------------------------------------------
 
 def _header(choice: Choice, study: dict) -> str:
-    counts = Counter("noisy" if s.noisy else s.record.status for s in choice.rows)
+    counts = Counter(s.status for s in choice.rows)
     chips = "".join(
         f'<span class="chip st-{esc(status)}">{esc(status)} {esc(n)}</span>'
         for status, n in counts.items() if n
@@ -102,26 +101,39 @@ def _story(choice: Choice) -> str:
         what = ("No measured configuration qualifies as best" if any(s.measured for s in choice.rows)
                 else "No configuration was measured")
         return (f'<section class="hero bad"><p>{what}.</p>'
-                f'<ul class="story">{_items(said)}</ul></section>')
+                f'<ul class="story">{_story_items(said)}</ul></section>')
     lead = ("Your config stays best" if best.record.baseline else "Best") + f": trial #{esc(best.number)}"
     cards = [
         _stat("vs your config", *_speedup(choice)),
         _stat(f"best {choice.unit}", f"{rate(best.speed)} {choice.unit}",
-              f"median of {best.runs} run{'s' if best.runs > 1 else ''}"
-              + (f"; your config {rate(choice.baseline.speed)} {choice.unit}"
-                 if choice.baseline and choice.baseline.measured else "")),
+              best.runs_words
+              + (f"; your config {rate(choice.baseline.speed)} {choice.unit}"  # not where it is compared with nothing
+                 if choice.baseline and choice.baseline.measured and not choice.baseline.noisy else "")),
         _stat("peak memory", size(best.peak), _memory_change(best, choice.baseline)),
         _stat("headroom left", *_headroom(best, choice)),
     ]
     return (
         f'<section class="hero"><p class="lead">{lead} {_config_chips(best.config)}</p>'
-        f'<ul class="story">{_items(said)}</ul>'
+        f'<ul class="story">{_story_items(said)}</ul>'
         f'<div class="stats">{"".join(cards)}</div></section>'
     )
 
 
 def _items(lines: list[str]) -> str:
     return "".join(f"<li>{esc(line)}</li>" for line in lines)
+
+
+STORY_LINES = 8
+"""Story lines shown before the rest fold away: a large study has a line per compile that does not pay
+back, and 157 of them put the figures 3,800 px down the page."""
+
+
+def _story_items(lines: list[str]) -> str:
+    if len(lines) <= STORY_LINES + 1:  # one line more is no fold
+        return _items(lines)
+    rest = lines[STORY_LINES:]
+    return (_items(lines[:STORY_LINES]) + f'<li class="more"><details><summary>{len(rest)} more lines</summary>'
+            f'<ul class="story">{_items(rest)}</ul></details></li>')
 
 
 def _stat(label: str, value: str, detail: str) -> str:
@@ -168,14 +180,14 @@ def _config_chips(config: dict) -> str:
 
 
 def _tiers(choice: Choice) -> str:
-    tiered = sorted(((n, s) for n, s in choice.tiers.items() if s), key=lambda t: TIER_ORDER.get(t[0], 9))
-    if not tiered:
+    groups = [(names, s) for names, s in _terminal.tier_groups(choice) if s]
+    if not groups:
         return ""
     cards = "".join(
-        f'<div class="tier"><div class="label">{esc(name)} · #{esc(s.number)}</div>'
+        f'<div class="tier"><div class="label">{esc(" · ".join(names))} · #{esc(s.number)}</div>'
         f'<div class="value">{esc(rate(s.speed))} {esc(choice.unit)} · {esc(size(s.peak))}</div>'
         f'<div>{_config_chips(s.config)}</div></div>'
-        for name, s in tiered
+        for names, s in groups
     )
     return f'<section class="tiers">{cards}</section>'
 
@@ -220,9 +232,10 @@ def _columns(choice: Choice) -> list[_Column]:
     rows = choice.rows
     knobs = sorted({k for r in rows for k in r.config}, key=lambda k: (rank(k), k))
     chosen = _Column(choice.unit, True, _speed_cell)
-    other = (_Column("tokens/s (this run)", True, lambda r: _num(r.record.tokens_per_s, rate))
+    # Record.rate: none for an OOM (a CPU trial over its budget keeps the rates it measured), as in the terminal
+    other = (_Column("tokens/s (this run)", True, lambda r: _num(r.record.rate("tokens"), rate))
              if choice.objective == "samples" else
-             _Column("samples/s (this run)", True, lambda r: _num(r.record.throughput, rate)))
+             _Column("samples/s (this run)", True, lambda r: _num(r.record.rate("samples"), rate)))
     return [
         _Column("#", True, lambda r: _num(r.number, str)),
         _Column("status", False, _status_cell),
@@ -248,10 +261,12 @@ def _knob_title(knob: str) -> str:
 
 
 def _peak_column(rows) -> _Column:
-    """Peaks in MiB where every one is under a GiB (85 and 95 MiB both read 0.09 GiB), else in GiB."""
-    if max((r.peak for r in rows if r.peak is not None), default=0) < 1024**3:
-        return _Column("peak memory (MiB)", True, lambda r: _num(r.peak, lambda v: f"{v / 1024**2:,.1f}"))
-    return _Column("peak memory (GiB)", True, lambda r: _num(r.peak, lambda v: fixed(v / 1024**3, 2)))
+    """The terminal's peaks (`_terminal.shown_peak`: none for an OOM, a timeout or a crash) in its unit: MiB
+    where every one is under a GiB (85 and 95 MiB both read 0.09 GiB), else GiB."""
+    shown = _terminal.shown_peak
+    if _terminal.peak_unit(rows)[0] == "MiB":
+        return _Column("peak memory (MiB)", True, lambda r: _num(shown(r), lambda v: f"{v / 1024**2:,.1f}"))
+    return _Column("peak memory (GiB)", True, lambda r: _num(shown(r), lambda v: fixed(v / 1024**3, 2)))
 
 
 def _num(value, fmt) -> tuple[str, str]:
@@ -280,11 +295,13 @@ def _mfu_cell(row: Standing) -> tuple[str, str]:
 
 
 def _step_cell(row: Standing) -> tuple[str, str]:
-    """Median step time, with its spread (coefficient of variation) beside it in grey."""
+    """Median step time, with its spread (coefficient of variation) beside it in grey: the typed record's,
+    so a trial cut after one warm-up step (one timing, no spread) shows none, as the table's `-` says."""
     step = row.record.timing.get("step_s") or {}
     if step.get("median") is None:
         return "", ""
-    spread = f' <span class="minor">±{step["cv"]:.0%}</span>' if step.get("cv") is not None else ""
+    cv = row.record.step_cv
+    spread = f' <span class="minor">±{cv:.0%}</span>' if cv is not None else ""
     return f"{step['median'] * 1000:.1f}{spread}", esc(step["median"])
 
 
@@ -301,8 +318,7 @@ def _knob_cell(key: str):
 
 
 def _status_cell(row: Standing) -> tuple[str, str]:
-    status = "noisy" if row.noisy else row.record.status
-    return f'<span class="badge st-{esc(status)}">{esc(status)}</span>', esc(status)
+    return f'<span class="badge st-{esc(row.status)}">{esc(row.status)}</span>', esc(row.status)
 
 
 def _flags(row: Standing) -> list[str]:
@@ -316,7 +332,9 @@ def _notes_cell(row: Standing) -> tuple[str, str]:
     tags = "".join(f'<span class="tag tag-{esc(f)}">{esc(f)}</span>' for f in flags)
     error = row.record.error or {}
     unsearched = unsearched_words(row) if row.record.unsearched else None
-    message = " ".join(str(x) for x in (error.get("type"), record.error_words(error), row.unsafe, unsearched) if x)
+    skipped = _terminal.skipped_words(row.record) if row.record.status == record.SKIPPED else None
+    message = " ".join(str(x) for x in (error.get("type"), record.error_words(error), row.unsafe, unsearched, skipped)
+                       if x)
     text = f'<span class="err" title="{esc(message)}">{esc(_shorten(message, 48))}</span>' if message else ""
     return tags + text, esc(" ".join(flags) + " " + message)
 
@@ -389,7 +407,7 @@ body { margin:0; background:var(--bg); color:var(--ink);
   font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif; }
 main { max-width:1360px; margin:0 auto; padding:28px 24px 48px; }
 header h1 { font-size:24px; margin:0 0 4px; font-weight:650; }
-header .name { color:#3b5bdb; }
+header .name { color:#3b5bdb; overflow-wrap:anywhere; }
 header .meta { color:var(--muted); margin-bottom:4px; }
 header .measured { margin:0 0 8px; font-weight:600; }
 header .size-warning { margin:0 0 10px; padding:6px 10px; border-radius:8px; background:#fff1d6; color:#7a4a00; }
@@ -409,9 +427,13 @@ header .size-warning { margin:0 0 10px; padding:6px 10px; border-radius:8px; bac
 .hero .lead { margin:0 0 8px; font-size:15px; }
 .hero .story { margin:0 0 14px; padding-left:20px; font-size:14px; line-height:1.5; }
 .hero .story li { margin:2px 0; }
+.hero .story li.more { list-style:none; margin-left:-20px; }
+.hero .story summary { cursor:pointer; opacity:.85; }
+.hero .story .story { margin:4px 0 0; }
 .hero .kv { background:rgba(255,255,255,.14); border-radius:6px; padding:1px 7px; margin:0 3px;
   font-size:13px; }
 .hero .kv b { font-weight:500; opacity:.75; }
+.kv { overflow-wrap:anywhere; }  /* a factory param's path: wraps in its chip, not past a narrow page */
 .stats { display:grid; grid-template-columns:repeat(4,1fr); gap:12px; }
 .stat { background:rgba(255,255,255,.08); border-radius:10px; padding:10px 14px; }
 .stat .label { font-size:12px; text-transform:uppercase; letter-spacing:.05em; opacity:.75; }
@@ -445,6 +467,7 @@ svg.plot { width:100%; height:auto; display:block; font-size:12px; }
 .limit line { stroke:#9b1c1c; stroke-width:1.4; } .limit text { fill:#9b1c1c; font-size:12px; }
 .limit.usable line { stroke:#d97706; stroke-dasharray:6 4; } .limit.usable text { fill:#b45309; }
 .offscale { fill:#9b1c1c; font-size:12px; }
+.oom-count { fill:#9b1c1c; font-size:12px; font-weight:600; paint-order:stroke; stroke:#fff; stroke-width:4px; }
 .callout { font-weight:700; font-size:13px; fill:#111; paint-order:stroke; stroke:#fff; stroke-width:4px; }
 .arrow { stroke:#555; stroke-width:1.4; stroke-dasharray:4 3; }
 .arrow-label { font-weight:700; fill:#555; paint-order:stroke; stroke:#fff; stroke-width:4px; }
@@ -458,7 +481,12 @@ svg.plot { width:100%; height:auto; display:block; font-size:12px; }
 .legend { display:flex; flex-wrap:wrap; gap:6px 16px; margin-top:8px; color:#4b5563; font-size:12.5px; }
 .legend .item { display:inline-flex; align-items:center; gap:5px; }
 .empty { color:var(--muted); font-style:italic; }
-.table-wrap { overflow-x:auto; }
+/* The wrapper scrolls sideways, so it, not the page, is what the sticky header sticks in: it scrolls
+   down too, at most a window high, and a long table keeps its header in view. Printed, all of it. */
+.table-wrap { overflow:auto; max-height:calc(100vh - 32px); }
+@media print { .table-wrap { overflow:visible; max-height:none; }
+  .hero { -webkit-print-color-adjust:exact; print-color-adjust:exact; }  /* white on blue, not pale grey */
+  .card, .stat, svg.plot { break-inside:avoid; } }
 table.trials { border-collapse:collapse; width:100%; font-size:12.5px; white-space:nowrap; }
 .trials th { text-align:left; font-weight:600; color:#4b5563; border-bottom:2px solid var(--line);
   padding:6px 6px; cursor:pointer; user-select:none; position:sticky; top:0; background:#fff;

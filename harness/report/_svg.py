@@ -13,11 +13,11 @@ whose classes the page's CSS styles. Every string that came from the user goes t
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass
 
 from harness.pareto import Choice, Standing
 from harness.report._format import esc, ordered, rate
+from harness.report._terminal import peak_unit
 from harness.units import size
 
 GiB = 1024**3
@@ -167,12 +167,17 @@ def _cross(cx: float, cy: float, size: float = 6) -> str:
             f'L{cx + size} {cy - size}"/>')
 
 
-def _tooltip(row: Standing, unit: str = "samples/s") -> str:
+def _tooltip(row: Standing, unit: str) -> str:
+    """What hovering a mark says: the trial, its figure in the objective's unit (`unit`) and its peak; an
+    OOM has neither, only the size it failed at where the record has one."""
     config = ", ".join(f"{k}={v}" for k, v in ordered(row.config))
     runs = f" (median of {row.runs} runs)" if row.runs > 1 else ""
-    what = f"{rate(row.speed)} {unit}{runs}, peak {size(row.peak)}"
-    status = "noisy" if row.noisy else row.record.status
-    return f"<title>#{esc(row.number)} {esc(status)}: {esc(what)}\n{esc(config)}</title>"
+    if row.record.status == "oom":
+        what = f"out of memory at {size(row.peak)}" if row.peak else \
+            "out of memory (no size recorded)"
+    else:
+        what = f"{rate(row.speed)} {unit}{runs}, peak {size(row.peak)}"
+    return f"<title>#{esc(row.number)} {esc(row.status)}: {esc(what)}\n{esc(config)}</title>"
 
 
 # ---- plot 1: throughput vs peak memory ----------------------------------------------------------
@@ -187,21 +192,24 @@ def frontier_plot(choice: Choice) -> str:
     if not points and not ooms:
         return '<p class="empty">No trial measured both throughput and memory yet.</p>'
     frame = _Frame(960, 440)
-    x_hi, x_ticks = _nice_axis(_memory_extent(points, ooms, budget) * 1.04 / GiB, 8)
+    unit_name, unit = peak_unit(rows)  # the table's unit, so one page reads one unit
+    x_hi, x_ticks = _nice_axis(_memory_extent(points, ooms, budget) * 1.04 / unit, 8)
     y_hi, y_ticks = _nice_axis(max([r.speed for r in points] + [0]) * 1.12)
-    x, y = frame.x(0, x_hi), frame.y(0, y_hi)
-    labels, taken = _labels(frame, x, y, choice)
-    crosses = _oom_spots(frame, x, ooms, budget)
-    taken += [(x(r.peak / GiB) - 13, y(r.speed) - 13, x(r.peak / GiB) + 13, y(r.speed) + 13) for r in points]
+    x, y = frame.x(0, x_hi * unit), frame.y(0, y_hi)  # x in bytes
+    marks = [_mark_box(x, y, r) for r in points]
+    labels, taken = _labels(frame, x, y, choice, marks)
+    crosses, counts = _oom_spots(frame, x, ooms, budget)
+    taken += marks
     taken += [(x0 - 3, y0 - 3, x1 + 3, y1 + 3) for x0, y0, x1, y1 in _staircase(frame, x, y, list(choice.front))]
-    taken += [(cx - 8, cy - 8, cx + 8, cy + 8) for _, cx, cy in crosses]
+    taken += [(cx - 8, cy - 8, cx + 8, cy + 8) for _, cx, cy in crosses] + [_count_box(*c) for c in counts]
     body = [
-        _axes(frame, x, y, [(t, _tick_label(t)) for t in x_ticks], [(t, _tick_label(t)) for t in y_ticks],
-              "peak memory (GiB)", f"throughput ({choice.unit})"),
+        _axes(frame, x, y, [(t * unit, _tick_label(t)) for t in x_ticks], [(t, _tick_label(t)) for t in y_ticks],
+              f"peak memory ({unit_name})", f"throughput ({choice.unit})"),
         _budget_lines(frame, x, budget, label, choice.headroom or 0, taken),
         _front(frame, x, y, list(choice.front)),
         *(_point(r, x, y, choice.unit) for r in _on_top_last(points)),
-        _oom_marks(crosses),
+        _oom_marks(crosses, choice.unit),
+        _oom_counts(counts),
         labels,
     ]
     plot = _svg(frame, "frontier", "".join(body), "throughput against peak memory per trial")
@@ -251,14 +259,14 @@ def _budget_lines(frame: _Frame, x: _Scale, budget: int | None, label: str, head
         lines.append((usable, "usable", f"{headroom:.0%} headroom: {size(usable)}"))
     top, bottom, taken, svg = frame.top, frame.height - frame.bottom, list(taken), []
     for value, cls, text in lines:
-        if value / GiB > x.hi:
+        if value > x.hi:
             continue
-        px, length = x(value / GiB), LIMIT_CHAR_PX * len(text)
+        px, length = x(value), LIMIT_CHAR_PX * len(text)
         tx, ty, anchor, box = _limit_label_spot(px, length, top, bottom, taken)
         taken.append(box)
         svg.append(f'<g class="limit {cls}"><line x1="{px}" x2="{px}" y1="{top}" y2="{bottom}"/>'
                    f'<text transform="translate({tx} {ty}) rotate(-90)" text-anchor="{anchor}">{esc(text)}</text></g>')
-    beyond = [text for value, _, text in lines if value / GiB > x.hi]
+    beyond = [text for value, _, text in lines if value > x.hi]
     if beyond:
         svg.append(_offscale_note(frame, " · ".join(reversed(beyond)) + ": off the scale →"))
     return "".join(svg)
@@ -317,9 +325,9 @@ def _corners(frame: _Frame, x: _Scale, y: _Scale, front: list[Standing]) -> list
     if not front:
         return []
     front = sorted(front, key=lambda r: (r.peak, r.speed))
-    corners = [(x(front[0].peak / GiB), y(front[0].speed))]
+    corners = [(x(front[0].peak), y(front[0].speed))]
     for row in front[1:]:
-        corners += [(x(row.peak / GiB), corners[-1][1]), (x(row.peak / GiB), y(row.speed))]
+        corners += [(x(row.peak), corners[-1][1]), (x(row.peak), y(row.speed))]
     return corners + [(frame.width - frame.right, corners[-1][1])]
 
 
@@ -330,7 +338,7 @@ def _staircase(frame: _Frame, x: _Scale, y: _Scale, front: list[Standing]) -> li
 
 
 def _point(row: Standing, x: _Scale, y: _Scale, unit: str) -> str:
-    cx, cy = x(row.peak / GiB), y(row.speed)
+    cx, cy = x(row.peak), y(row.speed)
     flags = {"pareto": row.pareto, "best": row.best, "baseline": row.record.baseline, "noisy": row.noisy,
              "unsafe": bool(row.unsafe), "diverged": row.record.status == "diverged"}
     classes = " ".join(["pt"] + [flag for flag, on in flags.items() if on])
@@ -339,68 +347,120 @@ def _point(row: Standing, x: _Scale, y: _Scale, unit: str) -> str:
     return f'<g class="{classes}" data-trial="{esc(row.number)}">{_tooltip(row, unit)}{marker}</g>'
 
 
-def _oom_spots(frame: _Frame, x: _Scale, ooms: list[Standing], budget: int | None) -> list[tuple]:
-    """Where each OOM's cross goes (row, cx, cy): on the floor, at the memory where it failed.
+def _oom_spots(frame: _Frame, x: _Scale, ooms: list[Standing], budget: int | None) -> tuple[list[tuple], list[tuple]]:
+    """Where each OOM's cross goes (row, cx, cy): on the floor, at the memory where it failed; and the
+    count of a stack pressed together (`_pile`).
 
     Without a recorded size an OOM sits at the budget (or the right edge without one); crosses that
     would overlap are stacked upwards so each one stays countable.
     """
-    floor, taken, spots = frame.height - frame.bottom - 10, Counter(), []
+    groups: dict[int, list[tuple]] = {}
     for row in sorted(ooms, key=lambda r: r.number or 0):
         mem = row.peak or budget
-        cx = x(min(mem / GiB, x.hi)) if mem else x(x.hi)
-        slot = round(cx / 14)
-        spots.append((row, cx, floor - 16 * taken[slot]))
-        taken[slot] += 1
-    return spots
+        cx = x(min(mem, x.hi)) if mem else x(x.hi)
+        groups.setdefault(round(cx / 14), []).append((row, cx))
+    return _pile(frame, list(groups.values()), frame.height - frame.bottom - 10, 16)
 
 
-def _oom_marks(spots: list[tuple]) -> str:
+def _pile(frame: _Frame, groups: list[list[tuple]], floor: float, step: float) -> tuple[list[tuple], list[tuple]]:
+    """Crosses that share a spot ((row, cx) each), stacked up from `floor` `step` apart so each stays
+    countable; a stack that would climb past the plot's lowest quarter (above it a cross reads as a
+    throughput, and thirty of them left the plot) is pressed into it and labelled with its count.
+    Returns (row, cx, cy) per cross and (label, cx, y) per pressed stack."""
+    climb = (frame.height - frame.bottom - frame.top) / 4 - (frame.height - frame.bottom - floor)
+    spots, counts = [], []
+    for group in groups:
+        gap = step if (len(group) - 1) * step <= climb else climb / (len(group) - 1)
+        spots += [(row, cx, round(floor - gap * k, 1)) for k, (row, cx) in enumerate(group)]
+        if gap < step:
+            counts.append((f"{len(group)} OOMs", group[-1][1], round(floor - climb - 12, 1)))
+    return spots, counts
+
+
+def _oom_marks(spots: list[tuple], unit: str) -> str:
     """OOMs have no throughput: a red cross each, where `_oom_spots` put it."""
-    return "".join(f'<g class="oom" data-trial="{esc(row.number)}">{_tooltip(row)}{_cross(cx, cy)}</g>'
+    return "".join(f'<g class="oom" data-trial="{esc(row.number)}">{_tooltip(row, unit)}{_cross(cx, cy)}</g>'
                    for row, cx, cy in spots)
 
 
-def _labels(frame: _Frame, x: _Scale, y: _Scale, choice: Choice) -> tuple[str, list[tuple]]:
+def _oom_counts(counts: list[tuple]) -> str:
+    """How many crosses a pressed stack holds, above it."""
+    return "".join(f'<text class="oom-count" x="{cx}" y="{y}" text-anchor="middle">{esc(label)}</text>'
+                   for label, cx, y in counts)
+
+
+def _count_box(label: str, cx: float, y: float) -> tuple:
+    width = LIMIT_CHAR_PX * len(label)
+    return cx - width / 2, y - 12, cx + width / 2, y + 4
+
+
+def _mark_box(x: _Scale, y: _Scale, row: Standing) -> tuple:
+    """The box a point's marker (and its ring) takes."""
+    cx, cy = x(row.peak), y(row.speed)
+    return cx - 13, cy - 13, cx + 13, cy + 13
+
+
+def _labels(frame: _Frame, x: _Scale, y: _Scale, choice: Choice, marks: list[tuple]) -> tuple[str, list[tuple]]:
     """Name the best and the baseline points right on the plot, with an arrow from the baseline to the
-    leader labelled with the choice's speedup (and "tie" when it is within the noise); and the boxes
-    those labels take, which the limit lines' labels keep clear of."""
+    leader labelled with the choice's speedup (and "tie" when it is within the noise); each label where it
+    covers no other point's mark (`marks`) or label. Returns the SVG and the boxes those labels take, which
+    the limit lines' labels keep clear of."""
     best, baseline, leader = choice.best, choice.baseline, choice.leader
     parts, boxes = [], []
     if leader and baseline and choice.versus and _has_xy(baseline) and _has_xy(leader):
-        arrow, box = _speedup_arrow(x, y, baseline, leader, choice.versus)
+        arrow, box = _speedup_arrow(x, y, baseline, leader, choice.versus, marks)
         parts.append(arrow)
         boxes.append(box)
     for row, cls, dy in ((best, "best", -16), (baseline, "baseline", 24)):
         if row is None or not _has_xy(row) or (cls == "baseline" and row is best):
             continue
         text = f"{'best = your config' if cls == 'best' and row is baseline else cls} #{row.number}"
-        cx, cy = x(row.peak / GiB), y(row.speed)
-        flip = cx > frame.width * 0.8
-        anchor, dx = ("end", -14) if flip else ("start", 14)
-        parts.append(f'<text class="callout {cls}" x="{cx + dx}" y="{cy + dy}" text-anchor="{anchor}">'
-                     f'{esc(text)}</text>')
-        boxes.append(_text_box(cx + dx, cy + dy, text, anchor))
+        own = _mark_box(x, y, row)
+        tx, ty, anchor, box = _clear_spot(_callout_spots(frame, x(row.peak), y(row.speed), dy, text),
+                                          [m for m in marks if m != own] + boxes)
+        parts.append(f'<text class="callout {cls}" x="{tx}" y="{ty}" text-anchor="{anchor}">{esc(text)}</text>')
+        boxes.append(box)
     return "".join(parts), boxes
 
 
-def _speedup_arrow(x: _Scale, y: _Scale, baseline: Standing, best: Standing, versus) -> str:
-    x0, y0 = x(baseline.peak / GiB), y(baseline.speed)
-    x1, y1 = x(best.peak / GiB), y(best.speed)
+def _callout_spots(frame: _Frame, cx: float, cy: float, dy: float, text: str) -> list[tuple]:
+    """Where a point's name may go, best first: on its side of the point (left near the right edge),
+    above or below as asked, then the other way up, then the other side."""
+    side = -1 if cx > frame.width * 0.8 else 1
+    spots = []
+    for sx in (side, -side):
+        for sy in (dy, 24 if dy < 0 else -16):
+            anchor = "start" if sx > 0 else "end"
+            spots.append((cx + 14 * sx, cy + sy, anchor, _text_box(cx + 14 * sx, cy + sy, text, anchor)))
+    return spots
+
+
+def _clear_spot(spots: list[tuple], taken: list[tuple]) -> tuple:
+    """The first spot whose box overlaps nothing in `taken`; the first where none is clear."""
+    return next((s for s in spots if not any(_overlap(s[3], t) for t in taken)), spots[0])
+
+
+def _speedup_arrow(x: _Scale, y: _Scale, baseline: Standing, best: Standing, versus, marks: list[tuple]) -> tuple:
+    x0, y0 = x(baseline.peak), y(baseline.speed)
+    x1, y1 = x(best.peak), y(best.speed)
     # Stop short of both markers so the arrow never hides them.
     length = math.hypot(x1 - x0, y1 - y0) or 1
     ux, uy = (x1 - x0) / length, (y1 - y0) / length
     pad = min(16, length / 3)
     label = versus.figure() + (" (tie)" if versus.tie else "")
-    # The label sits beside the middle of the arrow, on its lower-right side.
-    mx, my = (x0 + x1) / 2 - uy * 12, (y0 + y1) / 2 + ux * 12
+    # Beside the middle of the arrow: on its lower-right side, else its upper-left, else below the start.
+    mx, my = (x0 + x1) / 2, (y0 + y1) / 2
+    spots = [(round(mx - uy * 12, 1), round(my + ux * 12 + 4, 1), "start"),
+             (round(mx + uy * 12, 1), round(my - ux * 12 + 4, 1), "end"),
+             (x0, round(max(y0, y1) + 30, 1), "start")]
+    lx, ly, anchor, box = _clear_spot([(sx, sy, an, _text_box(sx, sy, label, an)) for sx, sy, an in spots], marks)
     svg = (f'<line class="arrow" x1="{x0 + ux * pad:.1f}" y1="{y0 + uy * pad:.1f}" '
-            f'x2="{x1 - ux * pad:.1f}" y2="{y1 - uy * pad:.1f}" marker-end="url(#arrowhead)"/>'
-            f'<text class="arrow-label" x="{mx:.1f}" y="{my + 4:.1f}">{esc(label)}</text>'
-            '<defs><marker id="arrowhead" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
-            'markerHeight="7" orient="auto-start-reverse"><path d="M0 0L10 5L0 10z" fill="#555"/>'
-            '</marker></defs>')
-    return svg, _text_box(mx, my + 4, label)
+           f'x2="{x1 - ux * pad:.1f}" y2="{y1 - uy * pad:.1f}" marker-end="url(#arrowhead)"/>'
+           f'<text class="arrow-label" x="{lx}" y="{ly}" text-anchor="{anchor}">{esc(label)}</text>'
+           '<defs><marker id="arrowhead" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
+           'markerHeight="7" orient="auto-start-reverse"><path d="M0 0L10 5L0 10z" fill="#555"/>'
+           '</marker></defs>')
+    return svg, box
 
 
 # Legend glyphs for the frontier plot's marks, drawn like the marks themselves.
@@ -417,9 +477,9 @@ _MARK_GLYPHS = {
 
 
 def _frontier_legend(points: list[Standing], ooms: list[Standing]) -> str:
-    """Colours for the precisions present, then only the marks this plot actually uses."""
+    """Colours for the precisions of the points drawn, then only the marks this plot actually uses."""
     items = [(_glyph(f'<circle cx="10" cy="10" r="6" fill="{PRECISION_COLOURS.get(p, OTHER_COLOUR)}"/>'),
-              p) for p in _precisions(points + ooms)]
+              p) for p in _precisions(points)]  # an OOM is red, whatever its precision
     present = [
         any(not _compiled(r) for r in points),
         any(_compiled(r) for r in points),
@@ -467,8 +527,8 @@ def batch_plot(choice: Choice) -> str:
     precisions = _precisions(measured + ooms)
     # a line joins ranked trials only: a noisy run's figure is no point on its family's curve
     body += [_family_line(x, y, family) for family in _families([r for r in measured if _ranked(r)])]
-    body += [_batch_dot(x, y, r) for r in _on_top_last(measured)]
-    body.append(_batch_ooms(frame, x, ooms, precisions))
+    body += [_batch_dot(x, y, r, choice.unit) for r in _on_top_last(measured)]
+    body.append(_batch_ooms(frame, x, ooms, precisions, choice.unit))
     items = [(_glyph(f'<circle cx="10" cy="10" r="5" fill="{PRECISION_COLOURS.get(p, OTHER_COLOUR)}"/>'),
               p) for p in precisions]
     if any(r.record.baseline for r in measured):
@@ -520,22 +580,21 @@ def _ranked(row: Standing) -> bool:
     return not row.noisy and not row.unsafe
 
 
-def _batch_dot(x: _Scale, y: _Scale, row: Standing) -> str:
+def _batch_dot(x: _Scale, y: _Scale, row: Standing, unit: str) -> str:
     mark = " baseline" if row.record.baseline else ""
     hollow = "" if _ranked(row) else " hollow"
     return (f'<g class="series{mark}" style="--c:{_colour(row)}"><g class="dot{hollow}" data-trial="{esc(row.number)}">'
-            f'{_tooltip(row)}<circle cx="{x(_batch(row))}" cy="{y(row.speed)}" r="4.5"/></g></g>')
+            f'{_tooltip(row, unit)}<circle cx="{x(_batch(row))}" cy="{y(row.speed)}" r="4.5"/></g></g>')
 
 
-def _batch_ooms(frame: _Frame, x: _Scale, ooms: list[dict], precisions: list[str]) -> str:
+def _batch_ooms(frame: _Frame, x: _Scale, ooms: list[dict], precisions: list[str], unit: str) -> str:
     """OOMs as crosses in their precision's colour on the floor, stacked where they share a batch size."""
-    floor, taken, parts = frame.height - frame.bottom - 9, Counter(), []
+    groups: dict[float, list[tuple]] = {}
     for row in sorted(ooms, key=lambda r: (_batch(r), precisions.index(_precision(r)))):
-        cy = floor - 11 * taken[_batch(row)]
-        taken[_batch(row)] += 1
-        parts.append(f'<g class="oom-batch" style="--c:{_colour(row)}">{_tooltip(row)}'
-                     f'{_cross(x(_batch(row)), cy, 4.5)}</g>')
-    return "".join(parts)
+        groups.setdefault(_batch(row), []).append((row, x(_batch(row))))
+    spots, counts = _pile(frame, list(groups.values()), frame.height - frame.bottom - 9, 11)
+    return "".join(f'<g class="oom-batch" style="--c:{_colour(row)}">{_tooltip(row, unit)}{_cross(cx, cy, 4.5)}</g>'
+                   for row, cx, cy in spots) + _oom_counts(counts)
 
 
 # ---- the best config's memory, stacked ----------------------------------------------------------

@@ -56,8 +56,10 @@ def marks(s: Standing, choice: Choice) -> dict:
 
 
 def to_json(choice: Choice) -> str:
-    """One object per trial: the stored record's keys plus the choice's marks and figures."""
-    rows = [{**{k: v for k, v in s.record.to_dict().items() if k in JSON_KEYS}, **marks(s, choice)}
+    """One object per trial: the stored record's keys plus the choice's marks and figures; its own run's rates
+    as the table reads them (none for a run over the budget: `Record.rate`)."""
+    rows = [{**{k: v for k, v in s.record.to_dict().items() if k in JSON_KEYS},
+             "throughput": s.record.rate("samples"), "tokens_per_s": s.record.rate("tokens"), **marks(s, choice)}
             for s in choice.rows]
     return json.dumps(finite(rows), indent=1, default=str, allow_nan=False)
 
@@ -79,7 +81,7 @@ def flat(choice: Choice) -> list[dict]:
     for s in choice.rows:
         r = s.record
         m = marks(s, choice)
-        row = {"number": r.number, "status": r.status,
+        row = {"number": r.number, "status": s.status,  # the table's: `noisy` too
                **{k: m[k] for k in ("baseline", "pareto", "best", "leader", "tier", "fits", "noisy", "unsafe")},
                "unsearched": " ".join(r.unsearched) or None, "tiers": " ".join(m["tiers"])}
         row.update({f"config.{k}": v for k, v in r.config.items()})
@@ -93,8 +95,9 @@ def flat(choice: Choice) -> list[dict]:
                    # runs side by side wholly apart: this config's slowest (or fastest) and your fastest (or slowest)
                    vs_baseline_apart_this=(versus.get("apart") or (None, None))[0],
                    vs_baseline_apart_yours=(versus.get("apart") or (None, None))[1],
-                   throughput=r.throughput, tokens_per_s=r.tokens_per_s,
-                   peak_memory=r.peak_memory, peak=m["peak"], step_s=step.get("median"), step_cv=step.get("cv"),
+                   throughput=r.rate("samples"), tokens_per_s=r.rate("tokens"),  # none over the budget
+                   peak_memory=r.peak_memory, peak=m["peak"], step_s=step.get("median"),
+                   step_cv=r.step_cv,  # the typed record's: none for one warm-up step's timing (its raw cv is 0.0)
                    compile_s=r.timing.get("compile_s"), tflops=r.flops.get("tflops"), mfu=r.flops.get("mfu"),
                    peak_allocated=r.memory.get("peak_allocated"), peak_reserved=r.memory.get("peak_reserved"),
                    error=record.error_words(r.error) or None)
@@ -181,16 +184,29 @@ def as_lines(columns: list[Column], rows: list[Standing]) -> list[str]:
         [" ".join(str(c.cells[i]) or "-" for c in columns) for i in range(len(rows))]  # one word per column
 
 
+def shown_peak(s: Standing) -> int | None:
+    """The peak a trial's row shows, in the table and on the HTML page: a measured config's (ok, or diverged:
+    it ran its steps), the highest over its runs; none for an OOM, a timeout or a crash, whose record may
+    hold how far it got, which is not a measurement of the config (JSON's `peak` keeps it)."""
+    return s.peak if s.record.status in ("ok", "diverged") else None
+
+
+def peak_unit(rows) -> tuple[str, int]:
+    """The unit of a column of shown peaks: GiB where one of them is a GiB or more, else MiB (85 and 95 MiB
+    both read 0.09 GiB)."""
+    return ("GiB", 1024**3) if any((shown_peak(s) or 0) >= 1024**3 for s in rows) else ("MiB", 1024**2)
+
+
 def columns_for(choice: Choice) -> list[Column]:
     rows, cap = choice.rows, choice.capacity
-    peaks = [s.peak if s.record.status in ("ok", "diverged") else None for s in rows]
-    in_gib = any(p is not None and p >= 1024**3 for p in peaks)
-    unit, scale = ("GiB", 1024**3) if in_gib else ("MiB", 1024**2)
+    peaks = [shown_peak(s) for s in rows]
+    unit, scale = peak_unit(rows)
+    in_gib = unit == "GiB"
     columns = [
         Column("#", [s.number for s in rows], number=True),
         Column("", [flags(s) for s in rows]),
         *[Column(k.replace("_", " "), [s.config.get(k, "") for s in rows], knob=k) for k in knob_columns(rows)],
-        Column("status", ["noisy" if s.noisy else s.record.status for s in rows]),
+        Column("status", [s.status for s in rows]),
         Column(choice.unit, [fixed(s.speed, 1) if s.speed else "-" for s in rows], number=True),
         Column("runs", [s.runs if s.speed else "-" for s in rows], number=True),
         Column("± cv", [f"{100 * s.cv:.1f}%" if s.cv is not None and s.speed else "-" for s in rows], number=True),
@@ -250,7 +266,7 @@ def summary(choice: Choice, info: dict) -> Text:
 
 
 def summary_lines(choice: Choice, info: dict) -> list[str]:
-    counts = Counter("noisy" if s.noisy else s.record.status for s in choice.rows)
+    counts = Counter(s.status for s in choice.rows)
     lines = ["trials: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())]
     if choice.capacity:
         lines.append(f"capacity: {size(choice.capacity)} ({choice.capacity_label}), "
@@ -268,10 +284,21 @@ def summary_lines(choice: Choice, info: dict) -> list[str]:
     lines.extend(_time.lines([s.record for s in choice.rows]))
     lines.extend(watch_lines(choice))
     lines.append("tiers (headroom of capacity: " + ", ".join(f"{n} {h:.0%}" for n, h in pareto.TIERS.items()) + "):")
-    for name, tier in choice.tiers.items():
-        lines.append(f"  {name:<10} " + (f"trial {tier.number}: {tier.speed:.1f} {choice.unit}, "
-                                         f"peak {size(tier.peak)}" if tier else no_tier(choice)))
+    for names, tier in tier_groups(choice):
+        lines.append(f"  {', '.join(names):<10} " + (f"trial {tier.number}: {tier.speed:.1f} {choice.unit}, "
+                                                     f"peak {size(tier.peak)}" if tier else no_tier(choice)))
     return lines
+
+
+def tier_groups(choice: Choice) -> list[tuple[list[str], Standing | None]]:
+    """The tiers, safest first, those naming one trial (or none) together: one line or card, not three alike."""
+    groups: list[tuple[list[str], Standing | None]] = []
+    for name, tier in choice.tiers.items():
+        if groups and (groups[-1][1] and groups[-1][1].number) == (tier and tier.number):
+            groups[-1][0].append(name)
+        else:
+            groups.append(([name], tier))
+    return groups
 
 
 def no_tier(choice: Choice) -> str:
@@ -325,7 +352,7 @@ def headline(choice: Choice) -> list[str]:
     if best is None:
         return ["best: none — no measured config qualifies; see the statuses above and why below"]
     lines = [f"best: trial {best.number}  {describe(best.config)}  {best.speed:.1f} {choice.unit} "
-             f"(median of {best.runs} run{'s' if best.runs > 1 else ''}), peak {size(best.peak)}"
+             f"({best.runs_words}), peak {size(best.peak)}"
              + (("  — your config as swept" if choice.applies else "  — the baseline") if best.record.baseline else "")]
     if choice.versus is not None:
         kept = ", so your config stays (`bench apply best` keeps its values)" if choice.kept else ""
@@ -440,7 +467,7 @@ def next_step(choice: Choice) -> str:
     ran_rows = ran(choice)
     noisy = [s for s in ran_rows if s.record.status == record.OK and s.noisy]
     if noisy and all("noisy_cv" in (s.record.remeasured_after or {}) for s in noisy):
-        return (f"trial(s) {', '.join(f'#{s.number}' for s in noisy)} stayed noisy when measured again on a quiet machine: "
+        return (f"trial{'s' if len(noisy) > 1 else ''} {', '.join(f'#{s.number}' for s in noisy)} stayed noisy when measured again on a quiet machine: "
                 "give trials longer (trial.max_seconds) or steadier data, and sweep again")
     if spoiled(choice):
         return ("run `bench sweep` again when the machine is quiet: it measures again what a busy machine or noise "
@@ -456,8 +483,12 @@ def next_step(choice: Choice) -> str:
         return (f"keep your config for now: the leader (#{choice.leader.number}) may be faster, but their runs side "
                 "by side disagree too much to tell; on a quiet machine, sweep again as a new study "
                 "(`bench sweep SPEC --study NEW_NAME`)")
+    if choice.kept and choice.versus is not None and choice.versus.untellable:
+        return (f"keep your config for now: its runs side by side with the leader (#{choice.leader.number}) disagree "
+                "too much to tell the two apart; with the machine kept quiet, sweep again as a new study "
+                "(`bench sweep SPEC --study NEW_NAME`)")
     if choice.kept or choice.best.record.baseline:
-        return "keep your config; to look further, widen the search space (larger batches, other precisions)"
+        return "keep your config: no config measured is chosen over it; to look further, widen the search space"
     if not choice.applies:
         return (f"trial #{choice.best.number} is best; to write it into your config, add an apply: section to the "
                 "spec naming the file (see `bench apply --help`)")
@@ -473,11 +504,16 @@ def watch_lines(choice: Choice) -> list[str]:
     for s in choice.rows:
         r = s.record
         if r.status == "skipped":
-            skip = r.skip or {}
-            sources = skip.get("from") or []
-            lines.append(f"skipped #{r.number} {describe(r.config)}: {skip.get('reason')} (inferred from "
-                         f"trial{'s' if len(sources) > 1 else ''} {', '.join(map(str, sources))}); not measured")
+            lines.append(f"skipped #{r.number} {describe(r.config)}: {skipped_words(r)}")
     return lines + remeasured_lines(choice)
+
+
+def skipped_words(r: record.Record) -> str:
+    """Why a skipped config was not run, as every view says it."""
+    skip = r.skip or {}
+    sources = skip.get("from") or []
+    return (f"{skip.get('reason')} (inferred from trial{'s' if len(sources) > 1 else ''} "
+            f"{', '.join(map(str, sources))}); not measured")
 
 
 def remeasured_lines(choice: Choice) -> list[str]:
@@ -488,7 +524,8 @@ def remeasured_lines(choice: Choice) -> list[str]:
         if first:
             why = (f"its first run's windows disagreed by {first['noisy_cv']:.0%}" if "noisy_cv" in first
                    else f"the machine was busy during its first run ({busy.describe(first)})")
-            lines.append(f"re-measured #{s.number} ({describe(s.config)}): {why}")
+            who = f"#{s.number} re-measured #{first['trial']}" if "trial" in first else f"re-measured #{s.number}"
+            lines.append(f"{who} ({describe(s.config)}): {why}")
     return lines
 
 

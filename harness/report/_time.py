@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from harness.record import Record
 from harness.report._format import esc
+from harness.units import count
 
 PHASES = ("start-up", "build", "compile", "warm-up", "measuring", "teardown", "ended early")
 REUSED = {"flops": "FLOP count", "reference": "reference loss", "breakdown": "memory breakdown"}
@@ -70,7 +71,8 @@ def lines(rows: list[Record]) -> list[str]:
     launched = sum(1 for r in rows if r.timing.get("trial_wall_s") is not None)
     parts = [f"{name} {duration(s)} ({s / wall:.0%})" for name, s in totals.items()
              if s or name != "ended early"]
-    out = [f"time in {launched} trial{'s' if launched != 1 else ''}, {duration(wall)}: " + ", ".join(parts)]
+    on_top = f" (their own runs; {words})" if (words := not_counted(rows)) else ""
+    out = [f"time in {count(launched, 'trial')}, {duration(wall)}{on_top}: " + ", ".join(parts)]
     counts = {REUSED[k]: n for k, n in reuse_counts(rows).items() if n}
     if counts:
         out.append("reused from an earlier trial (same build and shape, not measured again): "
@@ -85,6 +87,16 @@ def lines(rows: list[Record]) -> list[str]:
     return out
 
 
+def not_counted(rows: list[Record]) -> str | None:
+    """The sweep's time outside the trials' own runs, whose length is not recorded: said, so that the split's
+    sum is not read as the sweep's wall time."""
+    confirmations = sum(len(r.repeats) for r in rows)
+    if confirmations:
+        return (f"{count(confirmations, 'confirmation run')} and any waits for a quiet "
+                "machine come on top")
+    return "any waits for a quiet machine come on top" if any(r.busy for r in rows) else None
+
+
 def html(rows: list[Record]) -> str:
     """The HTML card's body: the split as a table with shares and a bar per phase."""
     totals = sweep_phases(rows)
@@ -95,7 +107,8 @@ def html(rows: list[Record]) -> str:
         f'<tr><td>{esc(name)}</td><td style="text-align:right">{seconds:.1f}</td><td style="text-align:right">{seconds / wall:.0%}</td>'
         f'<td><div style="background:#4c78a8;height:0.8em;width:{100 * seconds / wall:.1f}%"></div></td></tr>'
         for name, seconds in totals.items() if seconds or name != "ended early")
-    notes = [esc(line) for line in lines(rows)[1:]]
+    words = not_counted(rows)
+    notes = [esc(line) for line in ([f"The trials' own runs; {words}."] if words else []) + lines(rows)[1:]]
     return ('<table><thead><tr><th>phase</th><th>seconds</th><th>share</th><th></th></tr></thead>'
             f'<tbody>{body}</tbody><tfoot><tr><td>all trials</td><td style="text-align:right">{wall:.1f}</td><td></td><td></td>'
             f'</tr></tfoot></table>' + "".join(f"<p>{n}</p>" for n in notes))

@@ -43,12 +43,14 @@ def adapter(section: dict):
     user_args = dict(section.get("training_args") or {})
 
     def build(params: dict) -> Workload:
-        params = dict(params)
+        params, params_given = dict(params), set(params)
         seq_len, lr = int(params.pop("seq_len", 128)), float(params.pop("lr", 1e-4))
         config, unused = transformers.AutoConfig.from_pretrained(hf["config"], return_unused_kwargs=True, **params)
         check_fields([k for k in unused if k in section.get("strict", ())], config, hf["config"])
         model = auto.from_config(config)
         model.train()
+        if batch_fn is None:
+            check_positions(seq_len, config, model, hf["config"], every_config="seq_len" not in params_given)
         fn = batch_fn or random_tokens(config, hf.get("task", "causal-lm"))
         blocks, about = find_blocks(model)
         dataset = BatchDataset(fn, {"seq_len": seq_len}, TRAINER_SAMPLES if in_trainer else 1 << 30)
@@ -72,6 +74,22 @@ def check_fields(unknown: list, config, path: str) -> None:
         said = ", ".join(k + did_you_mean(k, fields) for k in unknown)
         raise UserFacingError(f"workload params {said}: no field of {type(config).__name__} ({path}); "
                               "spell them as the config does, or remove them", every_config=True)
+
+
+def check_positions(seq_len: int, config, model, path: str, every_config: bool) -> None:
+    """Random token ids longer than a learned position table (GPT-2's wpe, BERT's position_embeddings, OPT's)
+    fail inside its embedding (`IndexError: index out of range in self`): say it in the spec's terms
+    instead. Rotary positions (Llama) have no table and run at any length: left alone."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if not (isinstance(positions, int) and 0 < positions < seq_len):
+        return
+    # OPT's table holds 2 rows more than its positions (an offset kept from fairseq)
+    if any(isinstance(m, torch.nn.Embedding) and positions <= m.num_embeddings <= positions + 2 for m in model.modules()):
+        from harness.trial import UserFacingError
+        default = "" if not every_config else " (bench's default; set workload.params.seq_len)"
+        raise UserFacingError(f"seq_len {seq_len}{default} is longer than {type(config).__name__}'s "
+                              f"{positions} positions (max_position_embeddings, {path}); use a seq_len of at "
+                              f"most {positions}", every_config=every_config)
 
 
 # The Trainer's sampler draws a permutation of the whole dataset: keep it small (more epochs are fine).

@@ -21,6 +21,7 @@ optimizer of configure_optimizers, with the datamodule's dataset (no Trainer: se
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import tempfile
 
@@ -251,16 +252,30 @@ def check_automatic(module) -> None:
                       "the loss and configure_optimizers one optimizer")
 
 
+@contextlib.contextmanager
+def trainerless(module_cls):
+    """A module that reads self.trainer (a scheduler sized by estimated_stepping_batches) cannot run here."""
+    try:
+        yield
+    except RuntimeError as e:
+        if "is not attached to a `Trainer`" not in str(e):
+            raise
+        raise mistake(f"{module_cls.__name__} reads self.trainer, which bench's own loop (loop: bench) does not have; "
+                      "leave out loop: bench to measure it in your Trainer") from None
+
+
 def step_loss(module_cls, model, batch):
     """training_step with `self` being what the trial built around the module (compiled or not):
     attribute reads fall through to the module, and `self(x)` goes through the compiled forward."""
-    out = module_cls.training_step(model, batch, 0)
+    with trainerless(module_cls):
+        out = module_cls.training_step(model, batch, 0)
     return out["loss"] if isinstance(out, dict) else out
 
 
 def first_optimizer(module):
     """The optimizer of configure_optimizers, in any of the shapes Lightning accepts."""
-    out = module.configure_optimizers()
+    with trainerless(type(module)):
+        out = module.configure_optimizers()
     if isinstance(out, dict):
         out = out["optimizer"]
     if isinstance(out, (list, tuple)):

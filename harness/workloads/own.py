@@ -96,7 +96,8 @@ def first_item(items):
 def find_blocks(model) -> tuple[tuple, dict]:
     """The repeated blocks to checkpoint: the class with the most same-class children of one
     nn.ModuleList / nn.Sequential (ties: the larger block). Blocks built of layers come before bare
-    layers (a Sequential of Conv2d), which are only chosen when nothing else repeats.
+    layers (a Sequential of Conv2d), which are only chosen when nothing else repeats; where no container
+    repeats anything, blocks held as attributes (`self.b1, self.b2 = Block(), Block()`).
     Returns (classes, what was chosen)."""
     best = None
     for name, container in model.named_modules():
@@ -104,15 +105,43 @@ def find_blocks(model) -> tuple[tuple, dict]:
             continue
         counts = Counter(type(child) for child in container.children())
         for cls, n in counts.items():
-            if n < 2:
+            if n < 2 or _never_called(cls):
                 continue
             same = [c for c in container.children() if type(c) is cls]
             rank = (any(True for _ in same[0].children()), n, sum(p.numel() for c in same for p in c.parameters()))
             if best is None or rank > best[0]:
                 best = (rank, cls, name)
     if best is None:
-        return (), {"blocks": None, "blocks_reason": "no nn.ModuleList/Sequential holds two blocks of one class"}
+        best = _attribute_blocks(model)
+    if best is None:
+        return (), {"blocks": None, "blocks_reason": "no nn.ModuleList/Sequential holds two blocks of one class, "
+                                                     "and no module has two of one class built of layers"}
     cls, name = best[1], best[2]
     return (cls,), {"blocks": f"{cls.__module__}.{cls.__qualname__}",
                     "blocks_count": sum(isinstance(m, cls) for m in model.modules()),
                     "blocks_found_in": name or "(the model itself)"}
+
+
+_CONTAINERS = (torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.Sequential)
+
+
+def _never_called(cls) -> bool:
+    """A ModuleList or ModuleDict is looped over, never called: wrapping it would recompute nothing."""
+    return cls.forward is torch.nn.Module.forward
+
+
+def _attribute_blocks(model):
+    """(rank, class, parent's name) of the most same-class children of one module, blocks built of layers
+    only (an MLP's fc1 and fc2 are two Linear layers, not blocks) and not containers (two halves held as
+    nn.ModuleList are looped over, not called; as nn.Sequential, the class would be every Sequential in
+    the model); None where no module has two."""
+    best = None
+    for name, parent in model.named_modules():
+        counts = Counter(type(child) for child in parent.children()
+                         if any(True for _ in child.children()) and not isinstance(child, _CONTAINERS))
+        for cls, n in counts.items():
+            same = [c for c in parent.children() if type(c) is cls]
+            rank = (n, sum(p.numel() for c in same for p in c.parameters()))
+            if n >= 2 and (best is None or rank > best[0]):
+                best = (rank, cls, name)
+    return best
