@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import psutil
 import yaml
 from click.testing import CliRunner
 
@@ -100,17 +101,46 @@ def test_workers_resuming_a_killed_sweep_recover_its_stale_trial_once(gated):  #
 
 COUNTED = '''
 import os
+import time
 import torch
 import faulty
 
 def build(params):
     params = dict(params)
-    runs = params.pop("runs")
+    runs, hold = params.pop("runs"), params.pop("hold", None)
     if not torch.empty(0).is_meta:  # one line per trial process that trains (a FLOP count builds on meta)
+        with open(runs) if os.path.exists(runs) else open(os.devnull) as f:
+            earlier = len({line.split()[-1] for line in f} - {str(os.getpid())})  # other processes before it
         with open(runs, "a") as f:
             f.write(f"{params.get('batch_size', '')} {os.getpid()}\\n")
+        while hold and earlier >= params.pop("hold_after", 0) and os.path.exists(hold):
+            time.sleep(0.05)  # a run held where the test wants the sweep killed: it never finishes
     return faulty.build(params)
 '''
+
+
+def processes_within(runs: Path, count: int, timeout_s: float) -> list[int]:
+    """The pids COUNTED wrote to `runs`, in order, once `count` processes have (or those at the timeout)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pids = list(dict.fromkeys(int(line.split()[-1]) for line in runs.read_text().splitlines())) \
+            if runs.exists() else []
+        if len(pids) >= count or time.monotonic() > deadline:
+            return pids
+        time.sleep(0.1)
+
+
+def gone_within(pid: int, timeout_s: float) -> bool:
+    """Process `pid` has ended (a zombie's parent has not reaped it yet) within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def test_one_of_the_workers_runs_the_whole_confirmation_and_each_run_is_its_own_record(tmp_path):
@@ -119,9 +149,11 @@ def test_one_of_the_workers_runs_the_whole_confirmation_and_each_run_is_its_own_
     study kept one worker's runs: a last-writer-wins `repeats` attribute. Then the workers split the
     runs, one #1's and another #0's: not side by side, though the report said so."""
     (tmp_path / "counted.py").write_text(COUNTED)
-    runs = tmp_path / "runs.txt"
+    runs, hold = tmp_path / "runs.txt", tmp_path / "hold"
+    hold.touch()  # the first sweep's first confirmation run waits on it: none is done when the sweep is killed
     spec = {"study": "confirm", "workload": {"factory": "counted:build",
                                              "params": {"fault": "none", "width": 16, "runs": str(runs),
+                                                        "hold": str(hold), "hold_after": 2,  # the 2 trials' processes
                                                         "steady_ms": 20}},  # never noisy: it reaches confirmation
             "search": {"batch_size": [2, 256]}, "trials": 2, "sampler": "grid", "trial": dict(FAST_TRIAL)}
     (tmp_path / "confirm.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -129,12 +161,20 @@ def test_one_of_the_workers_runs_the_whole_confirmation_and_each_run_is_its_own_
                               "--device", "cpu"], cwd=tmp_path, env=env_for(tmp_path), stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True)
     try:
-        reached = any(line.startswith("confirming:") for line in first.stdout)  # stops reading at the first
+        said = []
+        for line in first.stdout:  # up to its first confirmation line
+            said.append(line)
+            if line.startswith("confirming:"):
+                break
+        held = processes_within(runs, 3, timeout_s=120)  # its first confirmation run has started, and waits
     finally:
         first.kill()
         first.wait()
-    assert reached  # the sweep got to its confirmation before it was killed
-    time.sleep(2)  # its confirmation run, started or not, dies with it
+    assert said[-1].startswith("confirming:") and len(held) == 3, "".join(said)  # killed in its confirmation, none done
+    # (before, a loaded CI machine read the line late: 3 runs were done and the workers rightly made only 1 more round)
+    hold.unlink()
+    held_pid = held[-1]
+    assert gone_within(held_pid, timeout_s=60)  # its confirmation run dies with it
     before = len(runs.read_text().splitlines())
     workers = sweep_together(tmp_path, "confirm.yaml")
     for w in workers:
