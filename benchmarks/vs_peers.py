@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -66,9 +67,20 @@ def ask_peer(peer: str, job: dict, timeout_s: float) -> dict:
             return {"error": f"no answer within {timeout_s:.0f}s", "wall_s": time.monotonic() - t0}
         wall = time.monotonic() - t0
         if not out_path.exists():
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-            return {"error": f"child died (exit {proc.returncode}): {tail[0][:200]}", "wall_s": wall}
+            return {"error": died(proc), "wall_s": wall, "signal": -proc.returncode if proc.returncode < 0 else None}
         return {**json.loads(out_path.read_text()), "wall_s": wall}
+
+
+def died(proc: subprocess.CompletedProcess) -> str:
+    """How a peer's search process ended without an answer, with the last line it printed. A SIGSEGV or
+    SIGBUS under the wall is a library that does not check a failed allocation: no OOM check in Python,
+    the peer's or bench's, sees it (bench's own trial reads it as out of memory: harness.launch.classify)."""
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+    rc = proc.returncode
+    if rc in (-signal.SIGSEGV, -signal.SIGBUS):
+        return (f"crashed by {signal.Signals(-rc).name} under the memory wall (an allocation no check sees); "
+                f"last said: {tail[0][:160]}")
+    return f"child died (exit {rc}): {tail[0][:200]}"
 
 
 def compare(args) -> list[dict]:
