@@ -533,6 +533,10 @@ def test_report_fits_the_terminal_and_never_cuts_a_number(swept, monkeypatch, co
         # peaks under 1 GiB are shown in MiB; the highest over the trial's runs (`peak`), which a confirmation
         # run may raise above the trial's own (`peak_memory`): a CI run failed on 54.8 against the shown 55.x
         assert f"{r['peak'] / 1024**2:.1f}" in cells
+    # the legend breaks between its entries: "! loss rose beyond" / "chance" read as two of them
+    legend = table.output[table.output.index("★ best"):table.output.index("1024² bytes")]
+    for entry in ("! loss rose beyond chance", "noisy: windows disagree, not ranked", "GiB = 1024³ bytes, MiB"):
+        assert any(entry in line for line in legend.splitlines()), legend
     wide = in_folder(folder, "report", "--wide")
     assert "checkpointing" in wide.output and "% mem" in wide.output
 

@@ -174,7 +174,7 @@ def table(choice: Choice, info: dict, width: int | None = None) -> Group:
             body.add_row(*[Text(str(c.cells[i]), style=STATUS_STYLE.get(str(c.cells[i]), "") if c.header == "status" else "")
                            for c in columns], style="bold" if s.best else None)
     shows_runs = any(c.header == "runs" for c in columns)
-    return Group(body, Text("\n".join(notes + [legend(choice, shows_runs)])), summary(choice, info))
+    return Group(body, Text("\n".join(notes + [legend(choice, shows_runs, width)])), summary(choice, info))
 
 
 def as_lines(columns: list[Column], rows: list[Standing]) -> list[str]:
@@ -252,13 +252,25 @@ def fit(columns: list[Column], rows: list[Standing], width: int | None) -> tuple
     return columns, notes
 
 
-def legend(choice: Choice, shows_runs: bool) -> str:
-    """The marks and words the table uses; `runs` only where the table has that column."""
+def legend(choice: Choice, shows_runs: bool, width: int | None = None) -> str:
+    """The marks and words the table uses; `runs` only where the table has that column. Within `width`
+    columns, lines break between entries, never inside one ("! loss rose beyond / chance" read as two)."""
     base = "your config as swept" if choice.applies else "the spec's defaults: no apply: section, no config read"
-    runs = "runs: measured runs the figure is the median of   " if shows_runs else ""
-    unsearched = "x a value not in the search as last swept   " if any(s.record.unsearched for s in choice.rows) else ""
-    return (f"★ best   ◆ Pareto front   B baseline ({base})   ! loss rose beyond chance   {unsearched}"
-            f"noisy: windows disagree, not ranked   {runs}GiB = 1024³ bytes, MiB = 1024² bytes")
+    entries = ["★ best", "◆ Pareto front", f"B baseline ({base})", "! loss rose beyond chance"]
+    entries += ["x a value not in the search as last swept"] if any(s.record.unsearched for s in choice.rows) else []
+    entries += ["noisy: windows disagree, not ranked"]
+    entries += ["runs: measured runs the figure is the median of"] if shows_runs else []
+    entries += ["GiB = 1024³ bytes, MiB = 1024² bytes"]
+    lines = [entries[0]]
+    for entry in entries[1:]:
+        if width is not None and len(lines[-1]) + len(LEGEND_GAP) + len(entry) > width:
+            lines.append(entry)  # one longer than the width alone still wraps, at its spaces
+        else:
+            lines[-1] += LEGEND_GAP + entry
+    return "\n".join(lines)
+
+
+LEGEND_GAP = "   "
 
 
 def summary(choice: Choice, info: dict) -> Text:
