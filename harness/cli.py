@@ -159,15 +159,19 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
     busy.wait_budget(), stores.heartbeat_s(), stores.retry_s()  # a typo in a BENCH_* variable is said before a study is made
     # a database study writes nothing under the current folder; trial logs only where --results says
     logs = results if not storage or click.get_current_context().get_parameter_source("results").name != "DEFAULT" else None
-    # every scenario is checked against the device before the first trial runs
-    specs_to_run = [device_spec(spec, device) for spec in load_specs(spec_path, scenarios, study_name, memory_budget)]
+    # every scenario is checked against the device before the first trial runs; what it drops is said once
+    # its study is open (a refused resume is one line)
+    specs_to_run, device_notes = [], []
+    for spec in load_specs(spec_path, scenarios, study_name, memory_budget):
+        device_notes.append([])
+        specs_to_run.append(device_spec(spec, device, say=device_notes[-1].append))
     if len(specs_to_run) > 1:
         check_scenarios(specs_to_run, device, storage, results)
     started = time.monotonic()  # --timeout, else each spec's own `timeout:`, counts from the command's start
     choices = [run_sweep(spec, device, fixed_total or spec.trials,
                          deadline or (started + spec.timeout_s if spec.timeout_s else None),
-                         storage, logs, auto=fixed_total is None)
-               for spec in specs_to_run]
+                         storage, logs, auto=fixed_total is None, notes=said)
+               for spec, said in zip(specs_to_run, device_notes)]
     found = [c.best for c in choices]
     for spec, choice in zip(specs_to_run, choices):  # the answer, in the report's own lines
         if choice.best is not None and not report.spoiled(choice):
@@ -298,13 +302,14 @@ def parse_trials(value: str) -> int:
     return int(value)
 
 
-def run_sweep(spec, device, total, deadline, storage_url, results, auto=False) -> pareto.Choice:
+def run_sweep(spec, device, total, deadline, storage_url, results, auto=False, notes=()) -> pareto.Choice:
     """Sweep one spec; the choice `bench report` makes of its study. Ctrl-C, SIGTERM and SIGHUP stop the running
-    trial and record it interrupted."""
+    trial and record it interrupted. `notes`: what narrowing the spec to the device dropped, said once its
+    study is open."""
     progress = LiveProgress(spec, out)
     try:
         with launch.stop_signals_interrupt():
-            return sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto)
+            return sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto, notes)
     except (KeyboardInterrupt, UserError, OSError) as exc:
         to_terminal(progress.stop)  # a running spinner keeps the terminal's cursor hidden: stop it before any message
         if isinstance(exc, OSError) and stores.is_no_space(exc):
@@ -391,18 +396,16 @@ def config_now(spec, device: str, current: dict | None = None) -> dict | None:
     return spec.holding(current, device).baseline(current)
 
 
-def sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto) -> pareto.Choice:
-    spec, current, missing, notes = with_your_config(spec, device)
-    for line in notes:
-        note(line)
+def sweep_into_study(spec, device, total, deadline, storage_url, results, progress, auto, notes=()) -> pareto.Choice:
+    spec, current, missing, config_notes = with_your_config(spec, device)
     base = spec.baseline(current)
-    for knob, line in missing.items():
-        err.print(f"note: your current config: {line}; the baseline takes {knob} {base.get(knob)}",
-                  markup=False, highlight=False, soft_wrap=True)
+    # said once the study is open: a resume refused there is then the command's one line
+    notes = [*notes, *config_notes, *(f"your current config: {line}; the baseline takes {knob} {base.get(knob)}"
+                                      for knob, line in missing.items())]
     if not specs.keeps_effective_batch(spec, base):
-        err.print(f"note: your current config's batch_size {base['batch_size']} does not divide effective_batch "
-                  f"{spec.effective_batch}: it is measured as it is (accumulation {base.get('accumulation', 1)}), and "
-                  f"no other config is searched at that size", markup=False, highlight=False, soft_wrap=True)
+        notes.append(f"your current config's batch_size {base['batch_size']} does not divide effective_batch "
+                     f"{spec.effective_batch}: it is measured as it is (accumulation {base.get('accumulation', 1)}), "
+                     "and no other config is searched at that size")
     if not storage_url:
         make_results_folder(results)
     storage = stores.open_storage(storage_url, results, spec.study, say=lambda line: err.print(escape(line), soft_wrap=True))
@@ -413,6 +416,8 @@ def sweep_into_study(spec, device, total, deadline, storage_url, results, progre
     ledger.has_header(storage, spec.study)  # read first: a damaged database is said before a lock file is made beside it
     with stores.claim_lock(storage, results, spec.study)():
         spec, study = open_study(spec, base, storage, device, hardware)
+    for line in notes:
+        note(line)
     if outside := spec.outside(ledger.baseline_config(study) or base):  # a resume's: as first swept, whatever the file says now
         whose, what = ("your config's", "your config") if spec.apply else \
             ("the baseline's (bench's defaults: the spec has no apply: section)", "the baseline")
