@@ -48,12 +48,11 @@ def read_yaml(path: Path, what: str) -> dict:
     if not path.is_file():  # reading a FIFO waits for a writer forever
         raise UserError(f"{path}: is not a regular file (a FIFO or device), expected a {what} YAML file")
     try:
-        data = _load_bounded(path.read_text(), path, what)
+        text = path.read_text()
+        data = _load_bounded(text, path, what)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
         problem = str(getattr(exc, "problem", None) or exc).splitlines()[0]  # the rest repeats the position
-        raise UserError(f"{path}{where}: invalid YAML ({problem}); fix the syntax") from None
+        raise UserError(f"{path}{where_yaml_failed(exc, text)}: invalid YAML ({problem}); fix the syntax") from None
     except UnicodeDecodeError as exc:
         line = exc.object[:exc.start].count(b"\n") + 1
         raise UserError(f"{path} at line {line}: not UTF-8 text (byte {exc.object[exc.start]:#04x}); save the "
@@ -70,6 +69,34 @@ def read_yaml(path: Path, what: str) -> dict:
         raise UserError(f"{path}: the {what} must be a mapping of keys (key: value lines), not {top_level(data)}; "
                         "YAML or JSON only")
     return data
+
+
+def where_yaml_failed(exc: yaml.YAMLError, text: str) -> str:
+    """Where the parser gave up, in the file's own lines: a file cut inside a [ or { fails past its last
+    line ("at line 3" of a 2-line file), so there the words say its end, and the bracket left open."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None:
+        return ""
+    if mark.index < len(text.rstrip()):
+        return f" at line {mark.line + 1}"
+    lines = len(text.splitlines())
+    bracket = open_bracket(text)
+    unclosed = f": the {bracket.id} of line {bracket.start_mark.line + 1} is never closed" if bracket else ""
+    return f" at its end (line {lines}{unclosed})"
+
+
+def open_bracket(text: str):
+    """The innermost [ or { that `text` opens and never closes (its scanner token), or None."""
+    opened = []
+    try:
+        for token in yaml.scan(text):
+            if isinstance(token, (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken)):
+                opened.append(token)
+            elif isinstance(token, (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken)) and opened:
+                opened.pop()
+    except yaml.YAMLError:
+        pass  # what it scanned up to there still tells
+    return opened[-1] if opened else None
 
 
 def top_level(data) -> str:

@@ -79,7 +79,11 @@ BAD_SPECS = {
     "apply_preset_a_list": ("study: s\nworkload: {name: emberformer}\nsearch: {batch_size: [4]}\n"
                             "apply: {file: c.yaml, preset: [plain]}\n", "apply.preset: unknown preset ['plain']"),
     "empty": ("", "holds no keys (it is empty, or only comments)"),
-    "invalid_yaml": ("study: s\nsearch: {batch_size: [4,\n", "invalid YAML"),
+    # cut inside a bracket: the parser fails past the last line ("at line 3" of a 2-line file)
+    "invalid_yaml": ("study: s\nsearch: {batch_size: [4,\n", "at its end (line 2: the [ of line 2 is never closed): "
+                     "invalid YAML (expected the node content, but found '<stream end>')"),
+    "invalid_yaml_mid_file": ("study: s\nsearch:\n  batch_size: [4, 8\ntrials: 2\n",
+                              "at line 4: invalid YAML (expected ',' or ']', but got ':')"),
     "not_a_mapping": ("- 1\n- 2\n", "must be a mapping"),
     "unknown_key": (yaml.safe_dump({**GOOD, "serach": {}}), "unknown key 'serach' (did you mean 'search'?)"),
     "unknown_nested_key": (yaml.safe_dump({**GOOD, "trial": {"timeuot": "1m"}}), "did you mean 'timeout'?"),
