@@ -72,14 +72,17 @@ def read_yaml(path: Path, what: str) -> dict:
 
 
 def where_yaml_failed(exc: yaml.YAMLError, text: str) -> str:
-    """Where the parser gave up, in the file's own lines: a file cut inside a [ or { fails past its last
-    line ("at line 3" of a 2-line file), so there the words say its end, and the bracket left open."""
+    """Where the parser gave up, in the file's own lines: a file cut inside a [, { or quote fails past its
+    last line ("at line 3" of a 2-line file), so there the words say its end, and what was left open."""
     mark = getattr(exc, "problem_mark", None)
     if mark is None:
         return ""
     if mark.index < len(text.rstrip()):
         return f" at line {mark.line + 1}"
     lines = len(text.splitlines())
+    opened = getattr(exc, "context_mark", None)
+    if "quoted scalar" in (getattr(exc, "context", None) or "") and opened is not None:
+        return f" at its end (line {lines}: the quote of line {opened.line + 1} is never closed)"
     bracket = open_bracket(text)
     unclosed = f": the {bracket.id} of line {bracket.start_mark.line + 1} is never closed" if bracket else ""
     return f" at its end (line {lines}{unclosed})"

@@ -82,6 +82,8 @@ BAD_SPECS = {
     # cut inside a bracket: the parser fails past the last line ("at line 3" of a 2-line file)
     "invalid_yaml": ("study: s\nsearch: {batch_size: [4,\n", "at its end (line 2: the [ of line 2 is never closed): "
                      "invalid YAML (expected the node content, but found '<stream end>')"),
+    "invalid_yaml_open_quote": ('study: s\nworkload: "abc\ntrials: 2\n',
+                                "at its end (line 3: the quote of line 2 is never closed): invalid YAML"),
     "invalid_yaml_mid_file": ("study: s\nsearch:\n  batch_size: [4, 8\ntrials: 2\n",
                               "at line 4: invalid YAML (expected ',' or ']', but got ':')"),
     "not_a_mapping": ("- 1\n- 2\n", "must be a mapping"),
