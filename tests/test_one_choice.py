@@ -474,7 +474,7 @@ def test_a_report_whose_spec_no_longer_loads_says_what_it_judges_without_it(proj
     report = bench("report", COLUMNS="200")
     assert report.exit_code == 0
     said = flat(report.stderr)
-    assert said.startswith("note: ") and "one.yaml at line " in said and "no longer loads" in said and \
+    assert said.startswith("note: ") and "one.yaml at its end (line " in said and "no longer loads" in said and \
         "an assumed run of 10,000 steps" in said and "fix it for `bench apply`" in said, said
     assert bench("apply", "best", "--dry-run").exit_code == 2
 
