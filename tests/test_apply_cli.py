@@ -32,6 +32,16 @@ def known_study(project):
     return make_known_study(project)
 
 
+def hydra_study(project: Path) -> tuple[Path, Path, bytes]:
+    """A study whose apply target is the main config plus a Hydra profile under conf/hardware: that group
+    folder, the main config, and the main config's bytes before any apply."""
+    group = project / "conf" / "hardware"
+    group.mkdir(parents=True)
+    make_known_study(project, apply=HYDRA)
+    target = project / "examples" / "config.yaml"
+    return group, target, target.read_bytes()
+
+
 def make_known_study(project, cvs=None, **spec_overrides):
     spec_path = write_spec(project, "known", memory={"budget": "10GiB", "headroom": 0.1},
                            search={"batch_size": [8, 16, 32, 64], "precision": ["fp32", "bf16-mixed"]},
@@ -234,11 +244,7 @@ def test_a_defaults_list_that_composes_the_profile_before_the_config_is_warned_o
 
 def test_a_read_only_hydra_group_is_refused_before_the_main_config_is_written(project):
     """The main config was written (with a backup), then the profile refused: exit 2 with a changed file."""
-    group = project / "conf" / "hardware"
-    group.mkdir(parents=True)
-    make_known_study(project, apply=HYDRA)
-    target = project / "examples" / "config.yaml"
-    before = target.read_bytes()
+    group, target, before = hydra_study(project)
     group.chmod(0o555)
     try:
         result = apply("best")
@@ -271,11 +277,7 @@ def test_a_profile_that_cannot_be_written_puts_the_main_config_back(project, mon
     write put it back: Ctrl-C between the two left them disagreeing."""
     import errno
     from harness.apply import _write
-    group = project / "conf" / "hardware"
-    group.mkdir(parents=True)
-    make_known_study(project, apply=HYDRA)
-    target = project / "examples" / "config.yaml"
-    before = target.read_bytes()
+    group, target, before = hydra_study(project)
     real = _write._atomic_write
 
     def fails_in_the_group(path, *args, **kwargs):

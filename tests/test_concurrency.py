@@ -107,13 +107,13 @@ import faulty
 
 def build(params):
     params = dict(params)
-    runs, hold = params.pop("runs"), params.pop("hold", None)
+    runs, hold, hold_after = params.pop("runs"), params.pop("hold", None), params.pop("hold_after", 0)
     if not torch.empty(0).is_meta:  # one line per trial process that trains (a FLOP count builds on meta)
         with open(runs) if os.path.exists(runs) else open(os.devnull) as f:
             earlier = len({line.split()[-1] for line in f} - {str(os.getpid())})  # other processes before it
         with open(runs, "a") as f:
             f.write(f"{params.get('batch_size', '')} {os.getpid()}\\n")
-        while hold and earlier >= params.pop("hold_after", 0) and os.path.exists(hold):
+        while hold and earlier >= hold_after and os.path.exists(hold):
             time.sleep(0.05)  # a run held where the test wants the sweep killed: it never finishes
     return faulty.build(params)
 '''
@@ -170,7 +170,7 @@ def test_one_of_the_workers_runs_the_whole_confirmation_and_each_run_is_its_own_
     finally:
         first.kill()
         first.wait()
-    assert said[-1].startswith("confirming:") and len(held) == 3, "".join(said)  # killed in its confirmation, none done
+    assert said and said[-1].startswith("confirming:") and len(held) == 3, "".join(said)  # killed in its confirmation, none done
     # (before, a loaded CI machine read the line late: 3 runs were done and the workers rightly made only 1 more round)
     hold.unlink()
     held_pid = held[-1]

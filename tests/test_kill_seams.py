@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from harness.cli import main
 
 from tests.conftest import FAST_TRIAL, project  # noqa: F401 (a fixture)
-from tests.test_apply_cli import HYDRA, make_known_study
+from tests.test_apply_cli import hydra_study
 from tests.test_interrupt import ctrl_c_reaches_it, env_for
 
 # kill -9 the sweep at its second write of a grid config into the queue: the first sweep of a grid spec
@@ -69,11 +69,7 @@ def test_ctrl_c_as_a_file_of_the_pair_is_written_puts_both_back(project, monkeyp
     write_together knew that file was written: the main config kept the new values with no profile to match
     them, or was put back while the new profile stayed; exit 130 all the same."""
     from harness.apply import _write
-    group = project / "conf" / "hardware"
-    group.mkdir(parents=True)
-    make_known_study(project, apply=HYDRA)
-    target = project / "examples" / "config.yaml"
-    before = target.read_bytes()
+    group, target, before = hydra_study(project)
     real = _write._tidy
 
     def ctrl_c_while_tidying(path):

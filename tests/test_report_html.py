@@ -346,6 +346,15 @@ def _chromium(tmp_path: Path, *args: str) -> str:
     return result.stdout
 
 
+def _probed(tmp_path: Path, page: str, probe: str, key: str, window: str):
+    """`page` opened in headless Chromium at `window` (WIDTH,HEIGHT) with `probe` put before its end: a
+    script that sets document.body.dataset.KEY to JSON, ending "</script></body>"; that JSON, read back."""
+    report = tmp_path / f"{key}.html"
+    report.write_text(page.replace("</body>", probe))
+    dom = _chromium(tmp_path, f"--window-size={window}", "--dump-dom", report.as_uri())
+    return json.loads(html.unescape(re.search(rf'data-{key}="([^"]+)"', dom).group(1)))
+
+
 def _png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
     """Width, height and the raw scanlines of an 8-bit RGB/RGBA PNG, with only the stdlib."""
     data = path.read_bytes()
@@ -594,10 +603,7 @@ def test_a_long_environment_string_wraps_instead_of_widening_a_narrow_page(tmp_p
     probe = ("<script>const w=window.innerWidth;const wide=[...document.querySelectorAll('main *')]"
              ".filter(e=>e.getBoundingClientRect().right>w+1&&!e.closest('.table-wrap')).map(e=>e.tagName);"
              "document.body.dataset.wide=JSON.stringify([w,document.documentElement.scrollWidth,wide]);</script></body>")
-    report = tmp_path / "narrow.html"
-    report.write_text(render_html(synthetic_rows(), study).replace("</body>", probe))
-    dom = _chromium(tmp_path, "--window-size=400,2400", "--dump-dom", report.as_uri())
-    width, scrolled, wide = json.loads(html.unescape(re.search(r'data-wide="([^"]+)"', dom).group(1)))
+    width, scrolled, wide = _probed(tmp_path, render_html(synthetic_rows(), study), probe, "wide", "400,2400")
     assert scrolled == width and wide == [], (width, scrolled, wide)
 
 
@@ -631,10 +637,7 @@ def test_the_limit_lines_labels_keep_clear_of_the_callouts(tmp_path):
              "const labels=[...document.querySelectorAll('svg.frontier .callout, svg.frontier .arrow-label')].map(box);"
              "document.body.dataset.hits=JSON.stringify([limits.length,labels.length,"
              "limits.flatMap(l=>labels.filter(c=>hit(l,c))).length]);</script></body>")
-    report = tmp_path / "limits.html"
-    report.write_text(render_html(rows, study).replace("</body>", probe))
-    dom = _chromium(tmp_path, "--window-size=1280,2400", "--dump-dom", report.as_uri())
-    limits, labels, hits = json.loads(html.unescape(re.search(r'data-hits="([^"]+)"', dom).group(1)))
+    limits, labels, hits = _probed(tmp_path, render_html(rows, study), probe, "hits", "1280,2400")
     assert (limits, labels, hits) == (2, 3, 0)
 
 
@@ -652,10 +655,7 @@ def test_the_limit_lines_labels_are_not_struck_through_by_the_staircase_or_an_oo
              "for(let y=r.top;y<=r.bottom;y+=0.5)for(let j=0;j<=8;j++){const p=new DOMPoint(r.left+r.width*j/8,y)"
              ".matrixTransform(inv);if(front.isPointInStroke(p))n++;}return [n,crosses.filter(c=>hit(r,c)).length];});"
              "document.body.dataset.struck=JSON.stringify(struck);</script></body>")
-    report = tmp_path / "struck.html"
-    report.write_text(render_html(synthetic_rows(), synthetic_study()).replace("</body>", probe))
-    dom = _chromium(tmp_path, "--window-size=1280,2400", "--dump-dom", report.as_uri())
-    struck = json.loads(html.unescape(re.search(r'data-struck="([^"]+)"', dom).group(1)))
+    struck = _probed(tmp_path, render_html(synthetic_rows(), synthetic_study()), probe, "struck", "1280,2400")
     assert struck == [[0, 0], [0, 0]], struck  # the headroom's label and the budget's
 
 
@@ -685,10 +685,7 @@ def test_a_long_study_name_and_config_value_wrap_instead_of_widening_a_narrow_pa
              ".filter(e=>e.getBoundingClientRect().right>w+1&&!e.closest('.table-wrap')).map(e=>e.className||e.tagName);"
              "document.body.dataset.wide=JSON.stringify([w,document.documentElement.scrollWidth,[...new Set(wide)]]);"
              "</script></body>")
-    report = tmp_path / "narrow.html"
-    report.write_text(render_html(rows, study).replace("</body>", probe))
-    dom = _chromium(tmp_path, "--window-size=400,2400", "--dump-dom", report.as_uri())
-    width, scrolled, wide = json.loads(html.unescape(re.search(r'data-wide="([^"]+)"', dom).group(1)))
+    width, scrolled, wide = _probed(tmp_path, render_html(rows, study), probe, "wide", "400,2400")
     assert scrolled == width and wide == [], (width, scrolled, wide)
 
 
@@ -733,10 +730,7 @@ def test_the_tables_header_stays_in_view_down_a_long_table(tmp_path):
              "const th=t.querySelector('th').getBoundingClientRect(),r=row.getBoundingClientRect();"
              "document.body.dataset.seen=JSON.stringify([th.top>=-1&&th.bottom<=r.top,"
              "document.documentElement.scrollWidth===innerWidth]);});</script></body>")
-    report = tmp_path / "long.html"
-    report.write_text(render_html(rows, synthetic_study()).replace("</body>", probe))
-    dom = _chromium(tmp_path, "--window-size=1280,900", "--dump-dom", report.as_uri())
-    header_in_view, no_sideways = json.loads(html.unescape(re.search(r'data-seen="([^"]+)"', dom).group(1)))
+    header_in_view, no_sideways = _probed(tmp_path, render_html(rows, synthetic_study()), probe, "seen", "1280,900")
     assert header_in_view and no_sideways
 
 
