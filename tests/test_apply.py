@@ -589,7 +589,12 @@ def test_create_keys_in_json_follows_the_layout(tmp_path):
 
 
 @pytest.mark.parametrize("name, content, message", [
-    ("config.yaml", "trainer: {precision: 32\n", "not valid YAML: expected ',' or '}', but got '<stream end>' at line 2"),
+    # cut inside a bracket or quote: the parser fails past the last line ("at line 2" of a 1-line file)
+    ("config.yaml", "trainer: {precision: 32\n", re.escape("not valid YAML: cut short at its end (line 1: the { of line 1 "
+                                                          "is never closed)")),
+    ("config.yaml", "a: 1\nname: 'run\n", re.escape("not valid YAML: cut short at its end (line 2: the quote of line 2 "
+                                                      "is never closed)")),
+    ("config.yaml", "trainer: {precision: 32\nmax_epochs: 3\n", "not valid YAML: expected ',' or '}', but got ':' at line 2"),
     ("config.yaml", "- 1\n- 2\n", "not a mapping"),
     ("config.yaml", "a: 1\n---\nb: 2\n", "not valid YAML: expected a single document .*, but found another document at line 2"),
     ("config.yaml", "a: 1\nb: 2\na: 3\n", 'not valid YAML: found duplicate key "a" .* at line 3'),
@@ -1213,7 +1218,7 @@ def test_a_comment_giving_a_figure_measured_at_the_old_value_is_flagged(tmp_path
 def test_a_parse_error_without_a_message_still_names_something():
     from ruamel.yaml import YAMLError
     from harness.apply._document import _problem
-    assert _problem(YAMLError()) == "YAMLError"
+    assert _problem(YAMLError(), "a: 1\n") == "YAMLError"
 
 
 def test_a_learning_rate_or_a_dataset_length_is_not_another_model_size(tmp_path):

@@ -14,7 +14,7 @@ from ruamel.yaml.nodes import MappingNode, SequenceNode
 from harness import knobs
 from harness.apply._keymaps import ABSENT, ApplyTarget, KeyMap
 from harness.errors import UserError
-from harness.spec_yaml import top_level
+from harness.spec_yaml import top_level, where_yaml_failed
 
 BOM = "\ufeff"
 
@@ -54,7 +54,7 @@ def _load_document(path: Path, fmt: str) -> _Document:
     try:
         root = YAML(typ="rt").compose(text)
     except YAMLError as e:  # valid JSON that YAML cannot place, e.g. duplicate keys
-        raise UserError(f"{path}: cannot edit this file in place: {_problem(e)}") from None
+        raise UserError(f"{path}: cannot edit this file in place: {_problem(e, text)}") from None
     return _Document(path, fmt, text, data, root, bom)
 
 
@@ -80,7 +80,7 @@ def _parse_data(text: str, fmt: str, path: Path | None = None) -> object:
             warnings.simplefilter("ignore")
             return _reader().load(text)
     except (ValueError, YAMLError) as e:
-        raise UserError(f"{path}: not valid {fmt.upper()}: {_problem(e)}; fix the file or point apply.file "
+        raise UserError(f"{path}: not valid {fmt.upper()}: {_problem(e, text)}; fix the file or point apply.file "
                         "at the training config") from None
 
 
@@ -110,14 +110,21 @@ def _refuse_duplicates(pairs: list) -> dict:
     return dict(pairs)
 
 
-def _problem(error: Exception) -> str:
-    """What the parser found wrong, and where (its message's first lines only name what it was inside)."""
+def _problem(error: Exception, text: str) -> str:
+    """What the parser found wrong, and where (its message's first lines only name what it was inside). A file
+    cut inside a [, { or quote fails past its last line, so there the words say its end and what was left open,
+    as for a spec."""
     problem, mark = getattr(error, "problem", None), getattr(error, "problem_mark", None)
     if not problem:
         return (str(error).strip().splitlines() or [type(error).__name__])[0]
     if problem.startswith("but ") and getattr(error, "context", None):  # "but found another document"
         problem = f"{error.context}, {problem}"
-    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem
+    if mark is None:
+        return problem
+    if mark.index < len(text.rstrip()):
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    where = where_yaml_failed(error, text)
+    return f"cut short{where}" if "never closed" in where else f"{problem}{where}"
 
 
 def _lookup(data: object, key: str) -> object:
