@@ -673,6 +673,23 @@ def test_what_apply_could_not_write_is_refused_before_the_sweep(cwd, apply_secti
     assert nothing_written(cwd)
 
 
+@pytest.mark.parametrize("text, said", [
+    ("train:\n  batch_size: &bs 8\n  lr: 0.001\neval:\n  batch_size: *bs\n",
+     "train.batch_size goes through the YAML anchor &bs, so changing it would change every *alias too"),
+    ("defaults: &defaults\n  lr: 0.001\ntrain:\n  <<: *defaults\n  batch_size: 8\n",
+     "train.lr comes from a YAML merge (<<) or alias, not from a line bench can edit"),
+])
+def test_a_key_a_yaml_anchor_or_merge_supplies_is_refused_before_the_sweep(cwd, text, said):
+    """The sweep ran every trial and confirmation run; then `bench apply` refused the line it was to edit."""
+    write(cwd, "train.yaml", text=text)
+    write(cwd, "s.yaml", {"study": "s", "workload": {"name": "emberformer", "preset": "tiny"},
+                          "search": {"batch_size": [4, 8]}, "trials": 2,
+                          "apply": {"file": "train.yaml", "keys": {"batch_size": "train.batch_size"},
+                                    "lr": {"key": "train.lr"}}})
+    assert_user_error(bench("sweep", "s.yaml", "--device", "cpu"), "s.yaml: ", said)
+    assert nothing_written(cwd)
+
+
 @pytest.mark.parametrize("values", [{}, {4: "four"}])
 def test_a_value_map_that_cannot_read_the_files_batch_size_names_the_map_not_the_file(cwd, values):
     """The file's `batch_size: 8` was called "not a batch_size bench can read: write a whole number ...

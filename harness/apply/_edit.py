@@ -28,7 +28,9 @@ def _child(node: Node, name: str) -> tuple[ScalarNode, Node] | None:
     return None
 
 
-def _replace_value(doc: _Document, key: str, value: object) -> tuple[int, int, str]:
+def written_at(doc: _Document, key: str) -> tuple[ScalarNode, Node]:
+    """The (key node, value node) of a key the file holds, or one UserError where its text cannot be edited
+    there: a merge (<<) or alias supplies it, or an anchor other places share is on its way."""
     node = doc.root
     for part in key.split("."):
         pair = _child(node, part)
@@ -37,6 +39,11 @@ def _replace_value(doc: _Document, key: str, value: object) -> tuple[int, int, s
                             "edit; write the key out in the file")
         key_node, node = pair
         _refuse_shared(doc, key, node)
+    return key_node, node
+
+
+def _replace_value(doc: _Document, key: str, value: object) -> tuple[int, int, str]:
+    key_node, node = written_at(doc, key)
     start, end = _scalar_span(doc.text, key_node, node)
     old_token = doc.text[start:end]
     rendered = _render(value, doc.format, old_token, node.style)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.apply._comments import stale_comments
 from harness.apply._document import _Document, _load_document, _lookup, _parse_data, _read_knobs, _same, _set
-from harness.apply._edit import _insert_keys, _replace_value
+from harness.apply._edit import _insert_keys, _replace_value, written_at
 from harness.apply._keymaps import ABSENT, FORMATS, PRESETS, ApplyTarget, KeyMap, LrRule, flatten
 from harness.errors import UserError
 from harness.units import size
@@ -125,7 +125,7 @@ def _assignments(target: ApplyTarget, values: dict, doc: _Document,
     return out, lr_from
 
 
-def _refuse_auto(target: ApplyTarget, doc: _Document | None, keys: list[str]) -> None:
+def _refuse_auto(target: ApplyTarget, doc: _Document, keys: list[str]) -> None:
     """A DeepSpeed "auto" is the HF Trainer's to fill from its TrainingArguments, which must then agree
     with any number written there (or the Trainer refuses to start): the values go into those arguments."""
     if target.preset != "deepspeed":
@@ -155,14 +155,19 @@ def _knob_assignments(target: ApplyTarget, knob: str, value: object) -> list[_As
 
 def refuse_unwritable(target: ApplyTarget, searched: dict[str, list], shown: str) -> list[str]:
     """Before a sweep: what `bench apply` would refuse to write once it has run (hours later), refused now: a
-    searched value your key map does not spell, a learning rate to rescale that is not a number in the file.
-    A value a preset's map cannot spell (hf's gradient_checkpointing has no `selective`, which bench applies
-    itself) is worth measuring still: said in the notes returned."""
+    searched value your key map does not spell, a key whose line a YAML merge, alias or shared anchor
+    supplies, a learning rate to rescale that is not a number in the file. A value a preset's map cannot
+    spell (hf's gradient_checkpointing has no `selective`, which bench applies itself) is worth measuring
+    still: said in the notes returned. `searched`: knob -> its values ([] where they are derived)."""
     notes = []
     rescales = target.lr is not None and {"batch_size", "accumulation", "nproc"} & set(searched)
-    doc = _load_document(target.file, target.format) if rescales or target.preset == "deepspeed" else None
+    doc = _load_document(target.file, target.format)
+    varied = [m.key for knob, values in searched.items() if len(values) != 1 for m in target.keys.get(knob, ())]
     try:
         _refuse_auto(target, doc, [m.key for knob in searched for m in target.keys.get(knob, ())])
+        for key in varied + ([target.lr.key] if rescales else []):
+            if _lookup(doc.data, key) is not ABSENT:  # a key the file lacks is the key check's (--create-keys)
+                written_at(doc, key)
     except UserError as exc:
         raise UserError(f"{shown}: {exc}") from None
     for knob, values in searched.items():
