@@ -625,6 +625,14 @@ def test_to_must_keep_the_format_and_is_named_as_given(tmp_path):
             plan(target_for(file), {"batch_size": 8}, {}, to=to)
 
 
+def test_a_fifo_as_to_is_refused_instead_of_blocking(tmp_path):
+    """`bench apply best --to out.yaml --dry-run` waited forever, silent, reading a FIFO named out.yaml."""
+    file, fifo = copy("plain.yaml", tmp_path), tmp_path / "out.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(UserError, match=re.escape(f"--to {fifo}: not a regular file (a FIFO or device)")):
+        plan(target_for(file), {"batch_size": 8}, {}, to=fifo)
+
+
 def test_read_only_file_is_refused_untouched(tmp_path):
     file = copy("plain.yaml", tmp_path)
     p = plan(target_for(file), {"batch_size": 64}, PROVENANCE)

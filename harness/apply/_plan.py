@@ -78,6 +78,9 @@ def plan(target: ApplyTarget, values: dict, provenance: dict, *, to: Path | None
     destination = Path(to).resolve() if to is not None else target.file
     if FORMATS.get(destination.suffix.lower()) != target.format:
         raise UserError(f"--to {to}: must be a {target.format.upper()} file like {target.file.name}")
+    if to is not None and destination.exists() and not destination.is_file():  # reading a FIFO waits forever
+        raise UserError(f"--to {to}: not a regular file (a FIFO or device); give a file like "
+                        f"{target.file.stem}.best{target.file.suffix}")
     doc = _load_document(target.file, target.format)
     assignments, lr_from = _assignments(target, values, doc, current_values)
     if lr_from is not None:  # the next apply rescales from it, not from this one's six figures
