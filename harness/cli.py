@@ -21,7 +21,7 @@ from rich.markup import escape
 
 from harness import __version__, apply, busy, knobs, launch, ledger, nvml, pareto, record, report, spec as specs, storage as stores, study as studies
 from harness.errors import UserError
-from harness.live import LiveProgress, outcome
+from harness.live import LiveProgress, outcome, unread_note
 from harness.record import Record, leak_words
 from harness.units import count, is_whole, parse_duration, parse_size, size
 from harness.workloads import WORKLOADS
@@ -545,6 +545,8 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
     rec.setdefault("config", config)
     click.echo(json.dumps(rec, indent=1, default=str))
     click.echo(outcome(rec, spec.objective, spec.memory_budget), err=True)  # the record is for tools; this line is for you
+    if unread := unread_note(rec):
+        click.echo(unread, err=True)
     sys.exit(1 if rec["status"] in ("crash", "error") else 0)
 
 

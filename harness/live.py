@@ -19,6 +19,7 @@ class LiveProgress(studies.Progress):
 
     def __init__(self, spec, out: Console):
         self.spec, self.out, self.status, self.running, self.text, self.headed = spec, out, None, None, "", False
+        self.said: set[str] = set()  # notes said once per sweep
         self.unit = "tokens/s" if spec.objective == "tokens" else "samples/s"
 
     def say(self, text: str, **style) -> None:
@@ -60,6 +61,9 @@ class LiveProgress(studies.Progress):
         self.running = None
         said = outcome(rec, self.spec.objective, self.spec.memory_budget)
         self.say(f"    → {said}" if self.headed else f"{self.text}\n    → {said}")
+        if (unread := unread_note(rec)) and unread not in self.said:
+            self.said.add(unread)
+            self.say(f"    {unread}")
         if best:
             self.say(f"    best so far: #{best['number']} {pareto.speed(best, self.spec.objective):.1f} {self.unit}, "
                      f"peak {size(Record.of(best).peak)}", style="dim")
@@ -112,6 +116,17 @@ class RunningTrial:
     def __rich__(self):
         return Text(f"{time.monotonic() - self.started:.0f}s {self.phase()} · {self.text}",
                     no_wrap=True, overflow="ellipsis")
+
+
+def unread_note(rec: dict) -> str | None:
+    """A factory that never read some of its params (`widht: 128`): the trial measured its default instead."""
+    unread = rec.get("unread_params")
+    factory = (rec.get("workload") or {}).get("factory")
+    if not (isinstance(unread, list) and unread and factory):
+        return None
+    names = ", ".join(map(str, unread))
+    return (f"note: workload.params {names}: {factory} never read {'it' if len(unread) == 1 else 'them'}, so the "
+            f"trial ran without {'it' if len(unread) == 1 else 'them'}; check the spelling against what the function reads")
 
 
 def outcome(rec: dict, objective: str = "samples", budget: int | None = None) -> str:

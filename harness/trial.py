@@ -474,7 +474,7 @@ class Trial:
             env["cpu_bf16_speedup"] = self.figures.get(
                 "cpu_bf16_speedup", {"cpu": env["cpu"], "torch": env["torch"], "threads": torch.get_num_threads()},
                 bf16_speedup)
-        return {
+        rec = {
             "status": status, "config": self.config, "throughput": samples["median"], "samples_per_s": samples,
             "tokens_per_s": {k: v * tokens for k, v in samples.items()} if tokens else None,
             "peak_memory": peak, "memory": self.memory, "timing": self.timing, "cuda_graphs": self.graphs_used(),
@@ -487,6 +487,9 @@ class Trial:
             "error": error,
             "reused": self.figures.reused or None,
         }
+        if unread := workloads.unread_params():  # a factory's misspelt param: its default ran instead
+            rec["unread_params"] = unread
+        return rec
 
     def graphs_used(self) -> dict:
         """Whether the compiled model ran under CUDA graphs: wanted by the mode, and not skipped."""

@@ -713,3 +713,35 @@ def test_containers_held_as_attributes_are_not_taken_for_blocks():
     assert blocks == () and said["blocks"] is None, said
     nested = nn.Sequential(nn.ModuleList([nn.Linear(8, 8), nn.ReLU()]), nn.ModuleList([nn.Linear(8, 8), nn.ReLU()]))
     assert find_blocks(nested)[0] == ()
+
+
+# ---- the factory form's params --------------------------------------------------------------------------
+
+def test_a_factory_param_nothing_reads_is_said_and_recorded(tmp_path, monkeypatch):
+    """`widht: 128` for `width`: tinyvision's build read params.get("width", 32), so every trial measured the
+    width-32 model, silently, and the sweep chose a best for a model the user never asked for."""
+    folder = copy_example("custom", tmp_path, monkeypatch)
+    shipped = run("trial", "sweep.yaml", "--device", "cpu", "--set", "batch_size=8")
+    assert shipped.exit_code == 0 and "unread_params" not in json.loads(shipped.stdout), shipped.output
+    assert "never read" not in shipped.stderr
+    edit = yaml.safe_load((folder / "sweep.yaml").read_text())
+    edit["workload"]["params"]["widht"] = edit["workload"]["params"].pop("width")
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(edit, sort_keys=False))
+    typo = run("trial", "sweep.yaml", "--device", "cpu", "--set", "batch_size=8")
+    assert typo.exit_code == 0, typo.output
+    assert json.loads(typo.stdout)["unread_params"] == ["widht"]
+    assert "note: workload.params widht: tinyvision:build never read it, so the trial ran without it" in typo.stderr
+
+
+def test_a_param_read_only_once_the_steps_run_is_read(faulty_path, monkeypatch):
+    """A factory may keep its params and read them in its loss: unread is judged as the trial ends."""
+    from harness import workloads
+    monkeypatch.setattr(workloads, "_handed", [])
+    wl = workloads.build({"factory": "faulty:build", "params": {"fault": "none", "steady_ms": 1, "widht": 8}})
+    assert workloads.unread_params() == ["steady_ms", "widht"]
+    wl.model.train()
+    x, y = torch.utils.data.default_collate([wl.dataset[i] for i in range(2)])
+    wl.loss(wl.model, (x, y)).backward()
+    assert workloads.unread_params() == ["widht"]
+    assert workloads.build({"factory": "faulty:build", "params": {"fault": "none", "widht": 8}}) is not None
+    assert workloads.unread_params() == ["widht"]  # two builds: a name is read where either read it

@@ -251,7 +251,11 @@ def build(workload: dict) -> Workload:
                                "name a function (or class) that takes the params dict and returns a Workload")
     else:
         fn = importlib.import_module(WORKLOADS[workload["name"]].module).build
-    built = fn(dict(workload.get("params") or {}))
+    params = dict(workload.get("params") or {})
+    if workload.get("factory") and not form:
+        params = ReadParams(params)
+        _handed.append(params)
+    built = fn(params)
     if isinstance(built, Workload):
         import torch  # the child's: the parent never builds a workload
         if workload.get("factory") and not form and not isinstance(built.model, torch.nn.Module):
@@ -262,6 +266,67 @@ def build(workload: dict) -> Workload:
         raise TypeError(f"{form or workload.get('name')} built {type(built).__name__}, not a Workload")
     raise NotAWorkload(f"{workload['factory']} returned {type(built).__name__}, not a harness.workloads.Workload; "
                        "return Workload(model=..., dataset=..., loss=...) (the README's `Workload` protocol)")
+
+
+class ReadParams(dict):
+    """The params a factory is handed, remembering which names its code asked for: a misspelt one (`widht`)
+    is read by nothing, and the factory's own default ran in its place. Looking at every name (iterating,
+    `**params`, `dict(params)`) counts as reading each."""
+
+    def __init__(self, params: dict):
+        super().__init__(params)
+        self.read: set = set()
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key):
+        self.read.add(key)
+        return super().__contains__(key)
+
+    def pop(self, key, *default):
+        self.read.add(key)
+        return super().pop(key, *default)
+
+    def setdefault(self, key, default=None):
+        self.read.add(key)
+        return super().setdefault(key, default)
+
+    def __iter__(self):  # overriding it also sends `**params` and dict(params) through keys() and __getitem__
+        self.read.update(super().keys())
+        return super().__iter__()
+
+    def keys(self):
+        self.read.update(super().keys())
+        return super().keys()
+
+    def items(self):
+        self.read.update(super().keys())
+        return super().items()
+
+    def values(self):
+        self.read.update(super().keys())
+        return super().values()
+
+    def copy(self):
+        self.read.update(super().keys())
+        return dict(super().items())
+
+
+_handed: list[ReadParams] = []
+"""Every params dict this process handed a factory (a trial builds its workload more than once)."""
+
+
+def unread_params() -> list[str]:
+    """The names of `workload.params` that no build of this process read, as the trial ends (a factory that
+    keeps its params and reads them in its loss or dataset has read them by then)."""
+    names = set().union(*(dict.keys(p) for p in _handed))  # dict's own: p.keys() would count as a read
+    return sorted(str(name) for name in names if not any(name in p.read for p in _handed))
 
 
 class NotAWorkload(TypeError):
