@@ -515,7 +515,7 @@ class Sweep:
         rec = launch.run(self.job(config, number, repeat), launch.Limits(self.spec.trial_timeout_s, self.spec.stall_s),
                          log, on_beat=self.progress.trial_phase, on_turn=look)
         rec["busy"] = looked["busy"] or busy.verdict(looked["before"], busy.snapshot(self.device))
-        self.quiet.measured(rec["busy"])
+        self.quiet.measured(rec["busy"] if rec.get("throughput") else None)  # load spoils a speed, not an OOM
         return rec
 
     # -- confirmation ------------------------------------------------------------------------------

@@ -34,11 +34,11 @@ class Lines(studies.Progress):
         self.lines.append(message)
 
 
-def sweep(tmp_path, looks, wait_s, monkeypatch):
+def sweep(tmp_path, looks, wait_s, monkeypatch, fault="none", **spec):
     monkeypatch.setattr(busy, "POLL_S", 0.01)
     monkeypatch.setattr(busy, "now", lambda device, sample_s=busy.SAMPLE_S: next(looks))
     monkeypatch.setenv(busy.WAIT_ENV, str(wait_s))
-    spec = specs.load(faulty_spec(tmp_path, "load", ["none"]))
+    spec = specs.load(faulty_spec(tmp_path, "load", [fault], **spec))
     progress = Lines()
     study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
     launched = []
@@ -74,6 +74,15 @@ def test_a_machine_that_stays_busy_is_measured_in_bounded_time_and_called_noise(
     choice = report.annotate(rows, {"name": "load"})
     assert any("the machine was busy during 1 of 1 trials: #0" in line for line in report.story(choice))
     assert "when the machine is quiet" in report.next_step(choice)
+
+
+def test_runs_with_no_speed_are_not_called_noise(tmp_path, monkeypatch):
+    """Every trial ran out of memory on a busy machine, and the sweep's last word was "3 runs measured on a
+    busy machine: the answer is noise where their figures decide it": no figure of theirs decides anything."""
+    rows, lines, launched = sweep(tmp_path, iter([BUSY] * 10_000), 0.3, monkeypatch, fault="oom",
+                                  memory={"budget": "512MiB"})
+    assert launched == [0] and rows[0]["status"] == "oom" and rows[0]["busy"]["busy_cores"] == 1.9
+    assert not any("measured on a busy machine" in line for line in lines), lines
 
 
 def test_the_live_output_prints_a_note_about_a_trial_under_its_header(tmp_path):
