@@ -21,6 +21,13 @@ def did_you_mean(word: str, options) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def as_written(value) -> str:
+    """A value in a message as the YAML file spells it: true and null, not Python's True and None."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else repr(value)
+
+
 # What a library says when it could not get memory, matched case-insensitively in an exception's
 # message and in the messages of the exceptions it was raised from. Each is quoted from the source
 # that raises it (pytorch aten/src/ATen/cuda/Exceptions.h, c10/cuda, ProcessGroupNCCL, glibc).

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from harness import apply, knobs
-from harness.errors import UserError, did_you_mean
+from harness.errors import UserError, as_written, did_you_mean
 from harness.spec_own import (FORMS, check_defined, check_loop_form, check_trainer_config, check_trainer_knobs,
                               own_form)
 from harness.spec_yaml import SpecLoader, read_yaml  # noqa: F401 (spec.read_yaml: API)
@@ -400,20 +400,20 @@ def check_builtin_params(name: str, params: dict, where: str) -> None:
         example = info.example(key)
         if key in info.flags or isinstance(example, bool):
             if not isinstance(value, bool):
-                raise UserError(f"{at}: takes true or false, got {value!r}")
+                raise UserError(f"{at}: takes true or false, got {as_written(value)}")
         elif isinstance(example, int):
             positive_int(value, at)
         elif isinstance(example, (list, dict)):
             kind = "a list" if isinstance(example, list) else "a mapping"
             if not isinstance(value, type(example)) or not value:
-                raise UserError(f"{at}: must be {kind} like its presets' {example!r}, got {value!r}")
+                raise UserError(f"{at}: must be {kind} like its presets' {example!r}, got {as_written(value)}")
             for item in (value if isinstance(value, list) else value.values()):
                 positive_int(item, at)
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             like = f" (like its presets' {example!r})" if example is not None else ""
-            raise UserError(f"{at}: must be a number >= 0{like}, got {value!r}")
+            raise UserError(f"{at}: must be a number >= 0{like}, got {as_written(value)}")
         elif key.endswith("dropout") and value >= 1:  # 1 drops every activation: a model that learns nothing
-            raise UserError(f"{at}: a dropout probability is below 1, like 0.1; got {value!r}")
+            raise UserError(f"{at}: a dropout probability is below 1, like 0.1; got {as_written(value)}")
 
 
 def import_paths(raw, base_dir: Path, where: str) -> list[str]:
@@ -590,13 +590,13 @@ def check_value(name: str, value, at: str) -> None:
                 else did_you_mean(str(value), knobs.CHOICES[name]))
         raise UserError(f"{at}: {shown} is not {article} {name}{near}; use one of {', '.join(knobs.CHOICES[name])}")
     if name in _BOOLS and not isinstance(value, bool):
-        raise UserError(f"{at}: {name} takes true or false, got {value!r}")
+        raise UserError(f"{at}: {name} takes true or false, got {as_written(value)}")
     if name in _POSITIVE_INTS:
         positive_int(value, at)
     if name == "num_workers" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise UserError(f"{at}: num_workers takes whole numbers >= 0, got {value!r}")
+        raise UserError(f"{at}: num_workers takes whole numbers >= 0, got {as_written(value)}")
     if not isinstance(value, (str, int, float, bool)):
-        raise UserError(f"{at}: values must be plain numbers, strings or booleans, got {value!r}")
+        raise UserError(f"{at}: values must be plain numbers, strings or booleans, got {as_written(value)}")
 
 
 def restrict_to_effective_batch(dims, fixed, effective: int, where: str, auto_low: int | None = None):
@@ -652,7 +652,7 @@ def parse_measure(trial: dict, where: str) -> Measure:
         if key in trial:
             v = trial[key]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-                raise UserError(f"{where}: trial.{key} must be a positive number, got {v!r}")
+                raise UserError(f"{where}: trial.{key} must be a positive number, got {as_written(v)}")
             values[key] = float(v)
     if "start" in trial:
         if trial["start"] not in ("auto", "fresh"):
@@ -960,7 +960,7 @@ def check_numbers(spec: Spec, where: str) -> None:
             key = SPEC_KEYS.get(name, name.replace("measure.", "trial."))
             if name == "memory_budget" and value > high:  # said in TiB, as --memory-budget says it, not in bytes
                 raise UserError(f"{where}: {key}: a memory budget is at most {high / 1024**4:g} TiB; give one like 24GiB")
-            raise UserError(f"{where}: {key} must be between {low!r} and {high!r}, got {value!r}")
+            raise UserError(f"{where}: {key} must be between {low!r} and {high!r}, got {as_written(value)}")
     window = spec.measure.window_s
     if window * 2 > spec.stall_s:  # a window ends with one whole step more than its target
         raise UserError(f"{where}: trial.window ({window:g} s) must be at most half of trial.stall ({spec.stall_s:g} s): "
@@ -996,7 +996,7 @@ def check_knob_number(knob: str, value, where: str) -> None:
         return
     highest = knobs.LIMITS.get(knob, 2**31 - 1)
     if not -(2**31) <= value <= highest:  # NaN and infinities fail this too
-        raise UserError(f"{where}: {value!r} is out of range; {knob} values must be finite and at most {highest}")
+        raise UserError(f"{where}: {as_written(value)} is out of range; {knob} values must be finite and at most {highest}")
 
 
 # ---- small validators ---------------------------------------------------------------------------
@@ -1018,7 +1018,7 @@ def as_mapping(value, where: str) -> dict:
 
 def int_value(value, where: str, minimum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise UserError(f"{where}: must be a whole number, got {value!r}")
+        raise UserError(f"{where}: must be a whole number, got {as_written(value)}")
     if minimum is not None and value < minimum:
         raise UserError(f"{where}: must be at least {minimum}, got {value}")
     return value

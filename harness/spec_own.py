@@ -23,7 +23,7 @@ import re
 import sys
 from pathlib import Path
 
-from harness.errors import UserError, did_you_mean
+from harness.errors import UserError, as_written, did_you_mean
 from harness.spec_yaml import read_yaml
 
 FORMS = ("name", "factory", "model", "lightning", "hf")
@@ -78,7 +78,7 @@ def loop(wl: dict, where: str) -> str:
     value = wl.get("loop", "trainer")
     if value not in LOOPS:
         raise UserError(f"{where}: workload.loop must be trainer (the framework's own Trainer) or bench "
-                        f"(bench's training loop), got {value!r}")
+                        f"(bench's training loop), got {as_written(value)}")
     return value
 
 
@@ -116,7 +116,7 @@ def lightning_refs(raw, target: "Target", where: str, check_ref) -> dict:
     refs = {"model": raw} if isinstance(raw, str) else {} if raw is True else raw
     if not isinstance(refs, dict) or set(refs) - {"model", "data"}:
         raise UserError(f"{where}: workload.lightning must be \"module:Class\", {{model: \"module:Class\", "
-                        f"data: \"module:DataModule\"}}, or true (the classes of the config's class_path), got {raw!r}")
+                        f"data: \"module:DataModule\"}}, or true (the classes of the config's class_path), got {as_written(raw)}")
     out = {}
     for part in ("model", "data"):
         ref = refs.get(part) or target.class_path(part)
@@ -178,7 +178,7 @@ def module_file(module: str, paths: list[str]) -> Path | None:
 
 def hf_section(raw, base_dir: Path, where: str) -> dict:
     if not isinstance(raw, dict) or "config" not in raw or set(raw) - {"config", "task"}:
-        raise UserError(f"{where}: workload.hf must be {{config: path/to/config.json, task: causal-lm}}, got {raw!r}")
+        raise UserError(f"{where}: workload.hf must be {{config: path/to/config.json, task: causal-lm}}, got {as_written(raw)}")
     config = (base_dir / str(raw["config"])).resolve()
     if not config.exists():
         raise UserError(f"{where}: workload.hf.config: {config} not found; give a local config.json (or its folder) "

@@ -5,7 +5,7 @@ import math
 import os
 import re
 
-from harness.errors import UserError
+from harness.errors import UserError, as_written
 
 _SIZE_UNITS = {
     "": 1, "b": 1,
@@ -31,7 +31,7 @@ def parse_size(value: object, where: str) -> int:
         raise UserError(f"{where}: size {value!r} is beyond any machine (over 1 EiB); write it like 24GiB")
     size = int(number * _SIZE_UNITS[unit])
     if size <= 0:
-        raise UserError(f"{where}: size must be positive, got {value!r}")
+        raise UserError(f"{where}: size must be positive, got {as_written(value)}")
     if size < MIN_SIZE:  # a memory budget: `12` is 12 bytes, and 12GiB was meant
         fix = "write the unit, like 12GiB" if unit in ("", "b") else "a memory budget is at least 1MiB"
         exact = number * _SIZE_UNITS[unit]  # `1.5` is 1.5 bytes as written, not the 1 it rounds to
@@ -46,7 +46,7 @@ def parse_duration(value: object, where: str) -> float:
     number, unit = _number_and_unit(value, where, "duration", _DURATION_UNITS, "10m", "90s, 10m or 1.5h")
     seconds = number * _DURATION_UNITS[unit]
     if seconds <= 0:
-        raise UserError(f"{where}: duration must be positive, got {value!r}")
+        raise UserError(f"{where}: duration must be positive, got {as_written(value)}")
     return seconds
 
 
@@ -54,7 +54,7 @@ def _number_and_unit(value: object, where: str, what: str, units: dict, one: str
     """A number and its unit (lower case, "" for none) as written: `value` is what YAML or the command
     line gave, so a bool or a null is refused as what it was, not read as 1, 0 or "None"."""
     if isinstance(value, bool):
-        raise UserError(f"{where}: expected a {what} like {one}, got {value!r}")
+        raise UserError(f"{where}: expected a {what} like {one}, got {as_written(value)}")
     if value is None:  # YAML's null (or nothing after the colon): Python's None is not what was written
         raise UserError(f"{where}: is empty; write a {what} like {examples}")
     if isinstance(value, (int, float)):
@@ -91,7 +91,7 @@ def _finite(value: int | float, where: str, what: str) -> float:
     except OverflowError:
         number = math.inf
     if not math.isfinite(number):
-        raise UserError(f"{where}: {what} must be a finite number, got {value!r}")
+        raise UserError(f"{where}: {what} must be a finite number, got {as_written(value)}")
     return number
 
 

@@ -238,6 +238,9 @@ BAD_NUMBERS = {
                          "a whole number or auto (lower case), got 'autox'"),
     "compile_false": ("search: {batch_size: [4], compile: [false]}", "search.compile: false is not a compile",
                       "use one of off,"),
+    # YAML's true, said as Python's True
+    "batch_true": ("search: {batch_size: [true, 8]}", "search.batch_size: must be a whole number, got true"),
+    "max_seconds_true": ("trial: {max_seconds: true}", "trial.max_seconds: expected a duration like 10m, got true"),
     # `timeout: 5` (5 seconds, meant as minutes?) under the default 20 s of measuring: every trial timed out
     "trial_timeout_under_max_seconds": ("trial: {timeout: 5}", "trial.timeout (5 s)", "trial.max_seconds (20 s)",
                                         "raise trial.timeout"),

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import knobs  # values read from a file must land in the registry's
-from harness.errors import UserError
+from harness.errors import UserError, as_written
 
 FORMATS = {".yaml": "yaml", ".yml": "yaml", ".json": "json"}
 LR_SCALES = ("linear", "sqrt")
@@ -390,13 +390,13 @@ def _dotted_key(raw: object, where: str) -> str:
 
 def _text(raw: object, where: str) -> str:
     if not isinstance(raw, str) or not raw.strip():
-        raise UserError(f"{where}: expected a non-empty string, got {raw!r}")
+        raise UserError(f"{where}: expected a non-empty string, got {as_written(raw)}")
     return raw
 
 
 def _positive_int(raw: object, where: str) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-        raise UserError(f"{where}: expected a positive whole number, got {raw!r}")
+        raise UserError(f"{where}: expected a positive whole number, got {as_written(raw)}")
     return raw
 
 
