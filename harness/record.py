@@ -229,7 +229,8 @@ def error_words(error: dict | None, cut: int | None = None) -> str:
     knew (`error.hint`): the hint is never cut off with a long message."""
     error = error or {}
     message = " ".join(str(error.get("message") or "").split())  # a C++ error's newlines: one line
-    message = message[:cut] if cut else message
+    if cut and len(message) > cut:  # at a word, and said to be cut: the log holds the whole message
+        message = message[:cut].rsplit(" ", 1)[0].rstrip(",;:") + " …"
     return f"{message}; {error['hint']}" if error.get("hint") else message
 
 

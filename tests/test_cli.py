@@ -626,6 +626,16 @@ def test_a_failed_trials_progress_line_is_one_line_whatever_its_error_message():
     assert live.outcome(rec, budget=24 * 2**30) == "oom under the 24.00 GiB budget: MemoryError: std::bad_alloc"
 
 
+
+def test_a_long_error_in_the_progress_line_is_cut_at_a_word_and_says_so():
+    """Cut at 160 characters mid-phrase ("...memory filled in"), with nothing to say the rest is in the log."""
+    from harness import live
+    long = "RuntimeError: " + " ".join(f"word{i}" for i in range(60))
+    said = live.outcome({"status": "error", "error": {"type": "RuntimeError", "message": long}})
+    assert said.endswith(" …") and len(said) <= len("error: ") + 162
+    assert said.removesuffix(" …").split()[-1] in long.split()  # a whole word last
+
+
 @pytest.mark.parametrize("batch", [32, 16_000_000])  # under --set's 2**24, which refuses before any trial
 def test_a_batch_larger_than_the_dataset_fails_at_once_and_says_so(project, batch):
     """The loader drops a partial batch, so a batch over the dataset yields none: the first step once
