@@ -116,7 +116,7 @@ def _disk(results_dir: Path) -> dict:
     while not existing.exists():
         existing = existing.parent
     usage = shutil.disk_usage(existing)
-    return {"path": str(results_dir), "total": usage.total, "free": usage.free,
+    return {"path": str(results_dir), "total": usage.total, "free": usage.free, "exists": results_dir.exists(),
             "not_a_folder": results_dir.exists() and not results_dir.is_dir()}
 
 
@@ -376,7 +376,8 @@ def _machine_table(facts: dict) -> Table:
     table.add_row("CPU", _plain(_cpu_line(cpu)))
     table.add_row("memory", _plain(_memory_line(cpu)))
     table.add_row("load", _plain(_load_line(facts.get("load") or {})))
-    table.add_row("disk", _plain(f"{gib(disk['free'])} free of {gib(disk['total'])} under {disk['path']}"))
+    table.add_row("disk", _plain(f"{gib(disk['free'])} free of {gib(disk['total'])} under {disk['path']}"
+                                 + ("" if disk.get("exists", True) else " (no such folder yet: a sweep creates it)")))
     return table
 
 

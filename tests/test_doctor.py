@@ -87,6 +87,11 @@ def test_render_shows_the_facts(facts):
     text = console.export_text()
     assert facts["cpu"]["model"] in text and facts["torch"]["version"] in text
     assert "free of" in text
+    # `--results /nonexistent/x` gave the free space "under /nonexistent/x" as if the folder were there
+    assert not facts["disk"]["exists"]
+    wide = Console(record=True, width=400)
+    wide.print(doctor.render(facts))
+    assert "results-not-created-yet (no such folder yet: a sweep creates it)" in wide.export_text()
 
 
 # ---- warnings -----------------------------------------------------------------------------------
