@@ -867,6 +867,7 @@ def write_text(path: Path, text: str, named_by: str = "--out") -> None:
 @user_errors
 def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, storage, results):
     """Write the chosen config into the spec's apply target (with a backup and a diff)."""
+    which = which.lower()  # `bench apply Best` is best
     name = pick_study(study_name, scenario, results, storage)
     study = ledger.load(stores.existing_storage(storage, results, name, say=note), name)
     rows, info = ledger.rows_of(study), ledger.study_info(study)

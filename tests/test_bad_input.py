@@ -772,6 +772,9 @@ def test_apply_what_is_neither_a_tier_nor_a_number(applied):
     folder, _, target = applied
     assert_user_error(bench("apply", "fastest"), "'fastest'", "best, safe, balanced, aggressive or a trial number")
     assert_user_error(bench("apply", "²"), "'²'", "best, safe, balanced, aggressive or a trial number")
+    for spelled in ("Best", "SAFE"):  # refused as neither: only lower case was read
+        result = bench("apply", spelled, "--dry-run")
+        assert spelled not in result.output and (result.exit_code == 0 or "noisy" in result.output), result.output
     assert untouched(folder, target)
 
 
