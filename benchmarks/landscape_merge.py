@@ -25,16 +25,22 @@ def merge(passes: list[dict]) -> list[dict]:
         ok = [r for r in runs if r["status"] == "ok"]
         row = dict(first, status=status, repeats=None, passes=[
             {"status": r["status"], "throughput": r["throughput"], "peak_memory": r["peak_memory"],
-             "tokens_per_s": (r.get("tokens_per_s") or {}).get("median")} for r in runs])
+             "tokens_per_s": tokens(r)} for r in runs])
         if status == "ok":
             speeds = [r["throughput"] for r in ok]
             row.update(throughput=statistics.median(speeds), peak_memory=statistics.median(r["peak_memory"] for r in ok),
                        passes_cv=statistics.pstdev(speeds) / statistics.mean(speeds) if len(ok) > 1 else None)
-            if first.get("tokens_per_s"):
-                row["tokens_per_s"] = dict(first["tokens_per_s"],
-                                           median=statistics.median(r["tokens_per_s"]["median"] for r in ok))
+            if tokens(first):
+                row["tokens_per_s"] = {"median": statistics.median(tokens(r) for r in ok)}
         merged.append(row)
     return merged
+
+
+def tokens(row: dict) -> float | None:
+    """A row's tokens/s: `bench report --format json` writes the median (reports before 2026-12-06 wrote
+    {median, p10, p90})."""
+    value = row.get("tokens_per_s")
+    return value.get("median") if isinstance(value, dict) else value
 
 
 def main() -> None:

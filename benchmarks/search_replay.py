@@ -131,7 +131,8 @@ def drawn(row: dict, rng: random.Random) -> dict:
         return rec
     run = rng.choice(row["passes"])
     ok = run["status"] == "ok"
-    tokens = {**(rec.get("tokens_per_s") or {}), "median": run["tokens_per_s"]} if ok and run["tokens_per_s"] else None
+    recorded = rec.get("tokens_per_s") if isinstance(rec.get("tokens_per_s"), dict) else {}  # a report's median: a float
+    tokens = {**recorded, "median": run["tokens_per_s"]} if ok and run["tokens_per_s"] else None
     rec.update(status=run["status"], throughput=run["throughput"] if ok else None, peak_memory=run["peak_memory"],
                tokens_per_s=tokens)
     # the row's first pass may have failed where this one ran, or the other way round

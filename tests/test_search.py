@@ -290,8 +290,9 @@ def test_merged_passes_give_each_config_its_median_and_the_replay_reads_them(tmp
     reports = []
     for scale in (1.0, 1.5, 0.5):  # three passes of one grid: the middle one is each config's median
         rows = [{"number": n, **landscape(c), "config": c, "baseline": n == 0} for n, c in enumerate(specs.all_configs(spec))]
-        for r in rows:
+        for r in rows:  # tokens/s as `bench report --format json` writes it: the median, a number
             r["throughput"] = r["throughput"] * scale if r["throughput"] else None
+            r["tokens_per_s"] = r["throughput"] * 16 if r["throughput"] else None
         reports.append(tmp_path / f"p{scale}.json")
         reports[-1].write_text(json.dumps(rows))
     out = tmp_path / "merged.json"
@@ -301,6 +302,7 @@ def test_merged_passes_give_each_config_its_median_and_the_replay_reads_them(tmp
     doc = json.loads(out.read_text())
     row = next(r for r in doc["rows"] if r["status"] == "ok")
     assert row["throughput"] == landscape(row["config"])["throughput"] and len(row["passes"]) == 3
+    assert row["tokens_per_s"] == {"median": row["throughput"] * 16}
     assert doc["study"]["memory_budget"] == 100 * MiB
     replay = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_replay.py"), str(out), "--seeds", "2",
                              "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT)
@@ -341,8 +343,9 @@ def test_the_final_replay_scores_the_config_bench_report_would_apply(tmp_path, m
     reports = []
     for scale in (1.0, 1.02, 0.98):  # three passes, 2% apart
         rows = [{"number": n, **landscape(c), "config": c, "baseline": n == 0} for n, c in enumerate(specs.all_configs(spec))]
-        for r in rows:
+        for r in rows:  # tokens/s as `bench report --format json` writes it: the median, a number
             r["throughput"] = r["throughput"] * scale if r["throughput"] else None
+            r["tokens_per_s"] = r["throughput"] * 16 if r["throughput"] else None
         reports.append(tmp_path / f"p{scale}.json")
         reports[-1].write_text(json.dumps(rows))
     out = tmp_path / "merged.json"
