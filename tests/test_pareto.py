@@ -428,3 +428,10 @@ def test_a_compile_s_payback_counts_the_samples_one_step_trains_not_its_confirme
     assert pay.saved_s_per_step == pytest.approx(100 * (1 / 120 - 1 / 150))
     assert pay.break_even_steps == pytest.approx(29.5 / (100 * (1 / 120 - 1 / 150)))
     assert not pay.pays
+
+
+def test_the_report_json_carries_a_factorys_unread_params():
+    """The sweep said `widht` was never read; `bench report --format json` dropped the record's list of them."""
+    base = {**row(0, 100.0, 0.1, baseline=True), "unread_params": ["widht"]}
+    rows = json.loads(report.to_json(report.annotate([base, row(1, 120.0, 0.1)], {"memory_budget": 2**30})))
+    assert [r.get("unread_params") for r in rows] == [["widht"], None]

@@ -28,7 +28,7 @@ from harness.units import fixed, size
 
 JSON_KEYS = ("number", "status", "config", "throughput", "peak_memory", "tokens_per_s", "memory", "timing", "flops",
              "loss", "env", "error", "workload", "adapter", "log", "reused", "start", "repeats", "skip", "busy",
-             "remeasured_after", "version")
+             "remeasured_after", "unread_params", "version")
 
 
 def annotate(rows: list[dict], info: dict, run_steps: int | None = None, run_source: str | None = None,
