@@ -900,14 +900,27 @@ def check_name(name, where: str) -> str:
     if isinstance(name, str) and len(name) > 200:  # a folder name is at most 255 bytes; bench adds to it
         raise UserError(f"{where}: the name is {len(name)} characters long; a study name is at most 200 "
                         "(it names a folder under results/): shorten it")
-    if (not isinstance(name, str) or not name.strip() or name.startswith(".") or _NOT_IN_A_NAME.search(name)
-            or name.startswith("-") or name != name.strip() or _INVISIBLE.search(name)
-            or unicodedata.category(name[0]).startswith("M")  # a combining mark joins whatever precedes it
-            or any(unicodedata.category(c) in ("Cf", "Cc", "Cs", "Zl", "Zp") for c in name)):
-        raise UserError(f"{where}: {name!r} is not a plain name (it names a folder under results/); "
+    if flaw := name_flaw(name):
+        raise UserError(f"{where}: {as_written(name)} is not a plain name ({flaw}; it names a folder under results/); "
                         "use letters, digits, '-', '_', '.' and inner spaces: no '/', '$', '*', '?' or backquote, "
                         "no leading '-' or '.', no blank at either end, no invisible character")
     return name
+
+
+def name_flaw(name) -> str | None:
+    """What keeps `name` from being a study's folder name, in words; None where nothing does."""
+    if not isinstance(name, str) or not name.strip():
+        return "it is not a name" if not isinstance(name, str) else "it is blank"
+    if bad := _NOT_IN_A_NAME.search(name):
+        return f"it holds {bad.group()!r}"
+    if name.startswith((".", "-")):
+        return f"it starts with {name[0]!r}"
+    if name != name.strip():
+        return "it has a blank at an end"
+    if (_INVISIBLE.search(name) or unicodedata.category(name[0]).startswith("M")  # a mark joins what precedes it
+            or any(unicodedata.category(c) in ("Cf", "Cc", "Cs", "Zl", "Zp") for c in name)):
+        return "it holds a character that draws nothing or turns the text around"
+    return None
 
 
 DAY = 86400.0

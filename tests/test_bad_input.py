@@ -258,11 +258,11 @@ BAD_NAMES = {
     "study_up_and_out": ("study: '../../x'", "is not a plain name"),
     "study_absolute": ("study: /abs/path", "is not a plain name"),
     "study_newline": ("study: \"a\\nb\"", "is not a plain name"),
-    "study_dash": ("study: '-x'", "'-x' is not a plain name"),  # read as an option by every shell tool
+    "study_dash": ("study: '-x'", "'-x' is not a plain name (it starts with '-'"),  # read as an option by every shell tool
     "study_spaced": ("study: '  spaced  '", "is not a plain name"),
     "study_rtl": ("study: \"cat\\u202egnp.yaml\"", "is not a plain name"),  # shown as "catlmay.png"
     "study_hidden": ("study: .x", "'.x' is not a plain name"),  # `ls results` would not show it
-    "study_substitution": ("study: 'a$(rm -rf ~)'", "is not a plain name"),  # a shell runs it in the path bench prints
+    "study_substitution": ("study: 'a$(rm -rf ~)'", "is not a plain name (it holds '$'"),  # a shell runs it in the path bench prints
     "study_backquote": ("study: 'a`id`'", "is not a plain name"),
     "study_glob": ("study: 'run*'", "'run*' is not a plain name"),
     "study_too_long": ("study: " + "a" * 201, "the name is 201 characters long; a study name is at most 200"),
