@@ -956,6 +956,11 @@ time grows with their cube (513 values of seq_len planned in a second, 1,025 in 
 four; 99,993 asked numpy for 298 GiB)."""
 
 
+def seconds_words(seconds: float) -> str:
+    """A duration limit as the spec would write it: 366 days, 1 s."""
+    return f"{seconds / DAY:g} days" if seconds >= DAY else f"{seconds:g} s"
+
+
 def short_timeout(timeout_s: float, spec: Spec) -> str | None:
     """Why a trial timeout would stop every trial while it measures (the spec's and `bench trial --timeout`'s rule)."""
     if timeout_s > spec.measure.max_seconds:
@@ -973,6 +978,9 @@ def check_numbers(spec: Spec, where: str) -> None:
             key = SPEC_KEYS.get(name, name.replace("measure.", "trial."))
             if name == "memory_budget" and value > high:  # said in TiB, as --memory-budget says it, not in bytes
                 raise UserError(f"{where}: {key}: a memory budget is at most {high / 1024**4:g} TiB; give one like 24GiB")
+            if name.endswith("_s"):  # said as durations: "1e+20 s, over 366 days", not 31622400.0
+                raise UserError(f"{where}: {key} must be between {seconds_words(low)} and {seconds_words(high)}, "
+                                f"got {seconds_words(value)}")
             raise UserError(f"{where}: {key} must be between {low!r} and {high!r}, got {as_written(value)}")
     window = spec.measure.window_s
     if window * 2 > spec.stall_s:  # a window ends with one whole step more than its target

@@ -12,7 +12,7 @@ _SIZE_UNITS = {
     "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
     "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
 }
-_DURATION_UNITS = {"": 1, "ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600}
+_DURATION_UNITS = {"": 1, "ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 MAX_SIZE = 2**60
 MIN_SIZE = 2**20
 """Every size parsed is a memory budget, and no model trains in under a MiB."""
@@ -42,7 +42,7 @@ def parse_size(value: object, where: str) -> int:
 
 
 def parse_duration(value: object, where: str) -> float:
-    """'500ms', '90s', '10m', '1.5h' or a plain number of seconds -> seconds."""
+    """'500ms', '90s', '10m', '1.5h', '2d' or a plain number of seconds -> seconds."""
     number, unit = _number_and_unit(value, where, "duration", _DURATION_UNITS, "10m", "90s, 10m or 1.5h")
     seconds = number * _DURATION_UNITS[unit]
     if seconds <= 0:

@@ -183,7 +183,9 @@ BAD_NUMBERS = {
     # every trial read as a hang: the sweep hears from a trial once per window
     "window_over_half_the_stall": ("trial: {window: 90s, stall: 60s}", "trial.window (90 s) must be at most half",
                                    "raise trial.stall"),
-    "stall_of_a_millisecond": ("trial: {stall: 1ms}", "trial.stall must be between 1.0", "got 0.001"),
+    "stall_of_a_millisecond": ("trial: {stall: 1ms}", "trial.stall must be between 1 s and 7 days, got 0.001 s"),
+    # the limits were said in raw seconds ("between 1.0 and 31622400.0"), and `d` was no unit
+    "sweep_timeout_of_400_days": ("timeout: 400d", "timeout must be between 1 s and 366 days, got 400 days"),
     "max_seconds_nan": ("trial: {max_seconds: .nan}", "trial.max_seconds", "finite"),
     "target_cv_nan": ("trial: {target_cv: .nan}", "trial.target_cv", "nan"),
     "loss_tolerance_nan": ("trial: {loss_tolerance: .nan}", "trial.loss_tolerance", "nan"),
@@ -201,7 +203,7 @@ BAD_NUMBERS = {
     "trial_timeout_null": ("trial: {timeout: null}", "trial.timeout: is empty; write a duration like 90s"),  # not "None"
     "sweep_timeout_nan": ("timeout: .nan", "timeout", "finite"),
     "sweep_timeout_zero": ("timeout: 0", "timeout", "must be positive"),
-    "sweep_timeout_tiny": ("timeout: 0.0001s", "timeout", "must be between 1.0"),
+    "sweep_timeout_tiny": ("timeout: 0.0001s", "timeout", "must be between 1 s and 366 days, got 0.0001 s"),
     "auto_low_above_effective_batch": ("search: {batch_size: {low: 128, high: auto}, accumulation: {effective_batch: 64}}",
                                        "search.batch_size.low 128 is above effective_batch 64"),  # not the whole ladder
     "batch_low_above_the_ladder": ("search: {batch_size: {low: 70000, high: auto}}", "search.batch_size.low",
