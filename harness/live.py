@@ -124,9 +124,9 @@ def unread_note(rec: dict) -> str | None:
     factory = (rec.get("workload") or {}).get("factory")
     if not (isinstance(unread, list) and unread and factory):
         return None
-    names = ", ".join(map(str, unread))
-    return (f"note: workload.params {names}: {factory} never read {'it' if len(unread) == 1 else 'them'}, so the "
-            f"trial ran without {'it' if len(unread) == 1 else 'them'}; check the spelling against what the function reads")
+    names, them = ", ".join(map(str, unread)), "it" if len(unread) == 1 else "them"
+    return (f"note: workload.params {names}: {factory} never read {them}, so the trial ran without {them}; "
+            "check the spelling against what the function reads")
 
 
 def outcome(rec: dict, objective: str = "samples", budget: int | None = None) -> str:

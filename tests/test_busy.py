@@ -34,11 +34,11 @@ class Lines(studies.Progress):
         self.lines.append(message)
 
 
-def sweep(tmp_path, looks, wait_s, monkeypatch, fault="none", **spec):
+def sweep(tmp_path, looks, wait_s, monkeypatch, fault="none", **overrides):
     monkeypatch.setattr(busy, "POLL_S", 0.01)
     monkeypatch.setattr(busy, "now", lambda device, sample_s=busy.SAMPLE_S: next(looks))
     monkeypatch.setenv(busy.WAIT_ENV, str(wait_s))
-    spec = specs.load(faulty_spec(tmp_path, "load", [fault], **spec))
+    spec = specs.load(faulty_spec(tmp_path, "load", [fault], **overrides))
     progress = Lines()
     study = ledger.create(spec, optuna.storages.InMemoryStorage(), "cpu")
     launched = []

@@ -743,5 +743,5 @@ def test_a_param_read_only_once_the_steps_run_is_read(faulty_path, monkeypatch):
     x, y = torch.utils.data.default_collate([wl.dataset[i] for i in range(2)])
     wl.loss(wl.model, (x, y)).backward()
     assert workloads.unread_params() == ["widht"]
-    assert workloads.build({"factory": "faulty:build", "params": {"fault": "none", "widht": 8}}) is not None
-    assert workloads.unread_params() == ["widht"]  # two builds: a name is read where either read it
+    workloads.build({"factory": "faulty:build", "params": {"fault": "none", "steady_ms": 1, "widht": 8}})
+    assert workloads.unread_params() == ["widht"]  # two builds: steady_ms is read where either read it
