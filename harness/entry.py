@@ -1,8 +1,8 @@
 """The `bench` command's entry point: Ctrl-C while Python imports bench's libraries (optuna, pandas,
 rich, click: most of a second) is one line and exit 130, as it is once a command runs; a reader that
-leaves early (`bench apply best | head -1`) silences the rest of the output, not the command, and so
-does an output that cannot be written (`bench sweep spec.yaml > sweep.log` on a full disk), which is
-said in one line and makes the exit status 2."""
+leaves early (`bench apply best | head -1`, `2>&1 | head -1` too) silences the rest of the output, not
+the command, and so does an output that cannot be written (`bench sweep spec.yaml > sweep.log` on a full
+disk), which is said in one line and makes the exit status 2."""
 import contextlib
 import os
 import signal
@@ -30,7 +30,7 @@ def _ctrl_c_noted():
 
 
 class OutputToAReaderThatMayLeave:
-    """sys.stdout for a pipe whose reader may close it: once it has, the rest of the output goes to
+    """sys.stdout or sys.stderr for a pipe whose reader may close it: once it has, the rest of the output goes to
     /dev/null and the command runs on (an apply still writes its file, a sweep still runs its trials)
     and exits as it would have, instead of dying mid-command on a BrokenPipeError."""
 
@@ -78,13 +78,16 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted while bench started; nothing was written\n")
         sys.exit(130)
-    if sys.stdout is None:
+    if sys.stdout is None or sys.stderr is None:
         cli()
-    out = sys.stdout = OutputToAReaderThatMayLeave(sys.stdout)
+    # stderr too: apply's warnings come before it writes, and one failed write there stopped it (exit 1, unwritten)
+    sys.stdout = OutputToAReaderThatMayLeave(sys.stdout)
+    sys.stderr = OutputToAReaderThatMayLeave(sys.stderr)
+    outputs = sys.stdout, sys.stderr
     try:
         cli()
     except SystemExit as done:
-        if out.lost is not None and done.code in (0, None):
+        if any(o.lost is not None for o in outputs) and done.code in (0, None):
             sys.exit(2)  # it did its work, but what it had to say is lost
         raise
     finally:
