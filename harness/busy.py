@@ -1,6 +1,7 @@
 """Is the machine busy? Measured by the parent before a sweep and before each trial (when no trial of
 ours is running: CPU time other processes take, CPU steal, other processes on the trial's GPU), and
-over each trial (load average against cores, steal, GPU processes).
+over each trial (CPU time other processes took while it measured, load average against cores, steal,
+GPU processes).
 
 A trial measured while others compete for the cores or the GPU is slower than the config is, and
 running it again into the same load measures the same noise. So before a trial the sweep waits for
@@ -13,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from typing import NamedTuple
 
 import psutil
 
@@ -32,6 +34,8 @@ DEFAULT_WAIT_S = 120.0
 EACH_WAIT_S = 30.0
 """At most this long before any one trial (the sweep's start may take twice that)."""
 POLL_S = 2.0
+LOOK_EVERY_S = 0.5
+"""While a trial measures, the parent looks at the CPU this often (a look reads every process's times)."""
 
 
 def snapshot(device: str = "cpu") -> dict:
@@ -45,36 +49,99 @@ def gpu_processes(device: str) -> int:
     return nvml.compute_processes(device)
 
 
-def verdict(before: dict, after: dict) -> dict | None:
-    """Over a trial: None when the machine was quiet; else what made it busy, in measured numbers."""
+def verdict(before: dict, after: dict, others_cores: float = 0.0) -> dict | None:
+    """Over a trial: None when the machine was quiet; else what made it busy, in measured numbers.
+    `others_cores`: what other processes took while it measured (OthersWhileMeasuring)."""
     cores = os.cpu_count() or 1
     load = os.getloadavg()[0]
     span = after["total"] - before["total"]
     steal = (after["steal"] - before["steal"]) / span if span > 0 else 0.0
     others = max(before.get("gpu_processes", 0), after.get("gpu_processes", 0))
-    if load <= LOAD_PER_CORE * cores and steal <= MAX_STEAL and not others:
+    if load <= LOAD_PER_CORE * cores and steal <= MAX_STEAL and not others and others_cores <= OTHERS_CORES:
         return None
-    return {"load1": round(load, 2), "cores": cores, "steal": round(steal, 3), "gpu_processes": others}
+    return {"load1": round(load, 2), "cores": len(my_cores()), "busy_cores": round(others_cores, 2),
+            "steal": round(steal, 3), "gpu_processes": others}
+
+
+class OthersWhileMeasuring:
+    """The cores other processes keep busy while a trial measures, from looks the parent takes as it polls
+    the trial's heartbeat. The load average lags a minute behind: a 2 s run slowed 50x by another process
+    on one of two cores read quiet, and replaced its config's figure."""
+
+    def __init__(self):
+        self.last: tuple[float, Look] | None = None
+        self.others_s = self.span_s = 0.0
+
+    def beat(self, heartbeat: dict | None) -> None:
+        """Called on every poll: looks (at most every LOOK_EVERY_S) while the heartbeat says `measure`."""
+        if (heartbeat or {}).get("phase") != "measure":
+            self.last = None  # a pause between measuring phases is no part of a measurement
+            return
+        if self.last is not None and time.monotonic() - self.last[0] < LOOK_EVERY_S:
+            return
+        current = (time.monotonic(), look())
+        if self.last is not None:
+            others_s, span_s, _ = between(self.last[1], current[1])
+            self.others_s, self.span_s = self.others_s + others_s, self.span_s + span_s
+        self.last = current
+
+    def cores(self) -> float:
+        return others_cores(self.others_s, 0.0, self.span_s, len(my_cores()))
 
 
 def now(device: str = "cpu", sample_s: float = SAMPLE_S) -> dict | None:
     """Right now, with no trial of ours running: None when quiet; else the cores other processes keep
     busy (over `sample_s`), the steal and the GPU's other processes. Our own processes are not others:
     the warm trial server importing torch as the sweep starts is the sweep itself."""
-    cores = os.cpu_count() or 1
-    ours_before, before = own_cpu_s(), psutil.cpu_times()
+    before = look()
     time.sleep(sample_s)
-    after, ours_after = psutil.cpu_times(), own_cpu_s()
-    span = sum(after) - sum(before)
-    idle = (after.idle - before.idle) + (getattr(after, "iowait", 0.0) - getattr(before, "iowait", 0.0))
-    ours = sum(max(t - ours_before.get(pid, 0.0), 0.0) for pid, t in ours_after.items())
-    used = others_cores(span - idle, ours, span, cores)
-    steal = (getattr(after, "steal", 0.0) - getattr(before, "steal", 0.0)) / span if span > 0 else 0.0
+    others_s, span_s, steal = between(before, look())
+    used = others_cores(others_s, 0.0, span_s, len(my_cores()))
     gpu = gpu_processes(device)
     if used <= OTHERS_CORES and steal <= MAX_STEAL and not gpu:
         return None
-    return {"load1": round(os.getloadavg()[0], 2), "cores": cores, "busy_cores": round(used, 2),
+    return {"load1": round(os.getloadavg()[0], 2), "cores": len(my_cores()), "busy_cores": round(used, 2),
             "steal": round(steal, 3), "gpu_processes": gpu}
+
+
+class Look(NamedTuple):
+    cpu: tuple
+    """psutil's CPU times, summed over my_cores()."""
+    ours: dict[int, float]
+    """own_cpu_s()."""
+
+
+def look() -> Look:
+    return Look(my_cpu_times(), own_cpu_s())
+
+
+def between(before: Look, after: Look) -> tuple[float, float, float]:
+    """From one look to the next: CPU seconds other processes used on my cores, the CPU seconds those
+    cores had, and the share the hypervisor stole. A process of ours that ended between the two takes
+    its last share with it: counted as others'."""
+    span = sum(after.cpu) - sum(before.cpu)
+    idle = (after.cpu.idle - before.cpu.idle) + (getattr(after.cpu, "iowait", 0.0) - getattr(before.cpu, "iowait", 0.0))
+    ours = sum(max(t - before.ours.get(pid, 0.0), 0.0) for pid, t in after.ours.items())
+    steal = (getattr(after.cpu, "steal", 0.0) - getattr(before.cpu, "steal", 0.0)) / span if span > 0 else 0.0
+    return max(span - idle - ours, 0.0), max(span, 0.0), steal
+
+
+def my_cores() -> list[int]:
+    """The cores this process, and so its trials, may run on: a sweep pinned by taskset or a cgroup (and
+    each of the test suite's workers) is not slowed by load on the others."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this platform: every core
+        return list(range(os.cpu_count() or 1))
+
+
+def my_cpu_times():
+    """psutil.cpu_times() over my_cores() alone (all of them where psutil numbers the cores otherwise)."""
+    per_core, mine = psutil.cpu_times(percpu=True), my_cores()
+    if not mine or max(mine) >= len(per_core):
+        return psutil.cpu_times()
+    picked = [per_core[i] for i in mine]
+    return type(picked[0])(*(sum(field) for field in zip(*picked)))
 
 
 def others_cores(used_s: float, ours_s: float, span_s: float, cores: int) -> float:

@@ -511,10 +511,15 @@ class Sweep:
             looked["busy"] = self.quiet.wait(f"trial {number}" + (" (confirmation run)" if repeat else ""))
             looked["before"] = busy.snapshot(self.device)
 
+        def beat(heartbeat):
+            others.beat(heartbeat)
+            self.progress.trial_phase(heartbeat)
+
+        others = busy.OthersWhileMeasuring()
         log = self.confirmation_log_path(number) if repeat else self.log_path(number)
         rec = launch.run(self.job(config, number, repeat), launch.Limits(self.spec.trial_timeout_s, self.spec.stall_s),
-                         log, on_beat=self.progress.trial_phase, on_turn=look)
-        rec["busy"] = looked["busy"] or busy.verdict(looked["before"], busy.snapshot(self.device))
+                         log, on_beat=beat, on_turn=look)
+        rec["busy"] = looked["busy"] or busy.verdict(looked["before"], busy.snapshot(self.device), others.cores())
         self.quiet.measured(rec["busy"] if rec.get("throughput") else None)  # load spoils a speed, not an OOM
         return rec
 

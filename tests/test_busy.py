@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from harness import busy, ledger, live, report, spec as specs, study as studies
-from tests.conftest import faulty_spec
+from tests.conftest import FAST_TRIAL, faulty_spec
 
 BUSY = {"load1": 3.5, "cores": 2, "busy_cores": 1.9, "steal": 0.0, "gpu_processes": 0}
 pytestmark = pytest.mark.usefixtures("faulty_path")
@@ -57,7 +57,7 @@ def test_a_busy_machine_is_waited_for_then_measured_once(tmp_path, monkeypatch):
     assert "machine busy before trial 0 (1.9 of 2 cores in use by others, load 3.5" in text
     assert "waiting up to 30s for quiet" in text and "quiet after" in text
     assert lines.index("header #0") < next(i for i, line in enumerate(lines) if "machine busy" in line)
-    assert rows[0]["busy"] is None or "busy_cores" not in rows[0]["busy"]
+    assert rows[0]["busy"] != BUSY  # the record keeps the verdict over its run, not the one it waited out
 
 
 def test_a_machine_that_stays_busy_is_measured_in_bounded_time_and_called_noise(tmp_path, monkeypatch):
@@ -154,6 +154,77 @@ def test_now_takes_what_it_counts_as_ours_out_of_others(monkeypatch):
     assert flag is None or flag["busy_cores"] == 0.0  # steal or a GPU may still flag it; cores in use may not
 
 
+def spinning_on(core: int) -> int:
+    """A process spinning on one core, left by the shell to init: not ours. Its pid."""
+    loop = f"{sys.executable} -c 'import os; os.sched_setaffinity(0, {{{core}}})\nwhile 1: pass'"
+    return int(subprocess.run(["sh", "-c", f"{loop} >/dev/null 2>&1 & echo $!"], capture_output=True,
+                              text=True, check=True).stdout)
+
+
+def looked_while(phase: str, times: int = 6) -> busy.OthersWhileMeasuring:
+    others = busy.OthersWhileMeasuring()
+    for _ in range(times):
+        others.beat({"phase": phase})
+        time.sleep(0.12)
+    return others
+
+
+def test_while_a_trial_measures_another_process_on_its_cores_is_counted(monkeypatch):
+    """A 2 s run slowed 50x by a process that started mid-trial was called quiet: the 1-minute load average
+    lags. The parent's looks while the heartbeat says `measure` see a core another process spins; looks in
+    any other phase count nothing."""
+    monkeypatch.setattr(busy, "LOOK_EVERY_S", 0.1)
+    here = busy.my_cores()[0]
+    spinner = spinning_on(here)
+    try:
+        time.sleep(0.3)
+        warming, measuring = looked_while("warmup"), looked_while("measure")
+    finally:
+        os.kill(spinner, 9)
+    assert warming.cores() == 0.0 and warming.span_s == 0.0
+    assert measuring.cores() > busy.OTHERS_CORES
+    flag = busy.verdict(busy.snapshot(), busy.snapshot(), measuring.cores())
+    assert flag is not None and flag["busy_cores"] == round(measuring.cores(), 2)
+    assert busy.describe(flag).startswith(f"{flag['busy_cores']:.1f} of {len(busy.my_cores())} cores in use by others")
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs a second core to spin on")
+def test_load_on_a_core_the_sweep_may_not_use_is_not_others(monkeypatch):
+    """A sweep pinned by taskset or a cgroup (each test worker too) is not slowed by a process spinning on
+    a core it may not use: only the cores it may run on are looked at."""
+    monkeypatch.setattr(busy, "LOOK_EVERY_S", 0.1)
+    here = busy.my_cores()[0]
+    there = next(core for core in range(os.cpu_count()) if core != here)
+    spinner = spinning_on(there)
+    try:
+        time.sleep(0.3)
+        monkeypatch.setattr(busy, "my_cores", lambda: [here])
+        mine = looked_while("measure")
+        monkeypatch.setattr(busy, "my_cores", lambda: [there])
+        theirs = looked_while("measure")
+    finally:
+        os.kill(spinner, 9)
+    assert theirs.cores() > busy.OTHERS_CORES
+    assert mine.cores() < theirs.cores() - 0.3  # what else runs on `here` on a busy machine is not the spinner
+
+
+def test_a_run_slowed_by_another_process_while_it_measured_is_recorded_busy(tmp_path, monkeypatch):
+    """The wiring: the machine is quiet before the trial (staged), two processes spin on its cores while it
+    runs, and its record says busy, with the cores they took."""
+    monkeypatch.setattr(busy, "LOOK_EVERY_S", 0.05)
+    slow = {"factory": "faulty:build", "params": {"fault": "none", "at_step": 3, "steady_ms": 100}}
+    spinners = [spinning_on(core) for core in busy.my_cores()[:1] * 2]
+    try:
+        rows, lines, launched = sweep(tmp_path, iter([None] * 50), 0, monkeypatch, workload=slow,
+                                      trial={**FAST_TRIAL, "window": 0.3, "min_windows": 3, "max_windows": 3})
+    finally:
+        for spinner in spinners:
+            os.kill(spinner, 9)
+    assert launched == [0] and rows[0]["status"] == "ok"
+    assert rows[0]["busy"] is not None and rows[0]["busy"]["busy_cores"] > busy.OTHERS_CORES, rows[0]["busy"]
+    assert "1 run measured on a busy machine: the answer is noise" in lines[-1]
+
+
 def swept_busy(tmp_path, monkeypatch):
     """A one-trial study swept while the machine was busy: (spec, study, its one row)."""
     monkeypatch.setattr(busy, "POLL_S", 0.01)
@@ -181,7 +252,7 @@ def test_run_again_on_a_quiet_machine_measures_again_what_a_busy_one_spoiled(tmp
         study.set_user_attr(ledger.confirm_key(7, round_), {"state": "done", "run": run})
 
     monkeypatch.setattr(busy, "now", lambda device, sample_s=busy.SAMPLE_S: None)  # quiet now
-    monkeypatch.setattr(busy, "verdict", lambda before, after: None)  # and during the trial, whatever this host's load
+    monkeypatch.setattr(busy, "verdict", lambda before, after, others_cores=0.0: None)  # and during the trial, whatever this host's load
     monkeypatch.setenv(busy.WAIT_ENV, "0")
     studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=Lines()).run()  # 0: the machine as it is
     assert [r["number"] for r in ledger.rows_of(study)] == [first["number"]]
@@ -228,7 +299,7 @@ def test_a_sweep_stopped_before_the_re_measurement_loses_nothing(tmp_path, monke
     assert ledger.why_not_shown(study, first["number"]) is None
 
     progress = Lines()  # the resume measures it again, once, and then the new trial stands in for it
-    monkeypatch.setattr(busy, "verdict", lambda before, after: None)
+    monkeypatch.setattr(busy, "verdict", lambda before, after, others_cores=0.0: None)
     studies.Sweep(spec, study, "cpu", tmp_path, 1, None, progress=progress).run()
     (again,) = [r for r in ledger.rows_of(study) if r["status"] != "interrupted"]
     assert again["number"] != first["number"] and not again["busy"]
@@ -265,7 +336,7 @@ def test_a_run_that_turned_busy_after_it_started_is_counted_in_the_sweeps_last_w
     """The live output marked 5 trials busy and the last line said "4 run(s) started on a busy machine":
     it counted only the runs the machine was busy before."""
     during = {"load1": 4.2, "cores": 2, "steal": 0.0, "gpu_processes": 0}
-    monkeypatch.setattr(busy, "verdict", lambda before, after: during)
+    monkeypatch.setattr(busy, "verdict", lambda before, after, others_cores=0.0: during)
     rows, lines, launched = sweep(tmp_path, iter([None] * 50), 60, monkeypatch)
     assert rows[0]["busy"] == during
     assert lines[-1].startswith("1 run measured on a busy machine: the answer is noise")

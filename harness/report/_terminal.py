@@ -463,7 +463,8 @@ def busy_story(choice: Choice) -> str | None:
     if not ran_rows:
         return None  # nothing ran to be quiet or busy for
     if not busy_rows:
-        return "the machine was quiet for every trial (load, CPU steal and other GPU processes checked each time)"
+        return ("the machine was quiet for every trial (other processes' CPU, load, CPU steal and other GPU processes "
+                "checked each time)")
     verdicts = [v for s in busy_rows for v in (s.record.busy, *(r.busy for r in s.record.repeats)) if v]
     # others' cores in use is what slows a trial; load1 counts bench's own child too (older records lack it)
     worst = max(verdicts, key=lambda b: (b.get("busy_cores", 0), b.get("load1", 0)))
