@@ -1243,6 +1243,21 @@ def test_a_learning_rate_or_a_dataset_length_is_not_another_model_size(tmp_path)
         target, wider, {"batch_size"})
 
 
+@pytest.mark.parametrize("name, text", [
+    ("train.json", '{"model": {"d_model": 32, "layers": 2}, "micro_batch_size": 8}\n'),
+    ("train.yaml", "data: !ENV ${DATA_DIR}\nmodel:\n  d_model: 32\n  layers: 2\nmicro_batch_size: 8\n"),
+])
+def test_a_json_config_or_one_with_application_tags_is_checked_for_another_model_size(tmp_path, name, text):
+    """The warning read the target with PyYAML's safe_load, and only a YAML one: a JSON config (and a YAML
+    one whose `!ENV` tag safe_load refuses) took the CPU stand-in's numbers without a word."""
+    file = tmp_path / name
+    file.write_text(text)
+    target = target_for(file, preset="plain", keys={"batch_size": "micro_batch_size"})
+    measured = {"name": "gpt", "preset": "tiny", "params": {"d_model": 64, "layers": 2}}
+    assert "describes model.d_model 32, but preset tiny measured d_model 64" in apply.other_model_size(
+        target, measured, {"batch_size"})
+
+
 @pytest.mark.parametrize("text, keys, where", [
     # the last section lacks a key and a new section is made: both insertions fall at the end of the file
     ("# training\ntrain:\n  batch_size: 16   # per device\n  grad_accum: 1\n",

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-import yaml
-
-from harness.apply._keymaps import ApplyTarget
-from harness.apply._keymaps import flatten
+from harness.apply._document import _load_document
+from harness.apply._keymaps import ApplyTarget, flatten
+from harness.errors import UserError
 
 
 NOT_A_SIZE = frozenset({"lr", "samples", "dropout", "temperature", "aux_weight", "hard_fraction", "lora_dropout",
@@ -19,9 +18,9 @@ def other_model_size(target: ApplyTarget, workload: dict | None, searched: Colle
     """The target's numeric keys named like a measured workload parameter (model.d_model ~ d_model)
     that hold another value, as one warning; None when they agree or cannot be read. Searched knobs
     are left out: their values differ by design."""
-    try:
-        tree = yaml.safe_load(target.file.read_text()) if target.format == "yaml" else None
-    except (OSError, yaml.YAMLError):
+    try:  # read as apply reads it: a JSON config, or a YAML one with `!ENV` tags, went unchecked
+        tree = _load_document(target.file, target.format).data
+    except UserError:
         return None
     if not workload or not isinstance(tree, dict):
         return None
