@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from harness import __version__, errors, footprint, measure, record, reference, reuse, transforms, workloads, zygote
+from harness import __version__, errors, failures, footprint, measure, record, reference, reuse, transforms, workloads, zygote
 from harness.meter import Meter
 
 
@@ -601,8 +601,8 @@ def missing_extra(exc: BaseException) -> str:
 
 
 def failure_record(job: dict, status: str, exc: BaseException) -> dict:
-    error = {"type": type(exc).__name__, "message": str(exc)[:2000] or type(exc).__name__,  # MemoryError()
-             "traceback": traceback.format_exc()[-4000:]}
+    tb = traceback.format_exc()[-4000:]
+    error = {"type": type(exc).__name__, "message": message_of(exc, tb), "traceback": tb}
     if hint := dtype_hint(job, str(exc)):
         error["hint"] = hint
     if isinstance(exc, BatchOverDataset) and exc.samples is not None:  # no batch above it can run
@@ -610,6 +610,15 @@ def failure_record(job: dict, status: str, exc: BaseException) -> dict:
     if getattr(exc, "every_config", False):
         error["every_config"] = True
     return {"status": status, "config": job.get("config"), "throughput": None, "peak_memory": None, "error": error}
+
+
+def message_of(exc: BaseException, tb: str) -> str:
+    """What the trial says it failed with: the exception's text (its type where it has none: MemoryError()),
+    and where sys.exit(3) was called, not "3"."""
+    if isinstance(exc, SystemExit) and not isinstance(exc.code, str):
+        at = failures.users_frame({"traceback": tb})
+        return f"your code called sys.exit({exc.code!r})" + (f" at {at}" if at else "") + "; a trial cannot exit"
+    return str(exc)[:2000] or type(exc).__name__
 
 
 def dtype_hint(job: dict, message: str) -> str:

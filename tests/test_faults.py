@@ -384,22 +384,26 @@ EXITER = '''
 import sys
 
 def build(params):
-    sys.exit("this factory gives up: no GPU config for these params")
+    sys.exit({code})
 '''
 
 
-def test_sys_exit_in_the_users_factory_is_an_error_with_its_message(faulty_env, monkeypatch):
+@pytest.mark.parametrize("code, said", [
+    ('"this factory gives up: no GPU config for these params"', "this factory gives up: no GPU config for these params"),
+    ("3", "your code called sys.exit(3) at {folder}/exiter.py:5; a trial cannot exit"),  # it said "3" alone
+])
+def test_sys_exit_in_the_users_factory_is_an_error_with_its_message(faulty_env, monkeypatch, code, said):
     """Before: `crash: exited with code 1 without writing a result`."""
-    folder = faulty_env / "exiter"
+    folder = faulty_env / f"exiter-{code.isdigit()}"
     folder.mkdir()
-    (folder / "exiter.py").write_text(EXITER)
+    (folder / "exiter.py").write_text(EXITER.format(code=code))
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), os.environ["PYTHONPATH"]]))
     path = faulty_spec(folder, "exiter", ["none"], workload={"factory": "exiter:build", "params": {"fault": "none"}})
     spec = specs.load(path)
     rec = launch.run(spec.job("cpu", specs.trial_config(spec, {})), launch.Limits(TIMEOUT_S, STALL_S), None)
     assert rec["status"] == record.ERROR, rec
-    assert "this factory gives up" in rec["error"]["message"]
+    assert rec["error"]["message"] == said.format(folder=folder)
 
 
 ESCAPING = """
