@@ -491,13 +491,16 @@ def parse_search(raw, workload: dict, where: str):
         at = f"{where}: search.{name}"
         if name not in allowed:
             label = workload_label(workload)
+            own = "" if "name" in workload else \
+                f"; a param of your model is searched once workload.params holds its default ({name}: ...)"
             raise UserError(f"{at}: {label} has no knob {name!r}{did_you_mean(name, allowed)}; "
-                            f"its knobs: {', '.join(sorted(allowed))}")
+                            f"its knobs: {', '.join(sorted(allowed))}{own}")
         if name == "accumulation" and isinstance(value, dict) and not set(value) <= {"low", "high"}:
             check_keys(value, ("effective_batch",), at)  # {efective_batch: 64} gets its did-you-mean
             effective = positive_int(value["effective_batch"], f"{at}.effective_batch")
             continue
         dim = parse_dimension(name, value, at)
+        check_like_param(name, dim, workload, at)
         if dim.size() == 1:
             fixed[name] = dim.choices[0] if dim.choices else dim.low
         else:
@@ -511,6 +514,18 @@ def parse_search(raw, workload: dict, where: str):
             if isinstance(asked, dict) and asked.get("high") == "auto" else None
         dims, fixed = restrict_to_effective_batch(dims, fixed, effective, where, auto_low)
     return dims, fixed, effective
+
+
+def check_like_param(name: str, dim: Dimension, workload: dict, at: str) -> None:
+    """`search: {width: [a, 3]}` beside `params: {width: 32}`: the trial of `a` (your baseline, the first
+    value) failed inside your model's __init__; `--set width=a` is refused as well (check_like_held)."""
+    held = workload["params"].get(name) if "name" not in workload and name not in knobs.UNIVERSAL else None
+    wrong = [v for v in dim.choices if not is_number(v)] if is_number(held) else []
+    if wrong:
+        origin = (workload.get("origins") or {}).get(name)
+        source = f"the apply target's {origin}" if origin else f"workload.params.{name}"
+        raise UserError(f"{at}: {as_written(wrong[0])} is not a number; {name} takes a number, as {source} "
+                        f"({held}) shows")
 
 
 def knob_values(name: str, dims: dict, fixed: dict) -> tuple:

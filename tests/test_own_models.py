@@ -640,6 +640,24 @@ def test_set_of_your_own_param_takes_the_kind_of_value_your_config_holds(tmp_pat
     assert len([line for line in result.stderr.splitlines() if line.strip()]) == 1 and not result.stdout
 
 
+@pytest.mark.parametrize("search, said", [
+    # the baseline took `abc` (the first value) and failed inside UNet.__init__: the parent knows better
+    ({"width": ["abc", 8]}, "search.width: 'abc' is not a number; width takes a number, as the apply target's "
+                            "model.width (8) shows"),
+    ({"widht": [8, 16]}, "search.widht: unet:UNet has no knob 'widht' (did you mean 'width'?)"),
+    ({"dropout": [0.1, 0.2]}, "a param of your model is searched once workload.params holds its default (dropout: ...)"),
+])
+def test_a_searched_param_of_your_own_model_is_checked_before_a_trial_runs(tmp_path, monkeypatch, search, said):
+    folder = copy_example("unet", tmp_path, monkeypatch)
+    spec = yaml.safe_load((folder / "sweep.yaml").read_text())
+    spec["search"].update(search)
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    result = CliRunner().invoke(main, ["sweep", "sweep.yaml", "--device", "cpu"])
+    assert result.exit_code == 2, result.output
+    assert said in result.stderr and len([line for line in result.stderr.splitlines() if line.strip()]) == 1
+    assert not (folder / "results").exists()
+
+
 # Batches and shapes as users bring them, checked in the child's own terms before torch fails.
 Sample = namedtuple("Sample", ["image", "label"])
 
