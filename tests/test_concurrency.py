@@ -204,7 +204,10 @@ def test_a_trial_waits_for_another_bench_trial_on_the_same_device(gated):  # noq
         pgid = os.getpgid(hanging_trial(first, tmp=tmp).pid)
         second = subprocess.Popen(trial + ["--set", "fault=none"], cwd=gated, env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(4)
+        # from when it holds the lock file open (waiting for its turn), not from its start: a busy machine's
+        # imports took 2 of the 4 s this test once slept in all
+        assert waits_on(second, tmp / "bench-device-cpu.lock", within_s=120)
+        time.sleep(3)
         assert second.poll() is None and len(list(tmp.glob("bench-trial-*"))) == 1  # no trial of its own yet
         first.terminate()
         stdout, stderr = second.communicate(timeout=120)
@@ -215,7 +218,20 @@ def test_a_trial_waits_for_another_bench_trial_on_the_same_device(gated):  # noq
     assert wait_until_gone(pgid) == []
     assert second.returncode == 0, stderr
     rec = json.loads(stdout)
-    assert rec["status"] == "ok" and rec["timing"]["device_wait_s"] > 2  # its start-up took the rest of the 4 s
+    assert rec["status"] == "ok" and rec["timing"]["device_wait_s"] > 2.5
+
+
+def waits_on(proc: subprocess.Popen, lock: Path, within_s: float) -> bool:
+    """True once `proc` holds `lock` open (a trial waiting for the device, or running on it)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if any(os.path.realpath(fd) == str(lock.resolve()) for fd in Path(f"/proc/{proc.pid}/fd").iterdir()):
+                return True
+        except OSError:  # an fd closed between the listing and the look
+            pass
+        time.sleep(0.05)
+    return False
 
 
 HOLDER = """
