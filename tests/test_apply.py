@@ -1026,11 +1026,25 @@ def test_parse_resolves_the_file_against_the_spec_folder_without_needing_it(tmp_
     ({"file": "c.yaml", "world_size": 0}, r"apply.world_size: expected a positive whole number"),
     ({"preset": "hf"}, r"apply: `file` is missing"),
     ("c.yaml", r"sweeps/x.yaml: apply: expected a mapping"),
+    # a one-letter slip: apply wrote a trial of `full` as false, "already holds these values", and trained none
+    ({"file": "c.yaml", "keys": {"checkpointing": {"key": "model.ckpt", "values": {"none": False, "full": False}}}},
+     r"apply.keys.checkpointing: none and full are both written as model.ckpt: false, so the file could not tell "
+     r"a trial of full from one of none; give each its own value"),
+    ({"file": "c.yaml", "keys": {"precision": [{"key": "bf16", "values": {"fp32": False, "tf32": False}},
+                                               {"key": "tf32", "values": {"fp32": True, "tf32": True}}]}},
+     r"apply.keys.precision: fp32 and tf32 are both written as bf16: false, tf32: true"),
 ])
 def test_parse_errors_are_one_line_user_errors(section, message, tmp_path):
     with pytest.raises(UserError, match=message) as error:
         parse_apply_section(section, tmp_path, "sweeps/x.yaml")
     assert "\n" not in str(error.value)
+
+
+def test_values_written_alike_in_one_key_are_told_apart_by_another(tmp_path):
+    """HF's way: bf16 writes fp32 and tf32 alike, the tf32 key tells them apart: no refusal."""
+    section = {"file": "c.yaml", "keys": {"precision": [{"key": "bf16", "values": {"fp32": False, "tf32": False}},
+                                                        {"key": "tf32", "values": {"fp32": False, "tf32": True}}]}}
+    assert len(parse_apply_section(section, tmp_path, "x.yaml").keys["precision"]) == 2
 
 
 def test_workload_knobs_are_accepted_and_checked_when_the_workload_is_known(tmp_path):

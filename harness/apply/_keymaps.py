@@ -189,6 +189,7 @@ def parse_apply_section(raw: object, base_dir: Path, where: str, *,
     for knob, entry in _mapping(section.get("keys", {}), f"{where}: apply.keys").items():
         _check_knob_name(knob, known_knobs, f"{where}: apply.keys.{knob}")
         keys[knob] = _parse_knob_entry(knob, entry, f"{where}: apply.keys.{knob}")
+        _check_told_apart(knob, keys[knob], f"{where}: apply.keys.{knob}")
     data = _plain_data(file)
     keys = _in_file_form(keys, data)
     lr = _parse_lr(section["lr"], f"{where}: apply.lr") if section.get("lr") is not None else None
@@ -326,6 +327,21 @@ def _parse_key_map(knob: str, entry: object, where: str) -> KeyMap:
     if values is None:
         return KeyMap(_dotted_key(spec["key"], f"{where}.key"))
     return KeyMap(_dotted_key(spec["key"], f"{where}.key"), values=_parse_value_map(knob, values, f"{where}.values"))
+
+
+def _check_told_apart(knob: str, maps: tuple[KeyMap, ...], where: str) -> None:
+    """Two of a knob's values written alike in every key (`{none: false, full: false}`, a one-letter slip):
+    apply wrote a trial of `full` as `false`, said "already holds these values", and the file trains `none`.
+    (A preset may map two values alike where the file cannot tell them apart: Lightning's fp32 and tf32.)"""
+    valued = [m for m in maps if m.values]
+    seen: dict[tuple, str] = {}
+    for value in dict.fromkeys(v for m in valued for v in m.values):
+        written = tuple(repr(m.values.get(value, ABSENT)) for m in valued)
+        if written in seen:
+            shown = ", ".join(f"{m.key}: {as_written(m.values[value])}" for m in valued if value in m.values)
+            raise UserError(f"{where}: {seen[written]} and {value} are both written as {shown}, so the file could "
+                            f"not tell a trial of {value} from one of {seen[written]}; give each its own value")
+        seen[written] = value
 
 
 def _parse_value_map(knob: str, raw: object, where: str) -> dict[str, object]:
