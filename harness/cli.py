@@ -179,7 +179,10 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
             for line in report.headline(choice):
                 if not line.startswith("headroom left"):
                     out.print(escape(study + line), soft_wrap=True)
-    if any(report.spoiled(c) for c in choices):  # the report's rule: an answer noise decides is none to apply
+    stayed = next((c for c in choices if report.spoiled(c) and report.stayed_noisy(c)), None)
+    if stayed is not None:  # a rerun would measure nothing again: it said "run again", and again, forever
+        out.print(f"next: {escape(report.next_step(stayed))}")
+    elif any(report.spoiled(c) for c in choices):  # the report's rule: an answer noise decides is none to apply
         out.print("next: run the same [bold]bench sweep[/bold] again when the machine is quiet: it measures again "
                   "what a busy machine or noise spoiled; [bold]bench report[/bold] shows which")
     elif not any(found):

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from rich.console import Console
 from rich.spinner import Spinner
 
-from harness import cli, ledger, spec as specs, storage as stores, study as studies
+from harness import busy, cli, ledger, spec as specs, storage as stores, study as studies
 from harness.cli import main
 from harness.live import LiveProgress, RunningTrial
 from tests.conftest import FAST_TRIAL, write_spec
@@ -185,6 +185,32 @@ def test_the_sweeps_last_line_offers_apply_only_where_it_would_change_your_confi
     assert result.exit_code == 0, result.output
     last = " ".join(result.output.strip().splitlines()[-1].split())
     assert last == said, result.output
+
+
+def test_a_trial_that_stayed_noisy_is_not_met_with_run_again_forever(project, monkeypatch):
+    """A rerun measures a noisy trial again once; when that stays noisy, the next rerun measures nothing, and
+    the sweep's last line said "run the same bench sweep again when the machine is quiet" every time, while
+    `bench report` said to give trials longer. Narrowed away from the search, a noisy trial decides nothing."""
+    def steady_but_16(self, config, number, repeat=False):
+        return {"status": "ok", "throughput": 100.0 * config["batch_size"], "peak_memory": 2**20 * config["batch_size"],
+                "timing": {"step_s": {"cv": 0.9 if config["batch_size"] == 16 else 0.005}}, "busy": None}
+    monkeypatch.setattr(studies.Sweep, "launch", steady_but_16)
+    monkeypatch.setattr(busy, "now", lambda device, sample_s=busy.SAMPLE_S: None)
+    monkeypatch.setenv(busy.WAIT_ENV, "60")  # the tests' 0 never measures again
+    spec = write_spec(project, search={"batch_size": [4, 8, 16]}, trials=3)
+
+    def last_line(path=spec):
+        result = CliRunner().invoke(main, ["sweep", str(path), "--device", "cpu"])
+        assert result.exit_code == 0, result.output
+        return " ".join(result.output.strip().splitlines()[-1].split())
+
+    assert last_line().startswith("next: run the same bench sweep again when the machine is quiet")
+    assert last_line().startswith("next: trial #")  # #16's re-measurement stayed noisy
+    for _ in range(2):
+        said = last_line()
+        assert "stayed noisy when measured again on a quiet machine: give trials longer (trial.max_seconds)" in said
+    narrowed = write_spec(project, search={"batch_size": [4, 8]}, trials=3)
+    assert last_line(narrowed).startswith("next: bench report to see the measurements; your config stays best")
 
 
 @pytest.mark.parametrize("space", [

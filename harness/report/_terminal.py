@@ -443,12 +443,25 @@ def ran(choice: Choice) -> list[Standing]:
     return [s for s in choice.rows if s.record.status not in failures.IN_FLIGHT_OR_NOT_RUN]
 
 
+def measured(choice: Choice) -> list[Standing]:
+    """Trials with a figure that may decide the choice: an OOM or a failure is not a figure load spoils,
+    and a value the last sweep took out of the search is never chosen (nor measured again)."""
+    return [s for s in ran(choice) if s.record.status == record.OK and not s.record.unsearched]
+
+
+def stayed_noisy(choice: Choice) -> list[Standing]:
+    """The noisy trials, when every one of them was a re-measurement of a noisy run: sweeping again on a
+    quiet machine will not measure them again."""
+    noisy = [s for s in measured(choice) if s.noisy]
+    return noisy if all("noisy_cv" in (s.record.remeasured_after or {}) for s in noisy) else []
+
+
 def spoiled(choice: Choice) -> bool:
     """The figures deciding this choice are noise: a run too noisy to rank, most runs made on a busy
     machine, or best or the leader among them. The answer is to sweep again on a quiet machine."""
-    measured = [s for s in ran(choice) if s.record.status == record.OK]  # an OOM or a failure is not a figure load spoils
-    busy_rows = [s for s in measured if ran_busy(s)]
-    return (any(s.noisy for s in measured) or len(busy_rows) * 2 > len(measured)
+    measured_rows = measured(choice)
+    busy_rows = [s for s in measured_rows if ran_busy(s)]
+    return (any(s.noisy for s in measured_rows) or len(busy_rows) * 2 > len(measured_rows)
             or any(s in busy_rows for s in (choice.best, choice.leader)))
 
 
@@ -478,8 +491,7 @@ def next_step(choice: Choice) -> str:
     if running:  # its sweep decides what runs next, and may yet measure again what load spoiled
         return f"a sweep is running (trial #{running[0].number}): `bench report` again when it ends"
     ran_rows = ran(choice)
-    noisy = [s for s in ran_rows if s.record.status == record.OK and s.noisy]
-    if noisy and all("noisy_cv" in (s.record.remeasured_after or {}) for s in noisy):
+    if noisy := stayed_noisy(choice):
         return (f"trial{'s' if len(noisy) > 1 else ''} {', '.join(f'#{s.number}' for s in noisy)} stayed noisy when measured again on a quiet machine: "
                 "give trials longer (trial.max_seconds) or steadier data, and sweep again")
     if spoiled(choice):
