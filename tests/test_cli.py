@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from harness import report
 from harness.cli import main
 from tests.conftest import write_spec
 
@@ -535,10 +536,30 @@ def test_report_fits_the_terminal_and_never_cuts_a_number(swept, monkeypatch, co
         assert f"{r['peak'] / 1024**2:.1f}" in cells
     # the legend breaks between its entries: "! loss rose beyond" / "chance" read as two of them
     legend = table.output[table.output.index("★ best"):table.output.index("1024² bytes")]
-    for entry in ("! loss rose beyond chance", "noisy: windows disagree, not ranked", "GiB = 1024³ bytes, MiB"):
-        assert any(entry in line for line in legend.splitlines()), legend
+    for entry, marked in (("! loss rose beyond chance", any(r["unsafe"] for r in rows)),
+                          ("noisy: windows disagree, not ranked", any(r["noisy"] for r in rows)),
+                          ("GiB = 1024³ bytes, MiB", True)):
+        assert any(entry in line for line in legend.splitlines()) == marked, legend
     wide = in_folder(folder, "report", "--wide")
     assert "checkpointing" in wide.output and "% mem" in wide.output
+
+
+@pytest.mark.parametrize("cv, loss_rose", [(0.01, False), (0.9, False), (0.01, True)])
+def test_the_legend_names_only_the_marks_a_row_bears(cv, loss_rose):
+    """"! loss rose beyond chance" and "noisy" were in every legend, beside tables no row of which bore them."""
+    from harness.report._terminal import legend
+
+    def ok(number, speed):
+        return {"number": number, "status": "ok", "config": {"batch_size": 8 << number}, "throughput": speed,
+                "peak_memory": 1 << 30, "busy": None, "baseline": number == 0, "error": None,
+                "timing": {"step_s": {"cv": cv if number else 0.01, "median": 0.1}},
+                "loss": {"first": 2.0, "last": 3.0 if loss_rose and number else 1.9, "scatter": 0.01}}
+    choice = report.annotate([ok(0, 100.0), ok(1, 200.0)], {"name": "marks"})
+    text = legend(choice, shows_runs=False)
+    assert ("noisy: windows disagree" in text) == (cv > 0.5)
+    assert any(s.unsafe for s in choice.rows) == loss_rose  # the rows are as staged
+    assert ("! loss rose beyond chance" in text) == loss_rose
+    assert "★ best" in text and "GiB = 1024³ bytes" in text
 
 
 @pytest.mark.parametrize("columns", ["0", "1"])

@@ -256,9 +256,10 @@ def legend(choice: Choice, shows_runs: bool, width: int | None = None) -> str:
     """The marks and words the table uses; `runs` only where the table has that column. Within `width`
     columns, lines break between entries, never inside one ("! loss rose beyond / chance" read as two)."""
     base = "your config as swept" if choice.applies else "the spec's defaults: no apply: section, no config read"
-    entries = ["★ best", "◆ Pareto front", f"B baseline ({base})", "! loss rose beyond chance"]
+    entries = ["★ best", "◆ Pareto front", f"B baseline ({base})"]
+    entries += ["! loss rose beyond chance"] if any(s.unsafe for s in choice.rows) else []  # marks no row bears: noise
     entries += ["x a value not in the search as last swept"] if any(s.record.unsearched for s in choice.rows) else []
-    entries += ["noisy: windows disagree, not ranked"]
+    entries += ["noisy: windows disagree, not ranked"] if any(s.noisy for s in choice.rows) else []
     entries += ["runs: measured runs the figure is the median of"] if shows_runs else []
     entries += ["GiB = 1024³ bytes, MiB = 1024² bytes"]
     lines = [entries[0]]
