@@ -43,6 +43,13 @@ results_option = click.option("--results", type=click.Path(), default="results",
                               callback=a_results_folder, help="Folder that holds the studies (embedded storage and logs).")
 
 
+def a_file(ctx, param, value):
+    """--to '' and --out '': click's Path reads an empty name as ".", which was then said to be a folder."""
+    if value is not None and not value.strip():
+        raise click.BadParameter(f"{value!r} is empty; name a file, or leave {param.opts[0]} out")
+    return None if value is None else Path(value)
+
+
 def a_scenario(ctx, param, value):
     """--scenario '' named no scenario and ran (or showed) the spec without any: refused as the typo it is."""
     for name in (value if isinstance(value, tuple) else (value,)):
@@ -560,7 +567,7 @@ def trial(spec_path, overrides, device, scenario, memory_budget, timeout, preset
 @click.option("--study", "study_option", metavar="NAME", help="The study, as sweep and apply name it (or give it as STUDY).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "html"]),
               help="What to write  [default: --out's kind by its suffix, else table]")
-@click.option("--out", "out_path", type=click.Path(path_type=Path), help="Write to this file instead of stdout.")
+@click.option("--out", "out_path", type=click.Path(), callback=a_file, help="Write to this file instead of stdout.")
 @click.option("--wide", is_flag=True, help="Table: every column, however wide (default: fit the terminal).")
 @scenario_option
 @storage_option
@@ -800,7 +807,7 @@ def refuse_own_file(path: Path, spec_path: str | None, spec, storage: str | None
                         "package.json is yours); write the report to another file, or remove that one first")
     if not target.parent.is_dir():
         raise UserError(f"{option} {path}: folder {target.parent} does not exist; create it, or write {writes} elsewhere")
-    if target.is_dir():  # `--out ""` too: click reads an empty path as "."
+    if target.is_dir():
         raise UserError(f"{option} {path}: a folder, not a file; name a file in it for {writes}")
 
 
@@ -862,7 +869,7 @@ def write_text(path: Path, text: str, named_by: str = "--out") -> None:
 @click.option("--study", "study_name", metavar="NAME", help="Study to take it from (default: the most recent).")
 @click.option("--budget", metavar="SIZE", help="Best config that fits this much memory, e.g. 24GiB.")
 @click.option("--dry-run", is_flag=True, help="Print the diff; change nothing.")
-@click.option("--to", "to", metavar="FILE", type=click.Path(path_type=Path), help="Write the result to this file instead.")
+@click.option("--to", "to", metavar="FILE", type=click.Path(), callback=a_file, help="Write the result to this file instead.")
 @click.option("--create-keys", is_flag=True, help="Create mapped keys that the target lacks.")
 @scenario_option
 @storage_option

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from harness import ledger, spec as specs, storage as stores
 from harness import study as studies
 from harness.cli import main
-from tests.conftest import write_spec
+from tests.conftest import tree_state, write_spec
 
 GiB = 1024**3
 
@@ -421,6 +421,15 @@ def test_report_out_refuses_the_hydra_config_group_apply_writes(project):
     assert result.exit_code == 2 and "Hydra config group" in result.output, result.output
     assert (group / "cpu.yaml").read_text() == "# @package _global_\nbatch_size: 8\n"
     assert list(group.iterdir()) == [group / "cpu.yaml"]
+
+
+@pytest.mark.parametrize("command", [["report", "known", "--format", "csv", "--out"], ["apply", "best", "--to"]])
+def test_an_empty_file_name_is_said_to_be_empty(known_study, command):
+    """`--to ''` was said as "--to .: a folder, not a file": click reads an empty name as the current folder."""
+    before = tree_state(known_study)
+    out = CliRunner().invoke(main, [*command, ""])
+    assert out.exit_code == 2 and f"'' is empty; name a file, or leave {command[-1]} out" in out.output, out.output
+    assert tree_state(known_study) == before
 
 
 def test_report_out_refuses_another_studys_files_a_backup_and_a_file_that_is_not_a_report(known_study):

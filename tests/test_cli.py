@@ -614,6 +614,13 @@ def test_an_empty_tier_says_nothing_fits_only_where_something_was_measured():
         assert ("  aggressive trial 1: 100.0 samples/s, peak 900.0 MiB" in lines) == (said == "nothing fits"), lines
 
 
+def test_a_study_without_trials_says_so():
+    """A sweep stopped before its first trial: the summary's first line was "trials: " and nothing after it."""
+    from harness import pareto
+    from harness.report import _terminal
+    assert _terminal.summary_lines(pareto.choose([], 1024**3, 0.1, "samples"), {"name": "x"})[0] == "trials: none yet"
+
+
 def test_a_skip_inferred_from_one_trial_says_trial():
     from harness import pareto
     from harness.report import _terminal

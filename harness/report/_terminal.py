@@ -280,7 +280,7 @@ def summary(choice: Choice, info: dict) -> Text:
 
 def summary_lines(choice: Choice, info: dict) -> list[str]:
     counts = Counter(s.status for s in choice.rows)
-    lines = ["trials: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())]
+    lines = ["trials: " + (", ".join(f"{n} {s}" for s, n in counts.most_common()) or "none yet")]
     if choice.capacity:
         lines.append(f"capacity: {size(choice.capacity)} ({choice.capacity_label}), "
                      f"required headroom {choice.headroom:.0%}")
