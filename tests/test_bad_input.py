@@ -267,6 +267,11 @@ BAD_NAMES = {
     "study_substitution": ("study: 'a$(rm -rf ~)'", "is not a plain name (it holds '$'"),  # a shell runs it in the path bench prints
     "study_backquote": ("study: 'a`id`'", "is not a plain name"),
     "study_glob": ("study: 'run*'", "'run*' is not a plain name"),
+    # accepted, though the message listed what a name may hold, and printed unquoted in paths to paste
+    "study_redirect": ("study: '<img src=x>'", "is not a plain name (it holds '<'"),
+    "study_semicolon": ("study: 'a;b'", "'a;b' is not a plain name (it holds ';'"),
+    "study_parenthesis": ("study: 'run (2)'", "'run (2)' is not a plain name (it holds '('"),
+    "study_quote": ("study: \"it's\"", "is not a plain name (it holds \"'\""),
     "study_too_long": ("study: " + "a" * 201, "the name is 201 characters long; a study name is at most 200"),
     "scenario_path": ("scenarios: {'x/../../../y': {trials: 1}}", "scenarios.x/../../../y", "is not a plain name"),
     # a scenario YAML reads as no string was run, or shown, as the Python value: `null:` ran the spec bare
