@@ -194,8 +194,13 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
                   "what a busy machine or noise spoiled; [bold]bench report[/bold] shows which")
     elif not any(found):
         out.print("next: [bold]bench report[/bold] to see why no config qualifies as best (statuses, noise, errors)")
-    elif any(spec.apply and best and not best.record.baseline for spec, best in zip(specs_to_run, found)):
+    elif any(spec.apply and best and not best.record.baseline and not holds(spec, device, best.record.config)
+             for spec, best in zip(specs_to_run, found)):
         out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
+    elif written := next((spec.apply.file.name for spec, best in zip(specs_to_run, found)
+                          if spec.apply and best and not best.record.baseline), None):
+        out.print(f"next: [bold]bench report[/bold] to see the measurements; {escape(written)} holds the best config "
+                  "already, so [bold]bench apply best[/bold] has nothing to change")
     elif edited := next(((spec.apply.file.name, words[0]) for spec, best in zip(specs_to_run, found) if spec.apply
                          and best and (words := edited_knobs(best.record.config, config_now(spec, device) or {}))),
                         None):
@@ -392,6 +397,12 @@ def edited_knobs(swept: dict, now: dict) -> tuple[str, str] | None:
     if not knobs:
         return None
     return ", ".join(f"{k}={now[k]}" for k in knobs), ", ".join(f"{k}={swept[k]}" for k in knobs)
+
+
+def holds(spec, device: str, config: dict) -> bool:
+    """Your apply target makes `config` now (an apply wrote it): then there is nothing to apply."""
+    now = config_now(spec, device)
+    return now is not None and all(now.get(knob, knobs.DEFAULTS.get(knob)) == value for knob, value in config.items())
 
 
 def config_now(spec, device: str, current: dict | None = None) -> dict | None:

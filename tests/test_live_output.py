@@ -187,6 +187,28 @@ def test_the_sweeps_last_line_offers_apply_only_where_it_would_change_your_confi
     assert last == said, result.output
 
 
+def test_once_applied_the_sweeps_last_line_says_there_is_nothing_to_apply(project, monkeypatch):
+    """After `bench apply best`, a rerun of the sweep still ended "bench apply best to use the best config",
+    which then said it had nothing to change."""
+    def steady(self, config, number, repeat=False):
+        return {"status": "ok", "throughput": 100.0 * config["batch_size"], "peak_memory": 2**20 * config["batch_size"],
+                "timing": {"step_s": {"cv": 0.005}}, "busy": None}
+    monkeypatch.setattr(studies.Sweep, "launch", steady)
+    spec = write_spec(project, search={"batch_size": [4, 8, 16]}, trials=3)
+
+    def last_line():
+        result = CliRunner().invoke(main, ["sweep", str(spec), "--device", "cpu"])
+        assert result.exit_code == 0, result.output
+        return " ".join(result.output.strip().splitlines()[-1].split())
+
+    assert last_line() == "next: bench report to see the measurements, bench apply best to use the best config"
+    applied = CliRunner().invoke(main, ["apply", "best"])
+    assert applied.exit_code == 0, applied.output
+    assert last_line() == ("next: bench report to see the measurements; config.yaml holds the best config already, "
+                           "so bench apply best has nothing to change")
+    assert "nothing to change" in CliRunner().invoke(main, ["apply", "best"]).output
+
+
 def test_a_trial_that_stayed_noisy_is_not_met_with_run_again_forever(project, monkeypatch):
     """A rerun measures a noisy trial again once; when that stays noisy, the next rerun measures nothing, and
     the sweep's last line said "run the same bench sweep again when the machine is quiet" every time, while
