@@ -913,6 +913,7 @@ class Sweep:
             rows, attrs = ledger.rows_of(self.study), self.study.user_attrs
             queued = ledger.remeasured(trials)
             again = [r for r in rows if r["status"] == record.OK and not pareto.confirmed(r) and r["number"] not in queued
+                     and not r.get("unsearched")  # out of the search now: never chosen, nothing to measure again
                      and (r.get("busy") or (pareto.noisy(r) and "noisy_cv" not in (r.get("remeasured_after") or {})))]
             by_number = {t.number: t for t in trials}
             for r in again:

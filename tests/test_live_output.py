@@ -187,6 +187,26 @@ def test_the_sweeps_last_line_offers_apply_only_where_it_would_change_your_confi
     assert last == said, result.output
 
 
+def test_a_noisy_trial_taken_out_of_the_search_is_not_measured_again(project, monkeypatch):
+    """A value the last sweep took out of the search is never chosen: measuring its noisy trial again on
+    a quiet machine spends a trial on nothing."""
+    launched = []
+
+    def steady_but_16(self, config, number, repeat=False):
+        launched.append(config["batch_size"])
+        return {"status": "ok", "throughput": 100.0 * config["batch_size"], "peak_memory": 2**20 * config["batch_size"],
+                "timing": {"step_s": {"cv": 0.9 if config["batch_size"] == 16 else 0.005}}, "busy": None}
+    monkeypatch.setattr(studies.Sweep, "launch", steady_but_16)
+    monkeypatch.setattr(busy, "now", lambda device, sample_s=busy.SAMPLE_S: None)
+    monkeypatch.setenv(busy.WAIT_ENV, "60")  # the tests' 0 never measures again
+    for search in ([4, 8, 16], [4, 8]):
+        result = CliRunner().invoke(main, ["sweep", str(write_spec(project, search={"batch_size": search}, trials=3)),
+                                           "--device", "cpu"])
+        assert result.exit_code == 0, result.output
+    assert launched.count(16) == 1, launched
+    assert "measuring again" not in result.output, result.output
+
+
 def test_once_applied_the_sweeps_last_line_says_there_is_nothing_to_apply(project, monkeypatch):
     """After `bench apply best`, a rerun of the sweep still ended "bench apply best to use the best config",
     which then said it had nothing to change."""
