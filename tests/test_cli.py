@@ -178,9 +178,11 @@ def test_report_out_names_its_kind_by_its_suffix_and_a_format_that_disagrees_is_
     assert wide.exit_code == 2 and "--wide: only the table has columns to widen" in wide.output, wide.output
     sheet = in_folder(folder, "report", "--out", tmp_path / "r.xlsx")  # wrote the text table, exit 0
     assert sheet.exit_code == 2 and "not .xlsx; name it r.csv for a spreadsheet" in " ".join(sheet.output.split())
-    for folder_named in ("", str(tmp_path)):  # `--out ""` said "--out .: cannot write (Is a directory)"
+    # `--out ""` said "--out .: cannot write (Is a directory)", then "--out .: a folder"
+    for folder_named, said in (("", "'' is empty; name a file, or leave --out out"),
+                               (str(tmp_path), "a folder, not a file; name a file in it for the report")):
         folder_out = in_folder(folder, "report", "--out", folder_named)
-        assert folder_out.exit_code == 2 and "a folder, not a file; name a file in it for the report" in folder_out.output
+        assert folder_out.exit_code == 2 and said in folder_out.output
     assert list(tmp_path.iterdir()) == []
     assert in_folder(folder, "report", "--format", "csv", "--out", tmp_path / "r.log").exit_code == 0
     assert in_folder(folder, "report", "--out", tmp_path / "plain").exit_code == 0  # no suffix: the table
