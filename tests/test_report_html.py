@@ -457,6 +457,17 @@ def test_a_busy_confirmation_run_is_named_as_one_in_the_story(tmp_path):
     assert "the machine was busy during 2 of 12 trials: #0 (in confirmation), #5; at worst load 7.5 on 2 cores" in story
 
 
+def test_a_confirmed_figure_shows_the_spread_of_its_runs_as_the_table_does():
+    """Three runs 45% apart read as ±5% on the page: it showed only the step time's spread of the trial's
+    own run, never the runs' spread (`± cv` in the table) the choice weighed."""
+    rows = confirmed_rows()
+    choice = choose(rows, synthetic_study())
+    best = next(s for s in choice.rows if s.number == 3)
+    page = render_html(rows, synthetic_study())
+    cell = re.search(r'<td[^>]*>1,335\.0 <span class="minor">×3</span>(.*?)</td>', page).group(1)
+    assert cell == f' <span class="minor">±{best.cv:.0%}</span>' and best.cv > 0.04  # 1420, 1301, 1335: 4.6%
+
+
 def test_the_story_at_the_top_states_the_choice(tmp_path):
     page = render_html(confirmed_rows(), synthetic_study())
     story = re.sub(r"<[^>]+>", " ", re.search(r'<ul class="story">(.*?)</ul>', page, re.S).group(1))
@@ -601,7 +612,7 @@ def test_a_long_environment_string_wraps_instead_of_widening_a_narrow_page(tmp_p
     study = synthetic_study()
     study["env"]["cpu"] = "Intel(R)_Xeon(R)_Platinum_8480+_flags_avx512f,avx512dq,avx512cd,avx512bw,avx512vl,amx_tile,amx_bf16"
     probe = ("<script>const w=window.innerWidth;const wide=[...document.querySelectorAll('main *')]"
-             ".filter(e=>e.getBoundingClientRect().right>w+1&&!e.closest('.table-wrap')).map(e=>e.tagName);"
+             ".filter(e=>e.getBoundingClientRect().right>w+1&&!e.closest('.table-wrap, .plot-wrap')).map(e=>e.tagName);"
              "document.body.dataset.wide=JSON.stringify([w,document.documentElement.scrollWidth,wide]);</script></body>")
     width, scrolled, wide = _probed(tmp_path, render_html(synthetic_rows(), study), probe, "wide", "400,2400")
     assert scrolled == width and wide == [], (width, scrolled, wide)
@@ -682,11 +693,32 @@ def test_a_long_study_name_and_config_value_wrap_instead_of_widening_a_narrow_pa
     rows[3]["config"]["data_path"] = "/datasets/emberformer/shards/imagenet_train_shard_manifest_v3_deduplicated.jsonl"
     study = synthetic_study() | {"name": "emberformer_h100_bf16_compile_sweep_v2"}
     probe = ("<script>const w=window.innerWidth;const wide=[...document.querySelectorAll('main *')]"
-             ".filter(e=>e.getBoundingClientRect().right>w+1&&!e.closest('.table-wrap')).map(e=>e.className||e.tagName);"
+             ".filter(e=>e.getBoundingClientRect().right>w+1&&!e.closest('.table-wrap, .plot-wrap')).map(e=>e.className||e.tagName);"
              "document.body.dataset.wide=JSON.stringify([w,document.documentElement.scrollWidth,[...new Set(wide)]]);"
              "</script></body>")
     width, scrolled, wide = _probed(tmp_path, render_html(rows, study), probe, "wide", "400,2400")
     assert scrolled == width and wide == [], (width, scrolled, wide)
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="headless browser test needs `chromium` on PATH")
+def test_on_a_narrow_window_plots_keep_readable_labels_and_chips_stay_whole(tmp_path):
+    """At 400 px the plots shrank through their viewBox until a tick label was 4 px high, and the predicted
+    configs' chips broke mid-word ("batc h_si ze 4"). Measured in the browser: every tick label at least
+    8 px high (its box scrolls sideways instead), every chip one line."""
+    rows = synthetic_rows()
+    unmeasured = {"batch_size": 96, "accumulation": 1, "precision": "bf16-mixed", "checkpointing": "full",
+                  "compile": "default"}
+    model = {"predicted": [{"config": unmeasured, "speed": 1401.5, "speed_sd": 0.08, "peak_memory": 15.5 * GiB,
+                            "fit_chance": 0.93, "beat_chance": 0.41}]}
+    choice = dataclasses.replace(choose(rows, synthetic_study()), model=model)
+    probe = ("<script>const ticks=[...document.querySelectorAll('svg.plot .tick')].map(t=>t.getBoundingClientRect().height);"
+             "const chips=[...document.querySelectorAll('.predicted .kv')].map(c=>c.getClientRects().length===1"
+             "&&c.getBoundingClientRect().height<2*parseFloat(getComputedStyle(c).lineHeight||16));"
+             "document.body.dataset.narrow=JSON.stringify([Math.min(...ticks),ticks.length,chips]);</script></body>")
+    smallest, ticks, chips = _probed(tmp_path, report.render_html(choice, synthetic_study()), probe, "narrow", "400,2400")
+    assert ticks > 10 and smallest >= 8, (smallest, ticks)
+    assert len(chips) == len(unmeasured) and all(chips), chips
 
 
 def test_a_skipped_trial_says_why_in_the_table_as_the_terminal_does():

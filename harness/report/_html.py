@@ -35,13 +35,14 @@ def render_html(choice: Choice, study: dict) -> str:
         _header(choice, study),
         _story(choice),
         _tiers(choice),
-        _card(f"Throughput vs peak memory ({unit})", frontier_plot(choice),
+        _card(f"Throughput vs peak memory ({unit})", _plot(frontier_plot(choice)),
               note="up and left is better; the staircase is the most throughput measured within each memory, "
                    "each config at its confirmed median"),
         '<div class="two">'
-        + _card("Throughput vs batch size", batch_plot(choice),
+        + _card("Throughput vs batch size", _plot(batch_plot(choice)),
                 note="a line joins trials that differ only in batch size")
-        + _card("Where the best config's memory goes", breakdown_plot(choice.best, choice.capacity, choice.capacity_label),
+        + _card("Where the best config's memory goes",
+                _plot(breakdown_plot(choice.best, choice.capacity, choice.capacity_label)),
                 note=_breakdown_source(choice.best))
         + "</div>",
         _card(f"All trials ({len(choice.rows)})", _table(choice), note="click a column header to sort"),
@@ -192,6 +193,12 @@ def _tiers(choice: Choice) -> str:
     return f'<section class="tiers">{cards}</section>'
 
 
+def _plot(svg: str) -> str:
+    """A plot in a box that scrolls sideways on a narrow window, where it keeps a width its labels can be
+    read at (shrunk to a phone's width, a 12 px tick label was drawn 4 px high)."""
+    return f'<div class="plot-wrap">{svg}</div>' if svg else svg
+
+
 def _card(title: str, body: str, note: str = "") -> str:
     note_html = f'<span class="note">{esc(note)}</span>' if note else ""
     return f'<section class="card"><h2>{esc(title)}{note_html}</h2>{body}</section>'
@@ -274,11 +281,14 @@ def _num(value, fmt) -> tuple[str, str]:
 
 
 def _speed_cell(row: Standing) -> tuple[str, str]:
-    """The choice's figure, with the number of runs it is the median of beside it in grey."""
+    """The choice's figure, with the number of runs it is the median of and their spread beside it in grey
+    (the table's `runs` and `± cv`: the page showed only the step time's spread of the trial's own run, so
+    three runs 45% apart read as ±5%)."""
     if row.speed is None:
         return "", ""
     runs = f' <span class="minor">×{row.runs}</span>' if row.runs > 1 else ""
-    return f"{esc(rate(row.speed))}{runs}", esc(row.speed)
+    spread = f' <span class="minor">±{row.cv:.0%}</span>' if row.runs > 2 and row.cv is not None else ""  # pareto.spread
+    return f"{esc(rate(row.speed))}{runs}{spread}", esc(row.speed)
 
 
 def _seconds(value: float) -> str:
@@ -434,6 +444,7 @@ header .size-warning { margin:0 0 10px; padding:6px 10px; border-radius:8px; bac
   font-size:13px; }
 .hero .kv b { font-weight:500; opacity:.75; }
 .kv { overflow-wrap:anywhere; }  /* a factory param's path: wraps in its chip, not past a narrow page */
+.predicted .kv { overflow-wrap:normal; white-space:nowrap; }  /* its table scrolls: "batc h_si ze" read as two */
 .stats { display:grid; grid-template-columns:repeat(4,1fr); gap:12px; }
 .stat { background:rgba(255,255,255,.08); border-radius:10px; padding:10px 14px; }
 .stat .label { font-size:12px; text-transform:uppercase; letter-spacing:.05em; opacity:.75; }
@@ -510,7 +521,8 @@ table.predicted { border-collapse:collapse; width:100%; font-size:12.5px; font-s
 dl.env { display:grid; grid-template-columns:max-content 1fr; gap:4px 18px; margin:0; font-size:13px; }
 dl.env dt { color:var(--muted); }
 dl.env dd { margin:0; font-family:ui-monospace,SFMono-Regular,Menlo,monospace; min-width:0; overflow-wrap:anywhere; }
-@media (max-width:800px) { .stats,.tiers,.two { grid-template-columns:1fr; } }
+@media (max-width:800px) { .stats,.tiers,.two { grid-template-columns:1fr; }
+  .plot-wrap { overflow-x:auto; } .plot-wrap svg.plot { min-width:720px; } }
 """
 
 # Sort the table on a header click; numeric columns compare numbers and keep blanks last.

@@ -603,7 +603,8 @@ def breakdown_plot(best: Standing | None, budget: int | None, label: str = "budg
     breakdown = (best.record.memory.get("breakdown") if best else None) or {}
     parts = [(k, v) for k, v in _breakdown_order(breakdown) if v]
     if not parts:
-        return '<p class="empty">The best trial has no memory breakdown.</p>'
+        return ('<p class="empty">No config is best: no memory to break down.</p>' if best is None
+                else '<p class="empty">The best trial has no memory breakdown.</p>')
     peak = best.peak or 0
     if peak > sum(v for _, v in parts):
         # Allocator cache, CUDA context, workspaces: measured in the peak, in no phase.
