@@ -623,6 +623,22 @@ def test_a_study_without_trials_says_so():
     assert _terminal.summary_lines(pareto.choose([], 1024**3, 0.1, "samples"), {"name": "x"})[0] == "trials: none yet"
 
 
+def test_the_next_step_after_an_interrupted_sweep_is_to_resume_it():
+    """A sweep preempted after your config's trial: the report said "keep your config: no config measured is
+    chosen over it; to look further, widen the search space". Once the interrupted config has run since, it
+    is no longer the next step."""
+    def row(number, status, batch):
+        return {"number": number, "status": status, "config": {"batch_size": batch}, "baseline": number == 0,
+                "throughput": 100.0 * batch if status == "ok" else None, "peak_memory": 2**20 if status == "ok" else None,
+                "timing": {"step_s": {"cv": 0.01}}}
+    stopped = [row(0, "ok", 8), row(1, "interrupted", 16), row(2, "interrupted", 32)]
+    said = report.next_step(report.annotate(stopped, {"name": "x"}))
+    assert said == ("the sweep was stopped before it ended (2 trials interrupted and not measured since, #1 first): "
+                    "run the same `bench sweep` to resume; they run again")
+    resumed = stopped + [row(3, "ok", 16), row(4, "ok", 32)]
+    assert "stopped" not in report.next_step(report.annotate(resumed, {"name": "x"}))
+
+
 def test_a_skip_inferred_from_one_trial_says_trial():
     from harness import pareto
     from harness.report import _terminal

@@ -24,7 +24,7 @@ from harness import busy, failures, knobs, pareto, record
 from harness.search import describe
 from harness.pareto import Choice, Standing
 from harness.report import _time
-from harness.units import fixed, size
+from harness.units import count, fixed, size
 
 JSON_KEYS = ("number", "status", "config", "throughput", "peak_memory", "tokens_per_s", "memory", "timing", "flops",
              "loss", "env", "error", "workload", "adapter", "log", "reused", "start", "repeats", "skip", "busy",
@@ -492,6 +492,12 @@ def next_step(choice: Choice) -> str:
     if running:  # its sweep decides what runs next, and may yet measure again what load spoiled
         return f"a sweep is running (trial #{running[0].number}): `bench report` again when it ends"
     ran_rows = ran(choice)
+    # an interrupted config not measured since: it said "keep your config, widen the search" to a preempted sweep
+    stopped = [s for s in choice.rows if s.record.status == record.INTERRUPTED and s.config
+               and all(s.config != r.config for r in ran_rows)]
+    if stopped:
+        return (f"the sweep was stopped before it ended ({count(len(stopped), 'trial')} interrupted and not "
+                f"measured since, #{stopped[0].number} first): run the same `bench sweep` to resume; they run again")
     if noisy := stayed_noisy(choice):
         return (f"trial{'s' if len(noisy) > 1 else ''} {', '.join(f'#{s.number}' for s in noisy)} stayed noisy when measured again on a quiet machine: "
                 "give trials longer (trial.max_seconds) or steadier data, and sweep again")
