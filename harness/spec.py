@@ -1023,9 +1023,19 @@ def check_numbers(spec: Spec, where: str) -> None:
         raise UserError(f"{where}: search.{knob}: {levels[knob]:,} values ({sum(levels.values()):,} with the other "
                         f"knobs'), over the {MAX_VALUES} that knobs other than batch_size and accumulation may have "
                         "together (the planner models each value); give a list of the values worth measuring, "
-                        "e.g. [128, 256, 512, 1024]")
+                        f"e.g. {few_of(spec.search[knob])}")
     for knob, value in spec.fixed.items():
         check_knob_number(knob, value, f"{where}: search.{knob}")
+
+
+def few_of(dim: Dimension) -> str:
+    """Four values spread over a dimension, as a list to write in its place (`num_workers` was offered
+    [128, 256, 512, 1024])."""
+    if dim.choices:
+        picked = [dim.choices[round(i * (len(dim.choices) - 1) / 3)] for i in range(4)]
+    else:
+        picked = [dim.low + i * (dim.high - dim.low) // 3 for i in range(4)]
+    return "[" + ", ".join(map(str, dict.fromkeys(picked))) + "]"
 
 
 def check_knob_number(knob: str, value, where: str) -> None:

@@ -249,9 +249,12 @@ BAD_NUMBERS = {
     # a range of a knob other than batch_size or accumulation is one term per value in the planner's model:
     # 2,041 values of seq_len took over 4 minutes of CPU to plan the second trial, 99,993 a 298 GiB traceback
     "seq_len_range_too_many_values": ("search: {batch_size: [4, 8], seq_len: {low: 8, high: 100000}}", "search.seq_len",
-                                      "99,993 values", "give a list"),
+                                      "99,993 values", "give a list", "e.g. [8, 33338, 66669, 100000]"),
     "seq_len_list_too_many_values": ("search: {batch_size: [4, 8], seq_len: [" + ", ".join(map(str, range(8, 1000)))
-                                     + "]}", "search.seq_len", "992 values"),
+                                     + "]}", "search.seq_len", "992 values", "e.g. [8, 338, 669, 999]"),
+    # the example offered was [128, 256, 512, 1024] whatever the knob
+    "num_workers_range_too_many_values": ("search: {batch_size: [4, 8], num_workers: {low: 0, high: 600}}",
+                                          "search.num_workers", "e.g. [0, 200, 400, 600]"),
 }
 # Names are names: a study or scenario named like a path would write outside results/.
 BAD_NAMES = {
