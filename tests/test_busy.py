@@ -385,6 +385,20 @@ def test_the_reports_worst_busy_figure_is_the_one_with_most_cores_taken():
     assert "at worst 1.9 of 2 cores in use by others" in said, said
 
 
+def test_a_busy_trial_without_a_figure_is_not_said_to_have_a_low_one():
+    """"busy during 2 of 3 trials: #0, #1; ...; their figures may be low" named #1, an error with no figure."""
+    def row(number, status, flag):
+        return {"number": number, "status": status, "config": {"batch_size": 8 << number}, "busy": flag,
+                "throughput": 100.0 if status == "ok" else None, "peak_memory": 1 << 30 if status == "ok" else None,
+                "baseline": number == 0, "error": None if status == "ok" else {"type": "ValueError", "message": "x"},
+                "timing": {"step_s": {"cv": 0.01, "median": 0.1}}}
+    said = " ".join(report.story(report.annotate([row(0, "ok", BUSY), row(1, "error", BUSY), row(2, "ok", None)],
+                                                 {"name": "load"})))
+    assert "the machine was busy during 2 of 3 trials: #0 (and 1 that measured no speed); at worst" in said, said
+    said = " ".join(report.story(report.annotate([row(0, "error", BUSY), row(1, "error", None)], {"name": "load"})))
+    assert "the machine was busy during 1 of 2 trials, none of which measured a speed" in said, said
+
+
 @pytest.mark.parametrize("budget, said", [
     (0.0, "no waiting left (BENCH_QUIET_WAIT=0: no waiting)"),  # it said "the sweep's 0.0s ... are spent"
     (120.0, "no waiting left (the sweep's 120s of waiting for quiet are spent; BENCH_QUIET_WAIT=10m gives more)"),

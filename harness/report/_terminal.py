@@ -473,17 +473,23 @@ def ran_busy(s: Standing) -> bool:
 
 def busy_story(choice: Choice) -> str | None:
     ran_rows = ran(choice)
-    busy_rows = [s for s in ran_rows if ran_busy(s)]
+    busy_any = [s for s in ran_rows if ran_busy(s)]
+    # a trial with no figure (an error, a crash) has none a busy machine made low: not named among them
+    busy_rows = [s for s in busy_any if s.record.throughput is not None]
     if not ran_rows:
         return None  # nothing ran to be quiet or busy for
-    if not busy_rows:
+    if not busy_any:
         return ("the machine was quiet for every trial (other processes' CPU, load, CPU steal and other GPU processes "
                 "checked each time)")
+    if not busy_rows:
+        return f"the machine was busy during {len(busy_any)} of {len(ran_rows)} trials, none of which measured a speed"
     verdicts = [v for s in busy_rows for v in (s.record.busy, *(r.busy for r in s.record.repeats)) if v]
     # others' cores in use is what slows a trial; load1 counts bench's own child too (older records lack it)
     worst = max(verdicts, key=lambda b: (b.get("busy_cores", 0), b.get("load1", 0)))
-    return (f"the machine was busy during {len(busy_rows)} of {len(ran_rows)} trials: "
+    figureless = len(busy_any) - len(busy_rows)
+    return (f"the machine was busy during {len(busy_any)} of {len(ran_rows)} trials: "
             + ", ".join(f"#{s.number}" + ("" if s.record.busy else " (in confirmation)") for s in busy_rows)
+            + (f" (and {figureless} that measured no speed)" if figureless else "")
             + f"; at worst {busy.describe(worst)}; their figures may be low")
 
 
@@ -495,7 +501,7 @@ def next_step(choice: Choice) -> str:
     # an interrupted config not measured since: it said "keep your config, widen the search" to a preempted sweep
     stopped = [s for s in choice.rows if s.record.status == record.INTERRUPTED and s.config
                and all(s.config != r.config for r in ran_rows)]
-    if stopped:
+    if stopped and ran_rows:  # with nothing run yet, the line below says it
         return (f"the sweep was stopped before it ended ({count(len(stopped), 'trial')} interrupted and not "
                 f"measured since, #{stopped[0].number} first): run the same `bench sweep` to resume; they run again")
     if noisy := stayed_noisy(choice):
