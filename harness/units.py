@@ -117,4 +117,5 @@ def size(n_bytes: float | None) -> str:
     """Bytes for people, MiB below 1 GiB so small parts do not read as 0.00 GiB; '-' when unknown."""
     if n_bytes is None:
         return "-"
-    return f"{n_bytes / 1024**2:.1f} MiB" if abs(n_bytes) < 1024**3 else gib(n_bytes)
+    mib = n_bytes / 1024**2
+    return f"{mib:.1f} MiB" if abs(round(mib, 1)) < 1024 else gib(n_bytes)  # 1 GiB less a byte: not "1024.0 MiB"

@@ -623,6 +623,13 @@ def test_a_study_without_trials_says_so():
     assert _terminal.summary_lines(pareto.choose([], 1024**3, 0.1, "samples"), {"name": "x"})[0] == "trials: none yet"
 
 
+@pytest.mark.parametrize("n_bytes, said", [(2**30 - 1, "1.00 GiB"), (1023.9 * 2**20, "1023.9 MiB"), (2**30, "1.00 GiB"),
+                                            (90 * 2**20, "90.0 MiB"), (None, "-")])
+def test_a_size_just_under_a_gib_is_not_shown_as_1024_mib(n_bytes, said):
+    from harness.units import size
+    assert size(n_bytes) == said
+
+
 def test_the_next_step_after_an_interrupted_sweep_is_to_resume_it():
     """A sweep preempted after your config's trial: the report said "keep your config: no config measured is
     chosen over it; to look further, widen the search space". Once the interrupted config has run since, it
