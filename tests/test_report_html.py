@@ -263,6 +263,19 @@ def test_header_names_your_own_model_as_the_sweep_did(workload, label):
     assert f"measured: {label} on NVIDIA H100 80GB HBM3" in render_html(rows, synthetic_study())
 
 
+def test_a_study_whose_every_trial_failed_names_what_it_swept_and_where():
+    """"measured: the workload on an unrecorded device", where the sweep had said "faulty:build on cpu":
+    no failed trial records the workload or the device, and the study's header holds both."""
+    rows = [_trial(n, "error", 8, "fp32", error={"type": "ValueError", "message": "x"}) for n in range(3)]
+    for r in rows:
+        r.pop("workload", None), r.pop("env", None)
+    study = {"name": "errs", "budget": None, "headroom": 0.1, "device": "cpu",
+             "workload": {"factory": "faulty:build", "params": {}}}
+    page = html.unescape(render_html(rows, study))
+    assert "measured: faulty:build on cpu" in page
+    assert "No config is best: no memory to break down." in page
+
+
 def test_header_names_what_was_measured_and_warns_about_another_size(page):
     rows = synthetic_rows()
     for r in rows:

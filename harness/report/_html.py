@@ -69,21 +69,24 @@ def _header(choice: Choice, study: dict) -> str:
         for status, n in counts.items() if n
     )
     workload = study.get("workload")
-    workload = workload.get("name") if isinstance(workload, dict) else workload
-    device = _env(study, choice).get("device")
-    meta = " · ".join(esc(x) for x in (workload, device, study.get("created")) if x)
+    name = workload.get("name") if isinstance(workload, dict) else workload
+    # a study whose every trial failed has no trial's stamp: the study's header names the device it swept on
+    device = _env(study, choice).get("device") or study.get("device")
+    meta = " · ".join(esc(x) for x in (name, device, study.get("created")) if x)
     warning = study.get("warning")
     warning = f'<p class="size-warning">⚠ {esc(warning)}</p>' if warning else ""
     return (
         f'<header><h1>bench report <span class="name">{esc(study.get("name", "study"))}</span></h1>'
-        f'<div class="meta">{meta}</div><p class="measured">{esc(_measured(choice, device))}</p>{warning}'
+        f'<div class="meta">{meta}</div><p class="measured">{esc(_measured(choice, device, workload))}</p>{warning}'
         f'<div class="chips">{chips}</div></header>'
     )
 
 
-def _measured(choice: Choice, device: str | None) -> str:
-    """What the numbers are of: the workload preset (a CPU preset is a smaller stand-in) and the device."""
-    workload = next((s.record.workload for s in choice.rows if s.record.workload), None) or {}
+def _measured(choice: Choice, device: str | None, swept: object = None) -> str:
+    """What the numbers are of: the workload preset (a CPU preset is a smaller stand-in) and the device.
+    `swept`: the study's workload, for a study none of whose trials recorded one."""
+    workload = next((s.record.workload for s in choice.rows if s.record.workload), None) \
+        or (swept if isinstance(swept, dict) else {})
     # the name the sweep's banner gave it: your model's class, not "the workload"
     what = workload_label(workload) if set(workload) & {"name", "factory", "model", "lightning", "hf"} else "the workload"
     preset = f" preset {workload['preset']}" if workload.get("preset") else ""
