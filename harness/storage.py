@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import fcntl
 import functools
 import hashlib
@@ -201,6 +202,10 @@ def existing_storage(url: str | None, results: Path, study: str, say: Callable[[
         return open_database(url, heartbeat=False)
     path = study_dir(results, study) / JOURNAL
     if not path.exists():
+        scenarios = sorted(d.name for d in Path(results).glob(f"{glob.escape(study)}-*") if (d / JOURNAL).is_file())
+        if scenarios:  # a spec with scenarios names its studies <study>-<scenario>
+            raise NoStudy(f"no study {study!r} under {results}/; its scenarios' studies are there: "
+                          f"{', '.join(scenarios)} (name one, or add --scenario NAME)")
         raise NoStudy(f"no study {study!r} under {results}/; run `bench sweep` first or pass --results/--storage")
     journal = ReadOnlyJournal(path)
     if journal.torn is not None and say is not None and torn_for_good(path):

@@ -616,6 +616,18 @@ def test_an_empty_tier_says_nothing_fits_only_where_something_was_measured():
         assert ("  aggressive trial 1: 100.0 samples/s, peak 900.0 MiB" in lines) == (said == "nothing fits"), lines
 
 
+def test_a_study_named_as_a_spec_with_scenarios_names_their_studies(tmp_path, monkeypatch):
+    """`bench report sc` of a spec whose scenarios swept sc-roomy and sc-tight said only "no study 'sc'"."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("sc-roomy", "sc-tight", "other"):
+        (tmp_path / "results" / name).mkdir(parents=True)
+        (tmp_path / "results" / name / "journal.log").write_text("")
+    result = CliRunner().invoke(main, ["report", "sc"])
+    assert result.exit_code == 2
+    assert ("no study 'sc' under results/; its scenarios' studies are there: sc-roomy, sc-tight (name one, or add "
+            "--scenario NAME)") in " ".join(result.output.split()), result.output
+
+
 def test_a_study_without_trials_says_so():
     """A sweep stopped before its first trial: the summary's first line was "trials: " and nothing after it."""
     from harness import pareto
