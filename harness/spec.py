@@ -901,7 +901,7 @@ def all_configs(spec: Spec):
 
 # ---- names and numbers: checked once, on the built spec ------------------------------------------
 
-_NOT_IN_A_NAME = re.compile(r"[/\\\x00-\x1f\x7f$`*?\[\]<>|;&()!'\"]")
+_NOT_IN_A_NAME = re.compile(r"[/\\\x00-\x1f\x7f$`*?<>|;&()!'\"]")
 _INVISIBLE = re.compile(r"[\u034f\u115f\u1160\u2800\u3164\uffa0\ufe00-\ufe0f]")
 """Letters and marks that draw nothing (Hangul fillers, the blank braille cell, variation selectors)."""
 
@@ -911,14 +911,15 @@ def check_name(name, where: str) -> str:
     and one a shell and a listing show as it is: no leading '-' (read as an option), no blank at either
     end, no invisible or direction-changing characters (U+202E shows "evil.yaml" as "lmay.live"), not hidden
     (a leading '.': `ls results` leaves it out), nothing a shell reads specially in the path bench prints
-    (`$(...)`, a backquote, globs, redirections, `;`, `&`, `|`, parentheses, `!`, quotes)."""
+    (`$(...)`, a backquote, `*`, `?`, redirections, `;`, `&`, `|`, parentheses, `!`, quotes; `[`, a glob only
+    where a file matches, stays: `run[1]` is a name people write)."""
     if isinstance(name, str) and len(name) > 200:  # a folder name is at most 255 bytes; bench adds to it
         raise UserError(f"{where}: the name is {len(name)} characters long; a study name is at most 200 "
                         "(it names a folder under results/): shorten it")
     if flaw := name_flaw(name):
         raise UserError(f"{where}: {as_written(name)} is not a plain name ({flaw}; it names a folder under results/); "
                         "use letters, digits, '-', '_', '.', '+', '=', ',', '@', '%' and inner spaces: no '/', nothing "
-                        "a shell reads specially ($ ` * ? [ ] < > | ; & ( ) ! or a quote), no leading '-' or '.', no "
+                        "a shell reads specially ($ ` * ? < > | ; & ( ) ! or a quote), no leading '-' or '.', no "
                         "blank at either end, no invisible character")
     return name
 
