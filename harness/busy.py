@@ -52,15 +52,23 @@ def gpu_processes(device: str) -> int:
 def verdict(before: dict, after: dict, others_cores: float = 0.0) -> dict | None:
     """Over a trial: None when the machine was quiet; else what made it busy, in measured numbers.
     `others_cores`: what other processes took while it measured (OthersWhileMeasuring)."""
-    cores = os.cpu_count() or 1
-    load = os.getloadavg()[0]
+    load = os.getloadavg()[0]  # the whole machine's, so judged against all of its cores
     span = after["total"] - before["total"]
     steal = (after["steal"] - before["steal"]) / span if span > 0 else 0.0
     others = max(before.get("gpu_processes", 0), after.get("gpu_processes", 0))
-    if load <= LOAD_PER_CORE * cores and steal <= MAX_STEAL and not others and others_cores <= OTHERS_CORES:
+    if load <= LOAD_PER_CORE * machine_cores() and steal <= MAX_STEAL and not others and others_cores <= OTHERS_CORES:
         return None
-    return {"load1": round(load, 2), "cores": len(my_cores()), "busy_cores": round(others_cores, 2),
-            "steal": round(steal, 3), "gpu_processes": others}
+    return flag(load, others_cores, steal, others)
+
+
+def flag(load: float, others_cores: float, steal: float, gpu_processes: int) -> dict:
+    """A busy verdict: `cores` are the sweep's own (my_cores), `machine_cores` all that the load average is over."""
+    return {"load1": round(load, 2), "cores": len(my_cores()), "machine_cores": machine_cores(),
+            "busy_cores": round(others_cores, 2), "steal": round(steal, 3), "gpu_processes": gpu_processes}
+
+
+def machine_cores() -> int:
+    return os.cpu_count() or 1
 
 
 class OthersWhileMeasuring:
@@ -100,8 +108,7 @@ def now(device: str = "cpu", sample_s: float = SAMPLE_S) -> dict | None:
     gpu = gpu_processes(device)
     if used <= OTHERS_CORES and steal <= MAX_STEAL and not gpu:
         return None
-    return {"load1": round(os.getloadavg()[0], 2), "cores": len(my_cores()), "busy_cores": round(used, 2),
-            "steal": round(steal, 3), "gpu_processes": gpu}
+    return flag(os.getloadavg()[0], used, steal, gpu)
 
 
 class Look(NamedTuple):
@@ -164,9 +171,12 @@ def own_cpu_s() -> dict[int, float]:
 
 
 def describe(flag: dict) -> str:
-    used = f"{flag['busy_cores']:.1f} of {flag['cores']} cores in use by others, " if "busy_cores" in flag else ""
+    used = (f"{flag['busy_cores']:.1f} of {units.count(flag['cores'], 'core')} in use by others, "
+            if "busy_cores" in flag else "")
+    machine = flag.get("machine_cores", flag["cores"])  # records before 2026-12-08 lack it
+    load_over = f"the machine's {machine} cores" if machine != flag["cores"] else units.count(machine, "core")
     gpu = f", {flag['gpu_processes']} other process(es) on the GPU" if flag.get("gpu_processes") else ""
-    return f"{used}load {flag['load1']:.1f} on {flag['cores']} cores, CPU steal {flag['steal']:.0%}{gpu}"
+    return f"{used}load {flag['load1']:.1f} on {load_over}, CPU steal {flag['steal']:.0%}{gpu}"
 
 
 def wait_budget() -> float:

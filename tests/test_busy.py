@@ -14,7 +14,7 @@ import psutil
 import pytest
 from rich.console import Console
 
-from harness import busy, ledger, live, report, spec as specs, study as studies
+from harness import busy, ledger, live, report, spec as specs, study as studies, units
 from tests.conftest import FAST_TRIAL, faulty_spec
 
 BUSY = {"load1": 3.5, "cores": 2, "busy_cores": 1.9, "steal": 0.0, "gpu_processes": 0}
@@ -186,7 +186,20 @@ def test_while_a_trial_measures_another_process_on_its_cores_is_counted(monkeypa
     assert measuring.cores() > busy.OTHERS_CORES
     flag = busy.verdict(busy.snapshot(), busy.snapshot(), measuring.cores())
     assert flag is not None and flag["busy_cores"] == round(measuring.cores(), 2)
-    assert busy.describe(flag).startswith(f"{flag['busy_cores']:.1f} of {len(busy.my_cores())} cores in use by others")
+    assert busy.describe(flag).startswith(f"{flag['busy_cores']:.1f} of {units.count(len(busy.my_cores()), 'core')} "
+                                          "in use by others")
+
+
+def test_a_pinned_sweeps_load_is_said_to_be_the_whole_machines(monkeypatch):
+    """The load average is the machine's: a sweep pinned to one of two cores read "load 0.6 on 1 cores"."""
+    monkeypatch.setattr(busy, "my_cores", lambda: [1])
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    flag = busy.verdict(busy.snapshot(), busy.snapshot(), others_cores=0.8)
+    assert (flag["cores"], flag["machine_cores"]) == (1, 2)
+    said = busy.describe({**flag, "load1": 0.6, "steal": 0.0})
+    assert said.startswith("0.8 of 1 core in use by others, load 0.6 on the machine's 2 cores,")
+    old = {"load1": 3.5, "cores": 2, "steal": 0.0}  # a record from before machine_cores
+    assert busy.describe(old).startswith("load 3.5 on 2 cores,")
 
 
 def test_load_on_a_core_the_sweep_may_not_use_is_not_others(monkeypatch):
