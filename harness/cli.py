@@ -179,39 +179,14 @@ def sweep(spec_path, trials, timeout, device, study_name, scenarios, memory_budg
                          deadline or (started + spec.timeout_s if spec.timeout_s else None),
                          storage, logs, auto=fixed_total is None, notes=said)
                for spec, said in zip(specs_to_run, device_notes)]
-    found = [c.best for c in choices]
     for spec, choice in zip(specs_to_run, choices):  # the answer, in the report's own lines
         if choice.best is not None and not report.spoiled(choice):
             study = f"study {spec.study}: " if len(specs_to_run) > 1 else ""
             for line in report.headline(choice):
                 if not line.startswith("headroom left"):
                     out.print(escape(study + line), soft_wrap=True)
-    stayed = next((c for c in choices if report.spoiled(c) and report.stayed_noisy(c)), None)
-    if stayed is not None:  # a rerun would measure nothing again: it said "run again", and again, forever
-        out.print(f"next: {escape(report.next_step(stayed))}")
-    elif any(report.spoiled(c) for c in choices):  # the report's rule: an answer noise decides is none to apply
-        out.print("next: run the same [bold]bench sweep[/bold] again when the machine is quiet: it measures again "
-                  "what a busy machine or noise spoiled; [bold]bench report[/bold] shows which")
-    elif not any(found):
-        out.print("next: [bold]bench report[/bold] to see why no config qualifies as best (statuses, noise, errors)")
-    elif any(spec.apply and best and not best.record.baseline and not holds(spec, device, best.record.config)
-             for spec, best in zip(specs_to_run, found)):
-        out.print("next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config")
-    elif written := next((spec.apply.file.name for spec, best in zip(specs_to_run, found)
-                          if spec.apply and best and not best.record.baseline), None):
-        out.print(f"next: [bold]bench report[/bold] to see the measurements; {escape(written)} holds the best config "
-                  "already, so [bold]bench apply best[/bold] has nothing to change")
-    elif edited := next(((spec.apply.file.name, words[0]) for spec, best in zip(specs_to_run, found) if spec.apply
-                         and best and (words := edited_knobs(best.record.config, config_now(spec, device) or {}))),
-                        None):
-        out.print(f"next: [bold]bench report[/bold] to see the measurements; your config as swept stays best; "
-                  f"{escape(edited[0])} holds {escape(edited[1])} now, so [bold]bench apply best[/bold] writes it back")
-    elif any(spec.apply for spec in specs_to_run):
-        out.print("next: [bold]bench report[/bold] to see the measurements; your config stays best, so "
-                  "[bold]bench apply best[/bold] has nothing to change")
-    else:
-        out.print("next: [bold]bench report[/bold] to see the measurements (an apply: section in the spec lets "
-                  "[bold]bench apply best[/bold] write the best config into your config file)")
+    out.print(last_line(specs_to_run, choices, device))
+
 
 
 def timeout_option(text: str, field: str, what: str) -> float:
@@ -399,9 +374,36 @@ def edited_knobs(swept: dict, now: dict) -> tuple[str, str] | None:
     return ", ".join(f"{k}={now[k]}" for k in knobs), ", ".join(f"{k}={swept[k]}" for k in knobs)
 
 
-def holds(spec, device: str, config: dict) -> bool:
-    """Your apply target makes `config` now (an apply wrote it): then there is nothing to apply."""
-    now = config_now(spec, device)
+def last_line(specs_to_run: list, choices: list, device: str) -> str:
+    """The sweep's last line: what to run next, as the report would say it."""
+    stayed = next((c for c in choices if report.stayed_noisy(c)), None)
+    if stayed is not None:  # a rerun would measure nothing again: it said "run again", and again, forever
+        return f"next: {escape(report.next_step(stayed))}"
+    if any(report.spoiled(c) for c in choices):  # the report's rule: an answer noise decides is none to apply
+        return ("next: run the same [bold]bench sweep[/bold] again when the machine is quiet: it measures again "
+                "what a busy machine or noise spoiled; [bold]bench report[/bold] shows which")
+    if not any(c.best for c in choices):
+        return "next: [bold]bench report[/bold] to see why no config qualifies as best (statuses, noise, errors)"
+    if not any(spec.apply for spec in specs_to_run):
+        return ("next: [bold]bench report[/bold] to see the measurements (an apply: section in the spec lets "
+                "[bold]bench apply best[/bold] write the best config into your config file)")
+    applied = [(spec, c.best.record.config, c.best.record.baseline, config_now(spec, device))  # each target read once
+               for spec, c in zip(specs_to_run, choices) if spec.apply and c.best]
+    if any(not baseline and not holds(now, config) for _, config, baseline, now in applied):
+        return "next: [bold]bench report[/bold] to see the measurements, [bold]bench apply best[/bold] to use the best config"
+    if written := next((spec.apply.file.name for spec, _, baseline, _ in applied if not baseline), None):
+        return (f"next: [bold]bench report[/bold] to see the measurements; {escape(written)} holds the best config "
+                "already, so [bold]bench apply best[/bold] has nothing to change")
+    if edited := next(((spec.apply.file.name, words[0]) for spec, config, _, now in applied
+                       if (words := edited_knobs(config, now or {}))), None):
+        return (f"next: [bold]bench report[/bold] to see the measurements; your config as swept stays best; "
+                f"{escape(edited[0])} holds {escape(edited[1])} now, so [bold]bench apply best[/bold] writes it back")
+    return ("next: [bold]bench report[/bold] to see the measurements; your config stays best, so "
+            "[bold]bench apply best[/bold] has nothing to change")
+
+
+def holds(now: dict | None, config: dict) -> bool:
+    """Your apply target makes `config` now (`now`: config_now; an apply wrote it): nothing to apply."""
     return now is not None and all(now.get(knob, knobs.DEFAULTS.get(knob)) == value for knob, value in config.items())
 
 
