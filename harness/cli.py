@@ -384,6 +384,9 @@ def last_line(specs_to_run: list, choices: list, device: str) -> str:
                 "what a busy machine or noise spoiled; [bold]bench report[/bold] shows which")
     if not any(c.best for c in choices):
         return "next: [bold]bench report[/bold] to see why no config qualifies as best (statuses, noise, errors)"
+    if capped := next((c for c in choices if c.best and (c.kept or c.best.record.baseline)
+                       and (c.model or {}).get("worth_measuring")), None):  # "widen the search" to a search cut short
+        return f"next: {escape(report.next_step(capped))}"
     if not any(spec.apply for spec in specs_to_run):
         return ("next: [bold]bench report[/bold] to see the measurements (an apply: section in the spec lets "
                 "[bold]bench apply best[/bold] write the best config into your config file)")

@@ -214,15 +214,21 @@ class Planner:
         return pareto.choose(rows, self.limit, headroom, self.objective, run_steps=self.run_steps)
 
     # -- explaining ------------------------------------------------------------------------------
-    def summary(self, rows: list[dict], best: dict | None) -> dict:
+    def summary(self, rows: list[dict], best: dict | None, include=lambda config: True) -> dict:
         """What a study keeps for its report: the configs the model predicts fastest among those never
-        measured (predicted, never measurements) and one line on why `best` is best."""
+        measured (predicted, never measurements), one line on why `best` is best, and how many configs
+        `include` admits that `--trials auto` would still measure (`next`'s stop rule): where that is
+        none, the search ended on its own, not on its cap."""
         rows = searched(rows)
         open_ = self.open_configs(rows)
         out = {"predicted": [], "why": self.why(rows, best), "why_for": best["number"] if best else None}
         if not open_ or not pareto.measured(rows, self.objective):  # no speed measured: nothing to scale a prediction
             return out
-        scored = self.score(open_, rows, self.fit(rows))
+        fitted = self.fit(rows)
+        scored = self.score(open_, rows, fitted)
+        admitted = self.saver_needed(open_, rows, fitted) * self.in_time(open_, rows, scored) \
+            * np.array([bool(include(c)) for c in open_])
+        out["worth_measuring"] = int(((scored["beat"] * admitted) >= STOP_CHANCE).sum())
         likely, shown = [], set()
         for i in np.argsort(-scored["speed"]):  # the fastest likely fit of each family, not five batches of one
             family = search.speed_family(open_[i])

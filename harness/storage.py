@@ -589,6 +589,9 @@ def header_problem(name: str, value) -> str | None:
                 and all(number(p.get(k)) for k in ("speed", "speed_sd", "peak_memory", "fit_chance", "beat_chance"))
                 for p in predicted)):
             return "model must hold the search's predictions and its why"
+        worth = value.get("worth_measuring", 0)
+        if not (isinstance(worth, int) and not isinstance(worth, bool) and worth >= 0):
+            return "model's worth_measuring must be a count of configs"
     return None
 
 

@@ -190,7 +190,9 @@ class Sweep:
         """The planner's predictions for the configs never measured and one line on why best is best,
         kept with the study for `bench report` (predictions, never measurements)."""
         if self.spec.sampler == "tpe" and (rows := ledger.rows_of(self.study)):
-            self.study.set_user_attr("model", self.planner(rows).summary(rows, self.leader_so_far()))
+            apart = self.compile_apart()  # the planner's own reach (queue_planned): compile modes are queued apart
+            self.study.set_user_attr("model", self.planner(rows).summary(
+                rows, self.leader_so_far(), include=lambda c: not apart or c.get("compile", "off") == "off"))
 
     def plan_next(self) -> bool:
         """With nothing queued, queue what the search measures next; False once it should stop (--trials auto).
@@ -995,7 +997,8 @@ class Sweep:
         rows = ledger.rows_of(self.study) if rows is None else rows
         choice = pareto.choose(rows, self.spec.memory_budget, self.spec.headroom, self.spec.objective,
                                run_steps=self.run_steps, run_source=self.run_source)
-        return replace(choice, applies=self.spec.apply is not None)  # "your config as swept", or "the baseline"
+        return replace(choice, applies=self.spec.apply is not None,  # "your config as swept", or "the baseline"
+                       model=self.study.user_attrs.get("model"))
 
     def best_as_reported(self, number: int | None = None) -> tuple[dict | None, str | None]:
         """The row `bench report` would call best now, and the report's reason where trial `number` (just

@@ -754,3 +754,24 @@ def test_help_names_scenario_and_device_values_as_the_readme_does(command):
     assert "--scenario NAME" in text
     if command in ("sweep", "trial"):
         assert "--device auto|cpu|cuda|cuda:N" in text
+
+
+def test_a_sweep_that_ends_on_its_cap_says_to_raise_it_not_to_widen_the_search(tmp_path, monkeypatch, faulty_path):
+    """`trials: 1` over four batch sizes measured your config alone, and the report said "keep your config: no
+    config measured is chosen over it; to look further, widen the search space": the space was not searched.
+    The search's model counts the configs `--trials auto` would still measure; the next step is to raise the
+    cap, and a resume with a larger one measures them."""
+    from tests.conftest import FAST_TRIAL, faulty_spec
+    monkeypatch.chdir(tmp_path)
+    steady = {"factory": "faulty:build", "params": {"fault": "none", "steady_ms": 20}}  # a sleep: speed grows with batch
+    path = faulty_spec(tmp_path, "capped", ["none"], sampler="tpe", trials=1, workload=steady,
+                       search={"batch_size": [8, 16, 32, 64]}, trial=dict(FAST_TRIAL))
+    swept = bench("sweep", path, "--device", "cpu")
+    assert swept.exit_code == 0, swept.output
+    said = bench("report", "capped").stdout
+    assert "ended on its trial cap with" in said and "widen the search space" not in said, said
+    assert "ended on its trial cap with" in swept.stdout.splitlines()[-1], swept.stdout  # the sweep's last line too
+    more = bench("sweep", path, "--device", "cpu", "--trials", "2")
+    assert more.exit_code == 0, more.output
+    rows = json.loads(bench("report", "capped", "--format", "json").stdout)
+    assert len({r["config"]["batch_size"] for r in rows if r["status"] == "ok"}) == 2, rows

@@ -525,6 +525,10 @@ def next_step(choice: Choice) -> str:
         return (f"keep your config for now: its runs side by side with the leader (#{choice.leader.number}) disagree "
                 "too much to tell the two apart; with the machine kept quiet, sweep again as a new study "
                 "(`bench sweep SPEC --study NEW_NAME`)")
+    if (choice.kept or choice.best.record.baseline) and (more := (choice.model or {}).get("worth_measuring")):
+        return (f"keep your config for now: the sweep ended on its trial cap with {count(more, 'config')} never "
+                "measured that the search's model gives a chance to beat it; raise the spec's trials (or "
+                "--trials N) and run the same `bench sweep` to measure them")
     if choice.kept or choice.best.record.baseline:
         return "keep your config: no config measured is chosen over it; to look further, widen the search space"
     if not choice.applies:
