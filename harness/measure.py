@@ -298,6 +298,11 @@ def saved_activation_bytes(forward, params=()) -> int:
     return saved.bytes
 
 
+WEIGHT_COPIES = {"ToCopyBackward0", "TBackward0", "TransposeBackward0", "PermuteBackward0", "ViewBackward0",
+                 "UnsafeViewBackward0", "ExpandBackward0", "AliasBackward0", "ReshapeAliasBackward0"}
+"""The grad_fns of a cast or a view: what they save of a parameter is the parameter's size, not the batch's."""
+
+
 class SavedActivations:
     """The bytes autograd saves for backward in one forward, counted as they are saved, holding nothing.
 
@@ -305,7 +310,8 @@ class SavedActivations:
     first read of a saved tensor ends the count. A saved tensor stays alive until the backward, so two
     of them never share an address and a storage is counted once. Layers save their weights for
     backward too (Linear keeps W to compute dX); those bytes are the weights, already counted, so
-    saved tensors sharing storage with a parameter are left out.
+    saved tensors sharing storage with a parameter are left out, and so are a parameter's casts and
+    views (autocast saves a bf16 copy of W: as large as the weight, whatever the batch, not an activation).
     """
 
     def __init__(self, params=()):
@@ -317,9 +323,20 @@ class SavedActivations:
     def pack(self, t):
         if not self.backward_began and isinstance(t, torch.Tensor) and local(t).device.type != "meta":
             key, size = storage_of(t)
-            if key not in self.weights:
+            if key not in self.weights and not self.of_a_weight(t):
                 self.saved[key] = size
         return t
+
+    def of_a_weight(self, t) -> bool:
+        """`t` is a parameter through casts and views alone (autocast's cast weight, its transpose)."""
+        fn = t.grad_fn
+        for _ in range(8):
+            if fn is None or type(fn).__name__ not in WEIGHT_COPIES or len(fn.next_functions) != 1:
+                return False
+            fn = fn.next_functions[0][0]
+            if hasattr(fn, "variable"):  # AccumulateGrad: a leaf, this one a parameter or not
+                return storage_of(fn.variable)[0] in self.weights
+        return False
 
     def unpack(self, t):
         self.backward_began = True

@@ -63,6 +63,17 @@ def test_activations_leave_out_saved_weights():
     assert with_weights >= 2 * 1024 * 1024 * 4  # what it counted before
 
 
+def test_autocasts_copies_of_the_weights_are_not_activations():
+    """Under bf16 autocast Linear saves a bf16 copy of its weight (its transpose): 2 MiB for a 1024x1024
+    layer at batch 2, which was counted as that batch's activations and inflated the per-sample prior."""
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024))
+    x = torch.randn(2, 1024)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        acts = measure.saved_activation_bytes(lambda: model(x).sum(), list(model.parameters()))
+    assert 0 < acts <= 2 * 2 * 1024 * 2 + 1024  # the bf16 input and ReLU output of 2x1024, not the cast weight
+    assert acts < 1024 * 1024 * 2  # what it counted before: one bf16 weight, 2,105,344 bytes with them
+
+
 def test_on_a_cpu_the_reference_pass_and_the_flop_count_come_after_the_peak_is_read(monkeypatch):
     """The fp32 reference pass must not inflate the trial's peak. On a GPU the peak is reset after it; on a
     CPU the resident high-water mark kept what it changed (+3 MiB, and +5 MiB from the FLOP count's meta
