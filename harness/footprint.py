@@ -85,6 +85,9 @@ class CpuFootprint:
 
     def steady_window(self) -> None:
         self.memory["first_step_peak"] = self.peak()
+        # the count is the process's (the reference pass, the first steps and warm-up hit the wall first):
+        # the record's retries are the measured steps' alone
+        self.memory["alloc_retries_before"] = measure.alloc_retries(self.device)
         measure.release_cached(self.device)
         measure.reset_peak(self.device)
 
@@ -131,6 +134,9 @@ class CudaFootprint:
         """As on a CPU; and the wall now also makes room for what the first steps loaded outside the
         allocator (NCCL, lazily loaded kernels)."""
         self.memory["first_step_peak"] = self.peak()
+        # the count is the process's (the reference pass, the first steps and warm-up hit the wall first):
+        # the record's retries are the measured steps' alone
+        self.memory["alloc_retries_before"] = measure.alloc_retries(self.device)
         measure.release_cached(self.device)
         if self.budget:
             grown = measure.context_reading(self.device, self.memory.get("nvml_used_at_start"))["bytes"]

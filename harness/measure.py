@@ -242,6 +242,12 @@ def limit_cuda_memory(device: torch.device, budget: int, context_bytes: int | No
     torch.cuda.set_per_process_memory_fraction(max(min(usable / total, 1.0), 0.0), device)
 
 
+def alloc_retries(device: torch.device) -> int:
+    """Times the caching allocator freed its cache and retried an allocation at the wall, since the process
+    began (reset_peak_memory_stats leaves the count alone)."""
+    return torch.cuda.memory_stats(device).get("num_alloc_retries", 0)
+
+
 def cuda_memory(device: torch.device, start: dict) -> dict:
     """The allocator's peaks and the context re-read now: libraries loaded lazily during the trial
     (Triton, cuDNN kernels) grew it, so the larger of the start and end readings counts."""
@@ -253,7 +259,7 @@ def cuda_memory(device: torch.device, start: dict) -> dict:
     return {
         "peak_allocated": torch.cuda.max_memory_allocated(device),
         "peak_reserved": torch.cuda.max_memory_reserved(device),
-        "alloc_retries": stats.get("num_alloc_retries", 0),
+        "alloc_retries": stats.get("num_alloc_retries", 0) - start.get("alloc_retries_before", 0),
         "num_ooms": stats.get("num_ooms", 0),
         "context_bytes": context_bytes,
         "context_at_start": start.get("context_bytes"),

@@ -74,6 +74,26 @@ def test_autocasts_copies_of_the_weights_are_not_activations():
     assert acts < 1024 * 1024 * 2  # what it counted before: one bf16 weight, 2,105,344 bytes with them
 
 
+def test_allocation_retries_before_the_steady_window_are_not_the_configs(monkeypatch):
+    """The allocator counts retries from the process's start and reset_peak_memory_stats keeps the count:
+    the fp32 reference pass and the first steps' 7 retries made the report say the best "ran at the memory
+    wall" though its steady steps retried twice. Staged allocator (no GPU here): 7 before, 9 at the end."""
+    retries = iter([7, 9])
+    stats = lambda device: {"num_alloc_retries": next(retries), "num_ooms": 0}
+    for name, value in {"memory_stats": stats, "max_memory_allocated": lambda d: 1, "max_memory_reserved": lambda d: 2,
+                        "get_device_properties": lambda d: type("P", (), {"total_memory": 80 * 2**30})}.items():
+        monkeypatch.setattr(torch.cuda, name, value)
+    monkeypatch.setattr(measure, "context_reading", lambda device, before: {"bytes": 0, "source": "staged"})
+    monkeypatch.setattr(measure, "release_cached", lambda device: None)
+    monkeypatch.setattr(measure, "reset_peak", lambda device: None)
+    monkeypatch.setattr(nvml, "used_bytes", lambda index: None)
+    monkeypatch.setattr(nvml, "process_bytes", lambda index: None)
+    probe = footprint.CudaFootprint(torch.device("cuda", 0), budget=None)
+    probe.steady_window()
+    probe.read()
+    assert probe.memory["alloc_retries"] == 2
+
+
 def test_on_a_cpu_the_reference_pass_and_the_flop_count_come_after_the_peak_is_read(monkeypatch):
     """The fp32 reference pass must not inflate the trial's peak. On a GPU the peak is reset after it; on a
     CPU the resident high-water mark kept what it changed (+3 MiB, and +5 MiB from the FLOP count's meta

@@ -434,8 +434,9 @@ def wall_story(choice: Choice) -> str | None:
     retries = choice.best.record.memory.get("alloc_retries") if choice.best is not None else None
     if not retries:
         return None
+    wall = "the budget" if choice.best.record.memory.get("budget") else "the card's memory"
     return (f"trial #{choice.best.number} ran at the memory wall: the CUDA allocator freed its cache and retried "
-            f"{retries} time{'s' if retries > 1 else ''} to stay under the budget (slower steps where it did); "
+            f"{retries} time{'s' if retries > 1 else ''} in its steady steps to stay within {wall} (slower steps where it did); "
             "it fits, with no room for a longer input: the next smaller batch leaves some")
 
 
