@@ -384,8 +384,6 @@ class Trial:
         self.warn_if_cold_autotune()
         self.seed_first_forward()
         self.meter.first_step(compiled=self.config.get("compile", "off") != "off")
-        self.memory["optimizer"] = measure.tensor_bytes(
-            t for state in self.opt.state.values() for t in state.values())
         self.meter.warm_up(self.samples_per_step())
 
     def samples_per_step(self) -> int:
@@ -416,8 +414,11 @@ class Trial:
         return self.breakdown_parts(grads, acts)
 
     def breakdown_parts(self, gradients: int, activations: int) -> dict:
-        return {"weights": self.memory["weights"], "gradients": gradients,
-                "optimizer": self.memory["optimizer"], "activations": activations}
+        # the optimizer's state read now, after the measured steps: AdamW makes it in its first step(), which
+        # fp16-mixed's GradScaler skips when the first gradients overflow (it read 0 after the first step)
+        optimizer = measure.tensor_bytes(t for state in self.opt.state.values() for t in state.values())
+        return {"weights": self.memory["weights"], "gradients": gradients, "optimizer": optimizer,
+                "activations": activations}
 
     def filed_breakdown(self) -> dict | None:
         """`breakdown`, measured once per study, build and shape (harness.reuse)."""

@@ -119,6 +119,37 @@ def test_on_a_cpu_the_reference_pass_and_the_flop_count_come_after_the_peak_is_r
     assert rec["loss"]["reference"] == rec["loss"]["first"]  # fp32: the same loss
 
 
+def test_the_optimizer_state_is_counted_when_fp16s_first_step_was_skipped(monkeypatch):
+    """fp16-mixed's GradScaler skips a step whose gradients overflow, and AdamW makes its state in its first
+    step(): read right after the first step, the breakdown's optimizer state was 0. Staged: a loss scale
+    first step's gradients overflow (inf), as a loss scale of 65536 often makes them."""
+    from harness import trial as trial_mod
+    skipped = []
+
+    def scaler(precision, device):
+        real = torch.amp.GradScaler(device.type)
+        step = real.step
+
+        def overflowing_first(opt, *args, **kwargs):
+            if not skipped:
+                for group in opt.param_groups:
+                    for p in group["params"]:
+                        if p.grad is not None:
+                            p.grad.fill_(float("inf"))
+            skipped.append(not opt.state)
+            return step(opt, *args, **kwargs)
+        real.step = overflowing_first
+        return real
+    monkeypatch.setattr(transforms, "grad_scaler", scaler)
+    job = {"workload": {"name": "emberformer", "params": WORKLOADS["emberformer"].presets["tiny"]},
+           "config": {"batch_size": 2, "precision": "fp16-mixed"}, "device": "cpu", "measure": FAST}
+    rec = trial_mod.Trial(job, trial_mod.Heartbeat(None)).run()
+    assert rec["status"] == "ok", rec.get("error")
+    assert skipped[:2] == [True, True], "staging: the first step was to be skipped"
+    parts = rec["memory"]["breakdown"]
+    assert parts["optimizer"] == pytest.approx(2 * parts["weights"], rel=0.01)  # AdamW's two moments
+
+
 def test_no_context_reading_is_said_not_left_none(monkeypatch):
     monkeypatch.setattr(nvml, "process_bytes", lambda index: None)
     monkeypatch.setattr(nvml, "used_bytes", lambda index: None)
