@@ -138,6 +138,9 @@ class RankTrial(Ranked, trial.Trial):
         else:
             model = fp32
         self.full_state = None  # rank 0's CPU copy: every rank has its shards now
+        # the first steps' window starts over: the fp32 shards and their reference pass are not in it
+        measure.release_cached(self.device)
+        measure.reset_peak(self.device)
         self.timing["reference_s"] = time.perf_counter() - t0
         self.memory["weights"] = measure.tensor_bytes(list(model.parameters()) + list(model.buffers()))  # this rank's shard
         self.eager = model
