@@ -84,12 +84,10 @@ class Meter:
                         f"{samples_per_step / step_s:.1f} samples/s in its first warm-up step ({step_s:.1f} s), "
                         f"under the sweep's cut of {bar:.1f}: not timed further; its peak is its first steps'"))
                     break
-        if not steps:
-            self.footprint.steady_window()
         self.timing["warmup_steps"] = steps
         self.timing["warmup_s"] = measure.now(self.device) - t0
         self.flush_losses()
-        self.warm_step_s = self.across_ranks(self.timing["warmup_s"] / steps if steps else self.warm_step_s)
+        self.warm_step_s = self.across_ranks(self.timing["warmup_s"] / steps)
 
     def windows(self, samples_per_step: int) -> list[float]:
         """Seconds per step of each window, timed until their CV is under target or a cap is reached

@@ -66,7 +66,8 @@ class Measure:
     """How a trial is measured (see harness.trial)."""
 
     warmup_steps: int = 2
-    """Optimizer steps after the first (compile) step that are run but not timed."""
+    """Optimizer steps after the first (compile) step that are run but not timed; at least 1, the last of
+    which regrows the cache the steady window emptied (and records a CUDA graph), untimed."""
     window_s: float = 0.5
     """Target length of one timed window; steps per window follow from the warm-up step time."""
     min_windows: int = 3
@@ -662,7 +663,7 @@ def parse_measure(trial: dict, where: str) -> Measure:
     values = {}
     for key, attr in (("warmup_steps", "warmup_steps"), ("min_windows", "min_windows"), ("max_windows", "max_windows")):
         if key in trial:
-            values[attr] = int_value(trial[key], f"{where}: trial.{key}", minimum=0 if key == "warmup_steps" else 1)
+            values[attr] = int_value(trial[key], f"{where}: trial.{key}", minimum=1)
     for key in ("target_cv", "loss_tolerance"):
         if key in trial:
             v = trial[key]
@@ -951,7 +952,7 @@ LIMITS = {
     "headroom": (0.0, 0.99),
     "seed": (0, 2**32 - 1),  # what numpy's generators (Optuna's samplers) take
     "effective_batch": (1, 2**24),
-    "measure.warmup_steps": (0, 1_000_000),
+    "measure.warmup_steps": (1, 1_000_000),  # the last one regrows the cache the steady window emptied, untimed
     "measure.window_s": (0.001, 3600.0),
     "measure.min_windows": (1, 100_000),
     "measure.max_windows": (1, 100_000),

@@ -200,6 +200,8 @@ BAD_NUMBERS = {
     "batch_size_range_huge": (f"search: {{batch_size: {{low: 1, high: {10**15}}}}}", "search.batch_size", "at most"),
     "batch_size_list_huge": (f"search: {{batch_size: [4, {10**15}]}}", "search.batch_size", "at most"),
     "warmup_steps_huge": (f"trial: {{warmup_steps: {10**12}}}", "trial.warmup_steps"),
+    # no step after the steady window's start: the first timed window regrew the cache (and recorded a CUDA graph)
+    "warmup_steps_zero": ("trial: {warmup_steps: 0}", "trial.warmup_steps: must be at least 1, got 0"),
     "trial_timeout_null": ("trial: {timeout: null}", "trial.timeout: is empty; write a duration like 90s"),  # not "None"
     "sweep_timeout_nan": ("timeout: .nan", "timeout", "finite"),
     "sweep_timeout_zero": ("timeout: 0", "timeout", "must be positive"),
