@@ -127,26 +127,37 @@ def _status_kib(field: str) -> int:
     raise RuntimeError(f"{field} missing from /proc/self/status")
 
 
+_soft_before_wall: int | None = None
+"""RLIMIT_DATA's soft limit as this process had it before limit_cpu_memory; None while no wall is up (a
+soft limit of the user's own, `ulimit -d`, is no wall of bench's)."""
+
+
 def limit_cpu_memory(budget: int) -> None:
     """A real memory wall: allocations past `budget` above today's data segment fail with ENOMEM.
 
     RLIMIT_DATA (not RLIMIT_AS) because torch maps ~640 MiB of address space just to import.
     """
-    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    global _soft_before_wall
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if _soft_before_wall is None:
+        _soft_before_wall = soft
     resource.setrlimit(resource.RLIMIT_DATA, (vm_data_bytes() + budget, hard))
 
 
 def lift_cpu_memory_limit() -> None:
-    """The wall taken down again (as far as the hard limit lets): for work after the measured steps, and
-    after an OOM, when the record still has to be written."""
+    """The wall taken down again, to the soft limit the process had before it: for work after the measured
+    steps, and after an OOM, when the record still has to be written."""
+    global _soft_before_wall
+    if _soft_before_wall is None:
+        return
     _, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
+    resource.setrlimit(resource.RLIMIT_DATA, (_soft_before_wall, hard))
+    _soft_before_wall = None
 
 
 def cpu_memory_limited() -> bool:
-    """Whether this process runs under a CPU memory wall (limit_cpu_memory)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    return soft != hard
+    """Whether this process runs under bench's CPU memory wall (limit_cpu_memory)."""
+    return _soft_before_wall is not None
 
 
 def refused_memory() -> bool:

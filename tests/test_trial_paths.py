@@ -69,3 +69,26 @@ def test_a_cpu_trial_whose_peak_went_over_the_budget_under_its_wall_is_an_oom(tm
     assert rec["peak_memory"] > 64 * 2**20 and "over the 48.0 MiB budget" in rec["error"]["message"]
     fits = run(tmp_path, {"factory": "faulty:build", "params": {}}, {"batch_size": 8}, budget=48 * 2**20)
     assert fits["status"] == "ok" and fits["error"] is None
+
+
+def test_a_soft_data_limit_of_the_users_own_is_no_memory_wall_of_benchs():
+    """Under `ulimit -d` (soft under hard) every trial read as at its wall: a cuDNN "not supported" or oneDNN
+    "could not create a primitive" became an OOM, and the search stopped short of larger batches; lifting the
+    wall raised the user's own limit to the hard one. Run in a child: the limit is the process's."""
+    import subprocess
+    import sys
+    code = """
+import resource
+from harness import errors, measure
+user = 64 * 2**30
+resource.setrlimit(resource.RLIMIT_DATA, (user, resource.getrlimit(resource.RLIMIT_DATA)[1]))
+vague = RuntimeError("could not create a primitive")
+said = [measure.cpu_memory_limited(), errors.is_oom(vague, at_wall=measure.refused_memory())]
+measure.limit_cpu_memory(2**30)
+said += [measure.cpu_memory_limited(), errors.is_oom(vague, at_wall=measure.refused_memory())]
+measure.lift_cpu_memory_limit()
+said += [measure.cpu_memory_limited(), resource.getrlimit(resource.RLIMIT_DATA)[0] == user]
+print(said)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[False, False, True, True, False, True]", out
