@@ -85,9 +85,6 @@ class CpuFootprint:
 
     def steady_window(self) -> None:
         self.memory["first_step_peak"] = self.peak()
-        # the count is the process's (the reference pass, the first steps and warm-up hit the wall first):
-        # the record's retries are the measured steps' alone
-        self.memory["alloc_retries_before"] = measure.alloc_retries(self.device)
         measure.release_cached(self.device)
         measure.reset_peak(self.device)
 
