@@ -6,7 +6,7 @@ import time
 from rich.console import Console
 from rich.text import Text
 
-from harness import pareto, record, report, study as studies
+from harness import failures, pareto, record, report, study as studies
 from harness.record import Record, leak_words
 from harness.units import size
 
@@ -153,7 +153,10 @@ def outcome(rec: dict, objective: str = "samples", budget: int | None = None) ->
         if typed.loss.get("unchecked"):
             line += " — its first loss is not held to the fp32 reference (the record's loss.unchecked says why)"
         return line + (f" — {rec['error']['message']}" if rec.get("error") else "")
-    message = record.error_words(rec.get("error"), 160)
+    error = rec.get("error") or {}
+    at = failures.users_frame(error) if status in ("error", "crash") else None  # as the sweep's stop line names it
+    message = record.error_words({**error, "hint": None}, 160) + (f" (at {at})" if at else "") \
+        + (f"; {error['hint']}" if error.get("hint") else "")
     if leaked:
         message = f"{leak_words(leaked)}: a leak? {message}"
     if status == "oom" and budget:  # torch's own line starts with the whole GPU's free memory, not the cap

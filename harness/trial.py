@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from harness import __version__, errors, failures, footprint, measure, record, reference, reuse, transforms, workloads, zygote
+from harness import __version__, errors, failures, footprint, knobs, measure, record, reference, reuse, transforms, workloads, zygote
 from harness.meter import Meter
 
 
@@ -604,7 +604,7 @@ def missing_extra(exc: BaseException) -> str:
 def failure_record(job: dict, status: str, exc: BaseException) -> dict:
     tb = traceback.format_exc()[-4000:]
     error = {"type": type(exc).__name__, "message": message_of(exc, tb), "traceback": tb}
-    if hint := dtype_hint(job, str(exc)):
+    if hint := dtype_hint(job, str(exc)) or whole_number_hint(job, str(exc)) or collate_hint(tb, str(exc)):
         error["hint"] = hint
     if isinstance(exc, BatchOverDataset) and exc.samples is not None:  # no batch above it can run
         error["dataset_samples"] = exc.samples
@@ -633,6 +633,23 @@ def dtype_hint(job: dict, message: str) -> str:
     return ("bf16-true casts the weights and the batch to bf16, and a tensor your code makes in float32 meets "
             "them: make it with its input's dtype (torch.rand(n, dtype=x.dtype)), or leave bf16-true out of "
             "the spec's precision")
+
+
+def whole_number_hint(job: dict, message: str) -> str:
+    """`layers: 2.5` where your model builds range(layers): torch names the float, not the param."""
+    if "cannot be interpreted as an integer" not in message:
+        return ""
+    odd = [f"{k}={v}" for k, v in (job.get("config") or {}).items()
+           if k not in knobs.UNIVERSAL and isinstance(v, float) and not v.is_integer()]
+    return f"{', '.join(odd)} is not a whole number, and your code takes one there: give it whole numbers" if odd else ""
+
+
+def collate_hint(tb: str, message: str) -> str:
+    """Samples of different sizes meet the DataLoader's default collate, deep inside torch."""
+    if "default_collate" not in tb or "equal size" not in message:
+        return ""
+    return ("your dataset's samples differ in size and the DataLoader's default collate stacks them: give your "
+            "Workload a collate (its `collate` field, the DataLoader's collate_fn) that pads them")
 
 
 def failed(job: dict, exc: BaseException) -> tuple[dict, int]:

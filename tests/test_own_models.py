@@ -763,3 +763,49 @@ def test_a_param_read_only_once_the_steps_run_is_read(faulty_path, monkeypatch):
     assert workloads.unread_params() == ["widht"]
     workloads.build({"factory": "faulty:build", "params": {"fault": "none", "steady_ms": 1, "widht": 8}})
     assert workloads.unread_params() == ["widht"]  # two builds: steady_ms is read where either read it
+
+
+RAGGED = """\
+import torch
+from harness.workloads import Workload
+
+
+class Stack(torch.nn.Module):
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(layers)))
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+class Ragged(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return torch.randn(1 + i % 3, 8)  # rows of 1 to 3 samples: the default collate cannot stack them
+
+
+def build(params):
+    model = Stack(params.get("layers", 2))
+    return Workload(model=model, dataset=Ragged(), loss=lambda m, x: m(x).pow(2).mean())
+"""
+
+
+@pytest.mark.parametrize("layers, hint", [
+    ("2.5", "layers=2.5 is not a whole number, and your code takes one there: give it whole numbers"),
+    ("2", "your dataset's samples differ in size and the DataLoader's default collate stacks them"),
+])
+def test_a_trial_that_fails_on_a_users_common_mistake_says_what_to_do(tmp_path, monkeypatch, layers, hint):
+    """torch's words name neither the param nor the fix: "'float' object cannot be interpreted as an
+    integer" for `--set layers=2.5`, "stack expects each tensor to be equal size" deep in default_collate."""
+    folder = copy_example("custom", tmp_path, monkeypatch)
+    (folder / "ragged.py").write_text(RAGGED)
+    own_workload(folder, {"factory": "ragged:build", "params": {"layers": 2}}, {"batch_size": [4]})
+    result = run("trial", "sweep.yaml", "--device", "cpu", "--set", f"layers={layers}")
+    assert result.exit_code != 0
+    rec = json.loads(result.stdout)
+    assert rec["status"] == "error" and rec["error"]["hint"].startswith(hint), rec["error"]
+    if layers == "2.5":  # and where, as the sweep's stop line says it
+        assert "(at " in result.stderr and "ragged.py:8); layers=2.5" in result.stderr, result.stderr
