@@ -153,6 +153,10 @@ def check_defined(ref: str, paths: list[str], at: str) -> None:
     if origin is None:
         return
     source = origin.read_text(errors="replace")
+    try:  # compiled, not run: a syntax error is said now, not after the sweep waited for its first trial
+        compile(source, str(origin), "exec")
+    except SyntaxError as e:
+        raise UserError(f"{at}: {origin}:{e.lineno}: {type(e).__name__}: {e.msg}; fix it and re-run") from None
     if "import *" in source or "__getattr__" in source or re.search(rf"\b{re.escape(name)}\b", source):
         return
     defined = re.findall(r"^(?:class|def|async def)\s+(\w+)|^(\w+)\s*[:=]", source, re.MULTILINE)

@@ -414,7 +414,7 @@ class Sweep:
             self.tell_interrupted(trial, config, rec["error"]["message"], kind=rec["error"]["type"])
             return True
         if (rec.get("error") or {}).get("type") == "FactoryImportError":  # every config would fail alike: stop
-            self.tell_interrupted(trial, config, rec["error"]["message"])
+            self.tell_interrupted(trial, config, rec["error"]["message"], kind="FactoryImportError")
             where = "workload.factory" if "factory" in self.spec.workload else "workload"  # the message names the import
             raise UserError(f"{self.spec.shown}: {where}: {rec['error']['message']}; fix it and re-run "
                             f"(traceback in {self.log_path(trial.number)})")

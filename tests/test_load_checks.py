@@ -122,6 +122,18 @@ def test_a_misspelt_name_in_the_spec_is_refused_at_load_with_the_near_one(tmp_pa
     assert nothing_written(folder)
 
 
+def test_a_syntax_error_in_your_module_is_refused_at_load_with_its_line(tmp_path, monkeypatch):
+    """It waited up to 90 s for a quiet machine, then failed its first trial on the import, and left a study
+    whose trial read `interrupted`. Compiled at load (not run: your code runs only in a trial)."""
+    folder = copy_example("unet", tmp_path, monkeypatch)
+    source = (folder / "unet.py").read_text()
+    (folder / "unet.py").write_text(source + "\n\ndef broken(:\n    pass\n")
+    line = source.count("\n") + 3
+    assert_user_error(run("sweep", "sweep.yaml", "--device", "cpu"), "workload.model",
+                      f"unet.py:{line}: SyntaxError: invalid syntax; fix it and re-run")
+    assert nothing_written(folder)
+
+
 def test_a_misspelt_module_is_refused_with_the_near_one(tmp_path, monkeypatch):
     folder = copy_example("unet", tmp_path, monkeypatch)
     edit_spec(folder, lambda s: s["workload"].update(batch="unett:random_batch"))

@@ -457,6 +457,8 @@ def test_a_misspelt_factory_fixed_as_the_error_says_runs_in_the_same_study(tmp_p
         return faulty_spec(tmp_path, "s", ["none"], trials=1, workload={"factory": "faulty:params", "params": {"fault": "none"}})
     first = CliRunner().invoke(main, ["sweep", str(typo()), "--device", "cpu"])
     assert first.exit_code == 2 and "cannot import faulty:params" in first.output, first.output
+    said = CliRunner().invoke(main, ["report"], env={"COLUMNS": "300"}).output  # not "nothing ran yet: resume"
+    assert "next: the sweep stopped on your code: cannot import faulty:params" in said, said
     fixed = faulty_spec(tmp_path, "s", ["none"], trials=1)
     again = CliRunner().invoke(main, ["sweep", str(fixed), "--device", "cpu"])
     assert again.exit_code == 0, again.output

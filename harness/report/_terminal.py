@@ -511,6 +511,10 @@ def next_step(choice: Choice) -> str:
     if spoiled(choice):
         return ("run `bench sweep` again when the machine is quiet: it measures again what a busy machine or noise "
                 "spoiled, and the figures deciding this one are such")
+    unimportable = [s for s in choice.rows if (s.record.error or {}).get("type") == "FactoryImportError"]
+    if not ran_rows and unimportable:  # resuming as it stands would stop on the same import
+        return (f"the sweep stopped on your code: {record.printable(record.error_words(unimportable[-1].record.error, 300))}; "
+                "fix it and run the same `bench sweep`")
     if not ran_rows:
         return "nothing ran to a result yet: run the same `bench sweep` to resume"
     if choice.best is None and not any(s.record.status in (record.OK, record.OOM, record.DIVERGED) for s in ran_rows):
