@@ -92,3 +92,17 @@ print(said)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[False, False, True, True, False, True]", out
+
+
+def test_a_cpu_rank_s_heap_growth_is_not_called_a_leak():
+    """Every DDP and FSDP trial on a CPU ended "memory the steps keep grew in every window ...: a leak?" for a
+    model that keeps nothing: a rank's C heap also holds the process group's buffers, which grow as it
+    settles. The same growth in a one-process trial is still one."""
+    growing = {"live_by_window": [100 << 20, (100 << 20) + (400 << 10), (100 << 20) + (800 << 10)]}
+    one, ranks = a_trial(), a_trial(nproc=2, parallel="ddp")
+    ranks.world = 2  # as harness.distributed sets it in each rank
+    for t in (one, ranks):
+        t.memory.update(growing)
+        t.timing["window_steps"] = 10
+    assert one.leak() == {"bytes": 800 << 10, "steps": 20, "bytes_per_step": (800 << 10) / 20}
+    assert ranks.leak() is None
