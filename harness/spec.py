@@ -887,8 +887,9 @@ def check_effective_batch(spec: Spec, config: dict) -> None:
     it silently measured another batch (batch 3 under 64 ran accumulation 21)."""
     if not keeps_effective_batch(spec, config):
         per_step = config["batch_size"] * config.get("nproc", 1)
-        what = f"batch_size {config['batch_size']}" + (f" x nproc {config['nproc']}" if config.get("nproc", 1) > 1 else "")
-        raise UserError(f"--set: {what} ({per_step}) does not divide the spec's effective_batch "
+        ranks = config.get("nproc", 1) > 1
+        what = f"batch_size {config['batch_size']}" + (f" x nproc {config['nproc']} ({per_step})" if ranks else "")
+        raise UserError(f"--set: {what} does not divide the spec's effective_batch "
                         f"{spec.effective_batch}; pick a size that does")
 
 

@@ -495,7 +495,7 @@ def test_bad_trial_options(cwd, args, phrase):
 
 
 @pytest.mark.parametrize("args, phrase", [
-    (["--set", "batch_size=3"], "--set: batch_size 3 (3) does not divide the spec's effective_batch 16"),
+    (["--set", "batch_size=3"], "--set: batch_size 3 does not divide the spec's effective_batch 16"),
     (["--set", "accumulation=3"], "--set accumulation: the spec derives it from effective_batch 16"),
 ])
 def test_a_trial_keeps_the_specs_effective_batch(cwd, args, phrase):
