@@ -273,9 +273,21 @@ class Target:
             raise UserError(f"{self.where}: {at}.from must be a dotted key path like model.width, got {path!r}")
         found = self._walk(path)
         if found is _MISSING:
+            if group := self.hydra_group(path.split(".")[0]):
+                raise UserError(f"{self.where}: {at}: from {path}: {self.file} takes {group} from its defaults list "
+                                "(a Hydra config group), which bench does not compose; give the value under "
+                                "workload.params instead")
             raise UserError(f"{self.where}: {at}: from {path}: no such key in {self.file}"
                             f"{did_you_mean(path, self.key_paths())}; check the key path (dotted, like model.width)")
         return found
+
+    def hydra_group(self, head: str) -> str | None:
+        """'model: small' where the file's Hydra defaults list picks a group `head` the file itself lacks."""
+        defaults = self.data().get("defaults")
+        for entry in defaults if isinstance(defaults, list) else []:
+            if isinstance(entry, dict) and len(entry) == 1 and str(next(iter(entry))).lstrip("/") == head:
+                return f"{head}: {next(iter(entry.values()))}"
+        return None
 
     def key_paths(self, node=None, prefix: str = "") -> list[str]:
         """Every dotted key path of the file (a LightningCLI `init_args` level left out, as `_walk` allows)."""

@@ -144,6 +144,18 @@ def test_a_wrong_key_path_in_a_lightning_config_gets_the_near_one_without_init_a
         specs.load("sweep.yaml")
 
 
+def test_a_key_path_into_a_hydra_config_group_says_bench_does_not_compose_it(tmp_path, monkeypatch):
+    """`defaults: [model: small]` puts model.* in conf/model/small.yaml: "no such key in config.yaml" sent
+    the user looking for a typo."""
+    folder = copy_example("unet", tmp_path, monkeypatch)
+    (folder / "config.yaml").write_text("defaults:\n  - model: small\n  - _self_\n" + SMALL_UNET.replace("model:", "net:"))
+    assert yaml.safe_load((folder / "sweep.yaml").read_text())["workload"]["params_from"] == "model"
+    with pytest.raises(UserError, match=r"params_from model: from model: .*config.yaml takes model: small from its defaults list "
+                                        r"\(a Hydra config group\), which bench does not compose; give the value under "
+                                        "workload.params instead"):
+        specs.load("sweep.yaml")
+
+
 def test_the_model_form_needs_its_three_pieces(tmp_path, monkeypatch):
     folder = copy_example("unet", tmp_path, monkeypatch)
     spec = yaml.safe_load((folder / "sweep.yaml").read_text())
