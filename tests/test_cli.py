@@ -761,8 +761,11 @@ def test_a_sweep_that_ends_on_its_cap_says_to_raise_it_not_to_widen_the_search(t
     config measured is chosen over it; to look further, widen the search space": the space was not searched.
     The search's model counts the configs `--trials auto` would still measure; the next step is to raise the
     cap, and a resume with a larger one measures them."""
+    from harness import busy
     from tests.conftest import FAST_TRIAL, faulty_spec
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(busy, "now", lambda *args, **kwargs: None)  # not the subject: a busy run says "when quiet"
+    monkeypatch.setattr(busy, "verdict", lambda *args, **kwargs: None)
     steady = {"factory": "faulty:build", "params": {"fault": "none", "steady_ms": 20}}  # a sleep: speed grows with batch
     path = faulty_spec(tmp_path, "capped", ["none"], sampler="tpe", trials=1, workload=steady,
                        search={"batch_size": [8, 16, 32, 64]}, trial=dict(FAST_TRIAL))
