@@ -279,7 +279,7 @@ def start_child(argv: list[str], job: dict, env: dict):
             method, why = zygote.FRESH, f"the trial server failed: {exc}"[:300]
     proc = subprocess.Popen([sys.executable, "-m", module, *argv],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=env, start_new_session=True, cwd=os.getcwd())
+                            env={**env, zygote.PARENT_ENV: str(os.getpid())}, start_new_session=True, cwd=os.getcwd())
     return proc, {"method": method, "reason": why}
 
 

@@ -58,7 +58,7 @@ def die_with_parent() -> None:
     The parent-death signal is SIGTERM with a handler, not SIGKILL: SIGKILL would end this process
     alone and leave its grandchildren (DataLoader workers, compile pools) running.
     """
-    me, parent = os.getpid(), os.getppid()
+    me, parent = os.getpid(), int(os.environ.get(zygote.PARENT_ENV) or os.getppid())
 
     def on_sigterm(signum, frame):
         if os.getpid() != me:  # a forked DataLoader worker inherits this handler: it just ends, as by default

@@ -216,12 +216,13 @@ def serve(sock: socket.socket) -> None:
             if not msg:
                 return
             out_w, status_w = fds
+            server = os.getpid()
             pid = os.fork()
             if pid == 0:
                 for fd in (sock.fileno(), wake_r, wake_w, *statuses.values()):
                     os.close(fd)
                 os.close(status_w)
-                become_trial(json.loads(msg), out_w)  # never returns
+                become_trial(json.loads(msg), out_w, server)  # never returns
             os.close(out_w)
             os.write(status_w, b"%d\n" % pid)
             statuses[pid] = status_w
@@ -244,7 +245,7 @@ def reap(statuses: dict[int, int]) -> None:
             os.close(fd)
 
 
-def become_trial(request: dict, out_fd: int) -> None:
+def become_trial(request: dict, out_fd: int, server: int) -> None:
     """In the forked child: what a fresh `python -m harness.trial` would be, then run the trial."""
     code = 1
     try:
@@ -262,6 +263,7 @@ def become_trial(request: dict, out_fd: int) -> None:
         sys.stderr = open(2, "w", buffering=1, closefd=False)
         os.environ.clear()
         os.environ.update(request["env"])
+        os.environ[PARENT_ENV] = str(server)  # its parent is this server, not the sweep
         os.chdir(request["cwd"])
         paths = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[:] = [os.getcwd(), *paths, *(p for p in sys.path[1:] if p not in paths)]  # as `python -m` sets it
@@ -281,6 +283,11 @@ def become_trial(request: dict, out_fd: int) -> None:
     finally:
         os._exit(code)
 
+
+PARENT_ENV = "BENCH_TRIAL_PARENT"
+"""The pid of the process that started a trial (the sweep, or this server), for harness.trial.die_with_parent:
+a sweep killed while a fresh start still imported torch left the trial with init as its parent, whose death
+it then watched for, and it trained on as an orphan."""
 
 FALLBACK_ENV = "BENCH_FORK_FALLBACK"
 """Set in a trial that was forked unsafely and re-exec'd as a fresh interpreter: why (the env stamp keeps it)."""

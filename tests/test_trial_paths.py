@@ -106,3 +106,17 @@ def test_a_cpu_rank_s_heap_growth_is_not_called_a_leak():
         t.timing["window_steps"] = 10
     assert one.leak() == {"bytes": 800 << 10, "steps": 20, "bytes_per_step": (800 << 10) / 20}
     assert ranks.leak() is None
+
+
+def test_a_trial_whose_parent_died_during_its_start_up_ends_at_once():
+    """A kill -9 of the sweep while a fresh start still imported torch: the trial, re-parented, then watched
+    its new parent (init) and trained on as an orphan. It now knows which pid started it."""
+    import os
+    import subprocess
+    import sys
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a parent that died before the trial armed its parent-death signal
+    code = "import time\nfrom harness import trial\ntrial.die_with_parent()\ntime.sleep(20)\nprint('trained on')"
+    child = subprocess.run([sys.executable, "-c", code], env={**os.environ, zygote.PARENT_ENV: str(gone.pid)},
+                           capture_output=True, text=True, timeout=60, start_new_session=True)
+    assert child.returncode == -9 and "trained on" not in child.stdout, (child.returncode, child.stdout, child.stderr)
