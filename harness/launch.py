@@ -148,8 +148,10 @@ def stop_signals_interrupt():
             signal.signal(s, signal.SIG_IGN)
         raise KeyboardInterrupt() if signum == signal.SIGINT else Stopped(signum)
 
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    previous = {}  # filled as each is installed: a signal between two installs finds it
     try:
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            previous[s] = signal.signal(s, stop)
         yield
     finally:
         for s, handler in previous.items():
@@ -215,9 +217,7 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None, on_turn=
 def turn_taken(job: dict) -> bool:
     """Whether another bench trial has one of `job`'s devices now (a look: no turn is kept)."""
     for device in trial_devices(job):
-        try:
-            fd = os.open(lock_path(device), os.O_RDONLY | os.O_CREAT, 0o666)
-        except OSError:
+        if (fd := open_lock(device)) is None:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -232,6 +232,20 @@ def lock_path(device: str) -> Path:
     return Path(tempfile.gettempdir()) / f"bench-device-{device}.lock"
 
 
+def open_lock(device: str) -> int | None:
+    """The device's lock file, open to flock; None where it cannot be (a file another user made unreadable:
+    measured without the turn). Created only where missing: under fs.protected_regular (systemd's default)
+    an O_CREAT open of another user's file in /tmp fails though the file is there."""
+    for flags in (os.O_RDONLY, os.O_RDONLY | os.O_CREAT):
+        try:
+            return os.open(lock_path(device), flags, 0o666)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return None
+    return None
+
+
 @contextlib.contextmanager
 def device_turn(job: dict, on_beat=None):
     """One trial at a time on each device, across every bench process on this machine: two sweeps of a
@@ -241,10 +255,9 @@ def device_turn(job: dict, on_beat=None):
     fds = []
     try:
         for device in trial_devices(job):
-            try:
-                fds.append(fd := os.open(lock_path(device), os.O_RDONLY | os.O_CREAT, 0o666))
-            except OSError:  # a lock file another user made unreadable: measure without the turn
+            if (fd := open_lock(device)) is None:
                 continue
+            fds.append(fd)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

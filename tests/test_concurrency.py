@@ -277,3 +277,28 @@ def test_a_sweep_looks_at_the_machine_only_in_its_turn_of_the_device(tmp_path, f
     assert looks and all(looks), looks
     (first,) = [r for r in json.loads(CliRunner().invoke(main, ["report", "--format", "json"]).output) if r["number"] == 0]
     assert 0 < first["timing"]["device_wait_s"] < 6, first["timing"]  # the holder's 4 s at most
+
+
+def test_another_users_lock_file_is_still_a_turn_under_protected_regular(tmp_path, monkeypatch):
+    """With fs.protected_regular (systemd's default) an O_CREAT open of another user's file in /tmp fails
+    though it exists: the trial then measured beside the other user's, without its turn. Staged: O_CREAT
+    opens of an existing file refused, as the kernel refuses them there."""
+    import fcntl
+    from harness import launch
+    lock = tmp_path / "bench-device-cpu.lock"
+    monkeypatch.setattr(launch, "lock_path", lambda device: lock)
+    lock.touch()
+    held = os.open(lock, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)  # the other user's sweep has the device
+    real_open = os.open
+
+    def protected(path, flags, *args):
+        if flags & os.O_CREAT and os.path.exists(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args)
+    monkeypatch.setattr(os, "open", protected)
+    try:
+        assert launch.turn_taken({"device": "cpu", "config": {}})
+    finally:
+        os.close(held)
+    assert not launch.turn_taken({"device": "cpu", "config": {}})
