@@ -123,7 +123,7 @@ class GuardedJournal(JournalFileBackend):
 
     def __init__(self, path: Path, lock) -> None:
         super().__init__(str(path), lock_obj=lock)
-        self.path, self.inode = path, path.stat().st_ino
+        self.path, self.inode, self.lock = path, path.stat().st_ino, lock
 
     def check(self) -> None:
         try:
@@ -140,8 +140,42 @@ class GuardedJournal(JournalFileBackend):
         return super().read_logs(log_number_from)
 
     def append_logs(self, logs) -> None:
+        """As Optuna appends, but never leaving a torn line: a write cut short (a full disk) is cut back off,
+        and a torn tail a killed writer left is cut before writing. Left there, the next worker's record
+        joined it into one bad line in the middle of the journal, which only cutting the records after it
+        (measurements) could repair."""
         self.check()
-        super().append_logs(logs)
+        data = memoryview(("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode())
+        self.lock.acquire()
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
+            try:
+                size = whole_lines(fd)
+                try:
+                    while data:
+                        data = data[os.write(fd, data):]
+                    os.fsync(fd)
+                except OSError:
+                    os.ftruncate(fd, size)
+                    raise
+            finally:
+                os.close(fd)
+        finally:
+            self.lock.release()
+
+
+def whole_lines(fd: int) -> int:
+    """The journal's size up to its last whole line, cutting off a torn tail (no reader got past it: Optuna
+    reads whole lines only)."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    tail = os.pread(fd, min(size, 1 << 20), max(size - (1 << 20), 0))
+    if b"\n" not in tail and len(tail) < size:  # no line that long is Optuna's: leave it to repair_journal
+        return size
+    keep = size - len(tail) + tail.rfind(b"\n") + 1  # 0 where the one line there is torn
+    os.ftruncate(fd, keep)
+    return keep
 
 
 STALE_TMP_S = 60

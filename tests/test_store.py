@@ -24,19 +24,17 @@ from tests.conftest import FAST_TRIAL, FAULTY_DIR, ROOT
 SPEC = {"study": "store", "workload": {"factory": "faulty:build", "params": {"fault": "none", "width": 16}},
         "search": {"batch_size": [4, 8]}, "trials": 2, "sampler": "grid", "trial": dict(FAST_TRIAL)}
 
-# A full disk in the middle of a tell: half the record reaches the file, then ENOSPC (the seam: Optuna's
-# journal append). Used only by the ENOSPC test, through `python -c`.
+# A full disk in the middle of a tell: half the record reaches the file, then ENOSPC (the seam: the write
+# to the journal). Used only by the ENOSPC test, through `python -c`.
 FULL_DISK = '''
-import errno, json
-from optuna.storages.journal import JournalFileBackend
-def append_logs(self, logs):
-    text = "\\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\\n"
-    if '"record"' in text:
-        with open(self._file_path, "ab") as f:
-            f.write(text.encode()[: len(text) // 2])
-        raise OSError(errno.ENOSPC, "No space left on device", self._file_path)
-    return real(self, logs)
-real, JournalFileBackend.append_logs = JournalFileBackend.append_logs, append_logs
+import errno, os
+real_write = os.write
+def write(fd, data):
+    if bytes(data).find(b'"record"') >= 0 and os.readlink(f"/proc/self/fd/{fd}").endswith("journal.log"):
+        real_write(fd, bytes(data)[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+    return real_write(fd, data)
+os.write = write
 from harness.cli import main; main()
 '''
 
@@ -144,12 +142,26 @@ def test_a_full_disk_is_one_line_and_the_study_resumes_once_space_is_free(study)
     assert full.returncode == 2, full.stderr
     [line] = lines(full.stderr)
     assert "no space left" in line and "re-run the same command" in line
+    journal = (study / "results" / "store" / "journal.log").read_bytes()
+    assert journal.endswith(b"\n")  # the half-written record was cut back off: no torn line for the next writer
     resumed = bench(study, "sweep", "store.yaml", "--device", "cpu")
     assert resumed.returncode == 0, resumed.stderr
-    assert "was cut off" in resumed.stderr  # the half-written record
+    assert "was cut off" not in resumed.stderr  # nothing to repair
     assert "was left running by a process that died" in resumed.stdout  # the trial it was telling runs again
     statuses = sorted(r["status"] for r in rows(study))
     assert statuses == ["interrupted", "ok", "ok"]
+
+
+def test_a_torn_tail_a_dead_writer_left_is_cut_before_the_next_record_not_joined_to_it(tmp_path):
+    """A writer killed (or refused by a full disk) mid-line left a torn tail; the next worker's record joined
+    it into one bad line in the middle of the journal, and every worker's read failed with a traceback."""
+    from optuna.storages.journal import JournalFileOpenLock
+    from harness import storage
+    path = tmp_path / "journal.log"
+    path.write_bytes(b'{"op_code":0,"worker_id":"a"}\n{"op_code":5,"wor')  # a whole line, then a torn one
+    journal = storage.GuardedJournal(path, JournalFileOpenLock(str(path) + ".lock"))
+    journal.append_logs([{"op_code": 0, "worker_id": "b"}])
+    assert [log["worker_id"] for log in journal.read_logs(0)] == ["a", "b"]
 
 
 def test_report_reads_a_read_only_results_folder(study):
