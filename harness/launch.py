@@ -28,7 +28,7 @@ from pathlib import Path
 
 import psutil
 
-from harness import errors, record, zygote
+from harness import errors, pids, record, zygote
 
 SERVER_DIED = "TrialServerDied"
 WORKDIR_PREFIX = "bench-trial-"
@@ -168,7 +168,7 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None, on_turn=
     sees no other bench trial on the device, since those take turns with this one.
     """
     asked = time.monotonic()
-    with device_turn(job, on_beat), tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-") as tmp:
+    with device_turn(job, on_beat), tempfile.TemporaryDirectory(prefix=workdir_prefix()) as tmp:
         waited = time.monotonic() - asked  # for the device: the look at the machine below is no part of it
         if on_turn is not None:
             on_turn()
@@ -379,8 +379,8 @@ def kill_group(proc: subprocess.Popen, token: str | None = None) -> None:
 def trial_token() -> str:
     """This process's pid and start time, then a part of the trial's own: a process still carrying it once this
     process is gone (a kill -9 of the sweep) is an orphan of its trial (end_orphans)."""
-    me = psutil.Process()
-    return f"{me.pid}-{me.create_time():.0f}-{uuid.uuid4().hex}"
+    me = os.getpid()
+    return f"{me}-t{pids.start_ticks(me)}-{uuid.uuid4().hex}"
 
 
 def end_orphans() -> None:
@@ -398,9 +398,11 @@ def end_orphans() -> None:
 def runner_alive(token: str) -> bool:
     """The process that ran the token's trial still runs (a token of an older bench: not for us to judge)."""
     pid, started, _ = (token.split("-") + ["", ""])[:3]
+    if pid.isdigit() and started.startswith("t") and started[1:].isdigit():  # its start tick: no clock step moves it
+        return str(pids.start_ticks(int(pid))) == started[1:]
     if not (pid.isdigit() and started.isdigit()):
         return True
-    try:
+    try:  # a token of a bench before 2026-12-08: its wall-clock start
         return f"{psutil.Process(int(pid)).create_time():.0f}" == started
     except psutil.NoSuchProcess:
         return False
@@ -428,14 +430,23 @@ def save_log(path: Path, text: str) -> None:
         raise
 
 
+def workdir_prefix() -> str:
+    """A trial folder's name starts with its sweep's pid and start tick: remove_stale_workdirs reads them."""
+    return f"{WORKDIR_PREFIX}{os.getpid()}.{pids.start_ticks(os.getpid())}-"
+
+
 def remove_stale_workdirs() -> None:
     """Trial folders a sweep killed with -9 (or by a full disk) left in the temp folder: their sweep's
     pid is in the name, and that process is gone (or is a newer one with the same pid)."""
     for folder in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*-*"):
-        pid = folder.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
+        pid, _, ticks = folder.name[len(WORKDIR_PREFIX):].split("-", 1)[0].partition(".")
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
-        try:
+        if ticks.isdigit():  # its sweep's start tick, which no clock step moves
+            if str(pids.start_ticks(int(pid))) != ticks:
+                shutil.rmtree(folder, ignore_errors=True)
+            continue
+        try:  # a folder of a bench before 2026-12-08: its sweep's wall-clock start against the folder's
             alive = psutil.Process(int(pid)).create_time() <= folder.stat().st_mtime
         except psutil.NoSuchProcess:
             alive = False

@@ -33,7 +33,7 @@ import psutil
 import sqlalchemy
 from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, JournalFileOpenLock
 
-from harness import record, spec as specs, units
+from harness import pids, record, spec as specs, units
 from harness.errors import UserError
 
 JOURNAL = "journal.log"
@@ -759,14 +759,16 @@ def host_lock(path: Path):
 
 def worker_id() -> dict:
     proc = psutil.Process()
-    return {"host": socket.gethostname(), "pid": proc.pid, "started": proc.create_time()}
+    return {"host": socket.gethostname(), "pid": proc.pid, "started": proc.create_time(), "start": pids.start_of(proc.pid)}
 
 
 def is_stale(worker: dict | None) -> bool:
     """This host's trial whose worker process is gone (another host's: the heartbeat tells)."""
     if not worker or worker.get("host") != socket.gethostname():
         return False
-    try:
+    if worker.get("start"):  # its boot and start tick, which no clock step moves
+        return pids.start_of(worker["pid"]) != worker["start"]
+    try:  # a worker of a bench before 2026-12-08, or where /proc cannot say: its wall-clock start
         return abs(psutil.Process(worker["pid"]).create_time() - worker["started"]) > 1.0
     except psutil.NoSuchProcess:
         return True

@@ -23,7 +23,7 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from harness import launch, record, reuse, spec as specs
+from harness import launch, pids, record, reuse, spec as specs
 from harness.cli import main
 from tests.conftest import FAULTY_DIR, faulty_spec
 
@@ -347,6 +347,23 @@ def test_what_a_trial_started_that_outlived_a_killed_sweep_ends_with_the_next_sw
         for proc in (orphan, ours):
             proc.kill()
             proc.wait()
+
+
+def test_a_step_of_the_wall_clock_leaves_a_live_sweep_alive(monkeypatch):
+    """psutil's create_time() moves with the wall clock (boot time re-read): a step of a second made another
+    worker take a live sweep's trial for a dead one's and run it again, and a second sweep kill the first
+    one's trial as an orphan. A process is now its boot and start tick. Staged: the clock steps 5 s."""
+    import psutil
+    from harness import storage
+    worker, token = storage.worker_id(), launch.trial_token()
+    stepped = psutil.Process.create_time
+    monkeypatch.setattr(psutil.Process, "create_time", lambda self: stepped(self) + 5.0)
+    assert not storage.is_stale(worker)
+    assert launch.runner_alive(token)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert storage.is_stale({**worker, "pid": gone.pid})  # a dead worker still reads dead
+    assert not launch.runner_alive(f"{gone.pid}-t{pids.start_ticks(os.getpid())}-x")
 
 
 def test_a_full_disk_leaves_no_half_written_temp_file(tmp_path):
