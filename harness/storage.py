@@ -17,6 +17,7 @@ import fcntl
 import functools
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -93,7 +94,8 @@ def open_storage(url: str | None, results: Path, study: str, say: Callable[[str]
         lock_file = path.with_name(path.name + ".lock")  # JournalFileOpenLock's file
         remove_stale_lock(lock_file, lock.grace_period, say)
         say_if_held(lock_file, lock.grace_period, say)
-        lock.acquire()  # no other worker of this study appends while the tail is judged (its lock file is a write)
+        with optuna_lock_wait_unsaid():  # said in one line above, not again in four of Optuna's
+            lock.acquire()  # no other worker of this study appends while the tail is judged (its lock file is a write)
     except OSError as exc:
         raise UserError(f"{folder}: cannot write the study's journal there ({exc.strerror or exc}); "
                         "pick a writable folder with --results, or another name with --study") from None
@@ -191,6 +193,18 @@ def remove_stale_lock(stale: Path, grace_s: float, say: Callable[[str], None]) -
             say(f"{stale}: removed the journal's lock file a killed sweep left; nothing else was touched")
     except OSError:  # none (the usual case), or another worker released it meanwhile
         pass
+
+
+@contextlib.contextmanager
+def optuna_lock_wait_unsaid():
+    """Optuna's journal warns, three times, then once more as it breaks a lock left by a killed sweep."""
+    logger = logging.getLogger("optuna.storages.journal._file")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 HELD_S = 1.0
