@@ -384,11 +384,11 @@ def last_line(specs_to_run: list, choices: list, device: str) -> str:
                 "what a busy machine or noise spoiled; [bold]bench report[/bold] shows which")
     if not any(c.best for c in choices):
         return "next: [bold]bench report[/bold] to see why no config qualifies as best (statuses, noise, errors)"
-    if capped := next((c for c in choices if c.best and (c.kept or c.best.record.baseline)
-                       and (c.model or {}).get("worth_measuring")), None):  # "widen the search" to a search cut short
-        return f"next: {escape(report.next_step(capped))}"
+    capped = next((c for c in choices if c.best and (c.kept or c.best.record.baseline)
+                   and (c.model or {}).get("worth_measuring")), None)  # not "widen the search" to a search cut short
     if not any(spec.apply for spec in specs_to_run):
-        return ("next: [bold]bench report[/bold] to see the measurements (an apply: section in the spec lets "
+        return (f"next: {escape(report.next_step(capped))}" if capped else
+                "next: [bold]bench report[/bold] to see the measurements (an apply: section in the spec lets "
                 "[bold]bench apply best[/bold] write the best config into your config file)")
     applied = [(spec, c.best.record.config, c.best.record.baseline, config_now(spec, device))  # each target read once
                for spec, c in zip(specs_to_run, choices) if spec.apply and c.best]
@@ -401,6 +401,8 @@ def last_line(specs_to_run: list, choices: list, device: str) -> str:
                        if (words := edited_knobs(config, now or {}))), None):
         return (f"next: [bold]bench report[/bold] to see the measurements; your config as swept stays best; "
                 f"{escape(edited[0])} holds {escape(edited[1])} now, so [bold]bench apply best[/bold] writes it back")
+    if capped:
+        return f"next: {escape(report.next_step(capped))}"
     return ("next: [bold]bench report[/bold] to see the measurements; your config stays best, so "
             "[bold]bench apply best[/bold] has nothing to change")
 

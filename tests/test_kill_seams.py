@@ -26,14 +26,14 @@ from tests.test_interrupt import ctrl_c_reaches_it, env_for
 # stopped in the second or so it spends queueing the grid (Ctrl-C right after starting does the same)
 IN_THE_GRID_QUEUE = '''
 import os, signal
-from optuna.storages.journal import JournalFileBackend
+from harness.storage import GuardedJournal  # the journal append every sweep makes
 seen = [0]
 def append_logs(self, logs):
     seen[0] += sum(bool((log.get("user_attrs") or {}).get("grid")) for log in logs)
     if seen[0] >= 2:
         os.kill(os.getpid(), signal.SIGKILL)
     return real(self, logs)
-real, JournalFileBackend.append_logs = JournalFileBackend.append_logs, append_logs
+real, GuardedJournal.append_logs = GuardedJournal.append_logs, append_logs
 from harness.cli import main; main()
 '''
 

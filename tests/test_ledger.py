@@ -25,7 +25,7 @@ from tests.test_interrupt import ctrl_c_reaches_it, end_gated, env_for, hanging_
 # asked (RUNNING) and never claimed. KILL: the process dies there; FULL: the disk is full there.
 IN_THE_CLAIM_WINDOW = '''
 import errno, os, signal, sys
-from optuna.storages.journal import JournalFileBackend
+from harness.storage import GuardedJournal  # the journal append every sweep makes
 how = sys.argv.pop(1)
 def append_logs(self, logs):
     if any("worker" in (log.get("user_attr") or {}) for log in logs):
@@ -33,7 +33,7 @@ def append_logs(self, logs):
             os.kill(os.getpid(), signal.SIGKILL)
         raise OSError(errno.ENOSPC, "No space left on device", self._file_path)
     return real(self, logs)
-real, JournalFileBackend.append_logs = JournalFileBackend.append_logs, append_logs
+real, GuardedJournal.append_logs = GuardedJournal.append_logs, append_logs
 from harness.cli import main; main()
 '''
 
@@ -90,12 +90,12 @@ def test_a_trial_asked_but_never_claimed_is_interrupted_and_runs_again(two_confi
 
 AFTER_THE_RECORD = '''
 import os, signal, sys
-from optuna.storages.journal import JournalFileBackend
+from harness.storage import GuardedJournal  # the journal append every sweep makes
 def append_logs(self, logs):
     real(self, logs)
     if any(((log.get("user_attr") or {}).get("record") or {}).get("status") == "ok" for log in logs):
         os.kill(os.getpid(), signal.SIGKILL)  # the record is written, the tell is not
-real, JournalFileBackend.append_logs = JournalFileBackend.append_logs, append_logs
+real, GuardedJournal.append_logs = GuardedJournal.append_logs, append_logs
 from harness.cli import main; main()
 '''
 

@@ -746,7 +746,8 @@ def test_a_resume_after_your_file_was_edited_says_whose_config_it_compares_with(
                {0: [149.0, 151.0], 1: [99.0, 101.0]})
     config = project / CONFIG
     said = flat(bench("sweep", "one.yaml", "--trials", "2").output)
-    assert "has nothing to change" in said and "holds" not in said  # the file as swept: nothing to say
+    assert "holds" not in said and "writes it back" not in said  # the file as swept: nothing to say of it
+    assert "ended on its trial cap" in said  # 2 of 24 configs: the next step is to measure more
     config.write_text(config.read_text().replace("batch_size: 8 ", "batch_size: 64 "))
     said = flat(bench("sweep", "one.yaml", "--trials", "2").output)
     assert ("note: config.yaml makes batch_size=64 now, but this study measured your config as first swept "
