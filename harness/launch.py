@@ -158,6 +158,36 @@ def stop_signals_interrupt():
             signal.signal(s, handler)
 
 
+@contextlib.contextmanager
+def stopped_with_the_sweep(group: int):
+    """Ctrl-Z stops the trial's process group with the sweep, and `fg` (SIGCONT) continues it: the group is a
+    session of its own, which the terminal's SIGTSTP never reaches, so the trial trained on (a GPU kept busy)
+    under a sweep shown stopped. A run across a stop measures the stop too: its windows disagree (noisy)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        signal_group(group, signal.SIGSTOP)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # stopped here, as the terminal asked, until SIGCONT
+        signal.signal(signal.SIGTSTP, stop)
+        signal_group(group, signal.SIGCONT)
+
+    previous = signal.signal(signal.SIGTSTP, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTSTP, previous)
+
+
+def signal_group(group: int, signum: int) -> None:
+    try:
+        os.killpg(group, signum)
+    except ProcessLookupError:  # ended, or a forked trial not yet the leader of its group
+        pass
+
+
 def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None, on_turn=None) -> dict:
     """Run `job` in a child; return its record with `status` classified. Never raises for a bad trial.
 
@@ -184,7 +214,8 @@ def run(job: dict, limits: Limits, log_path: Path | None, on_beat=None, on_turn=
         proc, start = start_child([str(workdir / "job.json"), str(result_path)], job, env)
         tail = TailBuffer(proc.stdout)
         try:
-            killed_for = watch(proc, limits, Path(job["heartbeat"]), on_beat)
+            with stopped_with_the_sweep(proc.pid):
+                killed_for = watch(proc, limits, Path(job["heartbeat"]), on_beat)
         finally:
             kill_group(proc, token)  # also on KeyboardInterrupt, and always: no grandchild outlives a trial
             log = tail.text()

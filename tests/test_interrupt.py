@@ -587,3 +587,29 @@ def test_a_signal_stops_bench_trial_in_one_line_and_leaves_no_folder_behind(gate
     assert lines == [f"{word}: the trial was stopped; nothing was measured"], stderr
     assert wait_until_gone(pgid) == []
     assert [p.name for p in tmp.iterdir() if p.name.startswith("bench-")] == ["bench-device-cpu.lock"]  # shared, kept
+
+
+def test_ctrl_z_stops_the_trial_with_the_sweep_and_fg_continues_it(gated):
+    """The trial runs in a session of its own, which a terminal's Ctrl-Z (SIGTSTP to the sweep's group) never
+    reached: the sweep showed stopped while its trial trained on, a GPU kept busy."""
+    sweep = start_sweep(gated)
+    child = hanging_trial(sweep)
+    grandchild = psutil.Process(int((gated / "gate.grandchild").read_text()))
+
+    def states(want: str, limit_s: float = 10) -> list[str]:
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            now = [p.status() for p in (psutil.Process(sweep.pid), child, grandchild)]
+            if all((s == psutil.STATUS_STOPPED) == (want == "stopped") for s in now):
+                break
+            time.sleep(0.1)
+        return now
+    sweep.send_signal(signal.SIGTSTP)
+    stopped = states("stopped")
+    sweep.send_signal(signal.SIGCONT)
+    going = states("going")
+    sweep.send_signal(signal.SIGINT)
+    sweep.communicate(timeout=30)
+    assert stopped == [psutil.STATUS_STOPPED] * 3, stopped
+    assert psutil.STATUS_STOPPED not in going, going
+    assert sweep.returncode == 130
