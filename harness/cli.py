@@ -90,6 +90,16 @@ def user_errors(fn):
     return wrapper
 
 
+def stopped_by_signals(fn):
+    """SIGTERM and SIGHUP stop the command as Ctrl-C does (launch.stop_signals_interrupt): one line, and a main
+    config and its Hydra profile written together both put back; by default they ended it between the two."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with launch.stop_signals_interrupt():
+            return fn(*args, **kwargs)
+    return wrapper
+
+
 def note(line: str) -> None:
     """A note on stderr beside a command's output, its text the user's (not markup)."""
     err.print(f"note: {escape(line)}", highlight=False, soft_wrap=True)
@@ -893,6 +903,7 @@ def write_text(path: Path, text: str, named_by: str = "--out") -> None:
 @storage_option
 @results_option
 @user_errors
+@stopped_by_signals
 def apply_cmd(which, study_name, budget, dry_run, to, create_keys, scenario, storage, results):
     """Write the chosen config into the spec's apply target (with a backup and a diff)."""
     which = which.lower()  # `bench apply Best` is best
