@@ -410,8 +410,10 @@ def kill_group(proc: subprocess.Popen, token: str | None = None) -> None:
 def trial_token() -> str:
     """This process's pid and start time, then a part of the trial's own: a process still carrying it once this
     process is gone (a kill -9 of the sweep) is an orphan of its trial (end_orphans)."""
-    me = os.getpid()
-    return f"{me}-t{pids.start_ticks(me)}-{uuid.uuid4().hex}"
+    me, ticks = os.getpid(), pids.start_ticks(os.getpid())
+    if ticks is None:  # no /proc (not Linux): the wall-clock start, as before
+        return f"{me}-{psutil.Process(me).create_time():.0f}-{uuid.uuid4().hex}"
+    return f"{me}-t{ticks}-{uuid.uuid4().hex}"
 
 
 def end_orphans() -> None:

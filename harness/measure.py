@@ -316,8 +316,9 @@ def saved_activation_bytes(forward, params=()) -> int:
 
 
 WEIGHT_COPIES = {"ToCopyBackward0", "TBackward0", "TransposeBackward0", "PermuteBackward0", "ViewBackward0",
-                 "UnsafeViewBackward0", "ExpandBackward0", "AliasBackward0", "ReshapeAliasBackward0"}
-"""The grad_fns of a cast or a view: what they save of a parameter is the parameter's size, not the batch's."""
+                 "UnsafeViewBackward0", "AliasBackward0", "ReshapeAliasBackward0"}
+"""The grad_fns of a cast or a view: what they save of a parameter is the parameter's size, not the batch's
+(not an expand: a cast of `query.expand(B, ...)` is B copies)."""
 
 
 class SavedActivations:
@@ -332,7 +333,9 @@ class SavedActivations:
     """
 
     def __init__(self, params=()):
+        params = list(params)
         self.weights = {storage_of(p)[0] for p in params}
+        self.frozen = {(tuple(p.shape), p.dtype) for p in params if not p.requires_grad}
         self.saved: dict[tuple, int] = {}
         self.backward_began = False
         self.hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
@@ -347,6 +350,8 @@ class SavedActivations:
     def of_a_weight(self, t) -> bool:
         """`t` is a parameter through casts and views alone (autocast's cast weight, its transpose)."""
         fn = t.grad_fn
+        if fn is None:  # a frozen parameter's autocast copy has no graph to trace: its shape, in another dtype
+            return any(t.dtype != dtype and tuple(t.shape) in (shape, shape[::-1]) for shape, dtype in self.frozen)
         for _ in range(8):
             if fn is None or type(fn).__name__ not in WEIGHT_COPIES or len(fn.next_functions) != 1:
                 return False

@@ -21,6 +21,7 @@ import importlib.util
 import keyword
 import re
 import sys
+import warnings
 from pathlib import Path
 
 from harness.errors import UserError, as_written, did_you_mean
@@ -154,9 +155,13 @@ def check_defined(ref: str, paths: list[str], at: str) -> None:
         return
     source = origin.read_text(errors="replace")
     try:  # compiled, not run: a syntax error is said now, not after the sweep waited for its first trial
-        compile(source, str(origin), "exec")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarning (an invalid escape) is Python's to say, in the trial
+            compile(source, str(origin), "exec")
     except SyntaxError as e:
         raise UserError(f"{at}: {origin}:{e.lineno}: {type(e).__name__}: {e.msg}; fix it and re-run") from None
+    except ValueError as e:  # a NUL byte, before Python 3.12
+        raise UserError(f"{at}: {origin}: {e}; fix it and re-run") from None
     if "import *" in source or "__getattr__" in source or re.search(rf"\b{re.escape(name)}\b", source):
         return
     defined = re.findall(r"^(?:class|def|async def)\s+(\w+)|^(\w+)\s*[:=]", source, re.MULTILINE)

@@ -148,7 +148,8 @@ class GuardedJournal(JournalFileBackend):
         (measurements) could repair."""
         self.check()
         data = memoryview(("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode())
-        self.lock.acquire()
+        with optuna_lock_wait_unsaid():  # a lock a killed worker left: broken after Optuna's grace, unsaid
+            self.lock.acquire()
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
             try:
@@ -156,10 +157,10 @@ class GuardedJournal(JournalFileBackend):
                 try:
                     while data:
                         data = data[os.write(fd, data):]
-                    os.fsync(fd)
                 except OSError:
                     os.ftruncate(fd, size)
                     raise
+                os.fsync(fd)  # a whole line a reader may have read already: never cut back
             finally:
                 os.close(fd)
         finally:
@@ -637,9 +638,10 @@ def header_problem(name: str, value) -> str | None:
                 and all(number(p.get(k)) for k in ("speed", "speed_sd", "peak_memory", "fit_chance", "beat_chance"))
                 for p in predicted)):
             return "model must hold the search's predictions and its why"
-        worth = value.get("worth_measuring", 0)
-        if not (isinstance(worth, int) and not isinstance(worth, bool) and worth >= 0):
-            return "model's worth_measuring must be a count of configs"
+        counts = (value.get("worth_measuring", 0), value.get("rows", 0))
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts) \
+                or not isinstance(value.get("capped", False), bool):
+            return "model's worth_measuring and rows must be counts, capped true or false"
     return None
 
 

@@ -191,8 +191,10 @@ class Sweep:
         kept with the study for `bench report` (predictions, never measurements)."""
         if self.spec.sampler == "tpe" and (rows := ledger.rows_of(self.study)):
             apart = self.compile_apart()  # the planner's own reach (queue_planned): compile modes are queued apart
-            self.study.set_user_attr("model", self.planner(rows).summary(
-                rows, self.leader_so_far(), include=lambda c: not apart or c.get("compile", "off") == "off"))
+            model = self.planner(rows).summary(rows, self.leader_so_far(),
+                                               include=lambda c: not apart or c.get("compile", "off") == "off")
+            # whether the sweep ended on its cap, over these rows: a later sweep stopped by time keeps no model
+            self.study.set_user_attr("model", {**model, "rows": len(rows), "capped": self.counted() >= self.total})
 
     def plan_next(self) -> bool:
         """With nothing queued, queue what the search measures next; False once it should stop (--trials auto).

@@ -778,3 +778,17 @@ def test_a_sweep_that_ends_on_its_cap_says_to_raise_it_not_to_widen_the_search(t
     assert more.exit_code == 0, more.output
     rows = json.loads(bench("report", "capped", "--format", "json").stdout)
     assert len({r["config"]["batch_size"] for r in rows if r["status"] == "ok"}) == 2, rows
+
+
+@pytest.mark.parametrize("model, capped", [
+    ({"worth_measuring": 3, "rows": 1, "capped": True}, True),
+    ({"worth_measuring": 3, "rows": 1, "capped": False}, False),  # it ended on its time limit, or its rule
+    ({"worth_measuring": 3, "rows": 4, "capped": True}, False),  # kept by an earlier sweep: not these rows'
+    ({"worth_measuring": 0, "rows": 1, "capped": True}, False),  # the cap and the rule ended it together
+])
+def test_the_cap_is_named_only_by_a_model_of_these_rows_that_ended_on_it(model, capped):
+    rows = [{"number": 0, "status": "ok", "config": {"batch_size": 8}, "baseline": True, "throughput": 800.0,
+             "peak_memory": 2**20, "timing": {"step_s": {"cv": 0.01}}}]
+    said = report.next_step(report.annotate(rows, {"name": "x", "model": {"predicted": [], "why": None, **model}}))
+    assert ("ended on its trial cap with 3 configs" in said) == capped, said
+    assert ("widen the search space" in said) != capped, said

@@ -72,6 +72,19 @@ def test_autocasts_copies_of_the_weights_are_not_activations():
         acts = measure.saved_activation_bytes(lambda: model(x).sum(), list(model.parameters()))
     assert 0 < acts <= 2 * 2 * 1024 * 2 + 1024  # the bf16 input and ReLU output of 2x1024, not the cast weight
     assert acts < 1024 * 1024 * 2  # what it counted before: one bf16 weight, 2,105,344 bytes with them
+    model[2].weight.requires_grad_(False)  # frozen (a LoRA base, a frozen backbone): its copy has no graph to trace
+    x.requires_grad_(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        frozen = measure.saved_activation_bytes(lambda: model(x).sum(), list(model.parameters()))
+    assert frozen < 1024 * 1024 * 2
+    query = torch.nn.Parameter(torch.randn(1, 4, 64))  # expanded to the batch, then cast: the batch's copies
+
+    def expanded(batch):
+        keys = torch.randn(batch, 4, 64, requires_grad=True)  # so the matmul saves the query's side too
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return measure.saved_activation_bytes(
+                lambda: torch.matmul(query.expand(batch, -1, -1).to(torch.bfloat16), keys.transpose(1, 2)).sum(), [query])
+    assert expanded(64) >= 2 * 64 * 4 * 64 * 2  # the keys' bf16 copy and the expanded query's, at batch 64
 
 
 def test_allocation_retries_before_the_steady_window_are_not_the_configs(monkeypatch):

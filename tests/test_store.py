@@ -159,7 +159,7 @@ def test_a_torn_tail_a_dead_writer_left_is_cut_before_the_next_record_not_joined
     from harness import storage
     path = tmp_path / "journal.log"
     path.write_bytes(b'{"op_code":0,"worker_id":"a"}\n{"op_code":5,"wor')  # a whole line, then a torn one
-    journal = storage.GuardedJournal(path, JournalFileOpenLock(str(path) + ".lock"))
+    journal = storage.GuardedJournal(path, JournalFileOpenLock(str(path)))  # as open_storage makes it
     journal.append_logs([{"op_code": 0, "worker_id": "b"}])
     assert [log["worker_id"] for log in journal.read_logs(0)] == ["a", "b"]
 

@@ -11,9 +11,9 @@ plots) -> `_html` (the self-contained page).
 from __future__ import annotations
 
 from harness.report._html import render_html
-from harness.report._terminal import (annotate, describe, flat, headline, model_lines, next_step, spoiled, stayed_noisy,
+from harness.report._terminal import (annotate, cut_short, describe, flat, headline, model_lines, next_step, spoiled, stayed_noisy,
                                       story, summary, table, to_csv, to_json)
 from harness.report._time import duration, trial_phases
 
-__all__ = ["annotate", "describe", "duration", "flat", "headline", "model_lines", "next_step", "render_html", "spoiled", "stayed_noisy", "story",
+__all__ = ["annotate", "cut_short", "describe", "duration", "flat", "headline", "model_lines", "next_step", "render_html", "spoiled", "stayed_noisy", "story",
            "summary", "table", "to_csv", "to_json", "trial_phases"]

@@ -499,6 +499,11 @@ def next_step(choice: Choice) -> str:
     if running:  # its sweep decides what runs next, and may yet measure again what load spoiled
         return f"a sweep is running (trial #{running[0].number}): `bench report` again when it ends"
     ran_rows = ran(choice)
+    last_stop = max((s for s in choice.rows if s.record.status == record.INTERRUPTED), key=lambda s: s.number, default=None)
+    if last_stop is not None and (last_stop.record.error or {}).get("type") == "FactoryImportError":
+        # resuming as it stands stops on the same import (a later stop, after it was fixed, is another story)
+        return (f"the sweep stopped on your code: {record.printable(record.error_words(last_stop.record.error, 300))}; "
+                "fix it and run the same `bench sweep`")
     # an interrupted config not measured since: it said "keep your config, widen the search" to a preempted sweep
     stopped = [s for s in choice.rows if s.record.status == record.INTERRUPTED and s.config
                and all(s.config != r.config for r in ran_rows)]
@@ -511,10 +516,6 @@ def next_step(choice: Choice) -> str:
     if spoiled(choice):
         return ("run `bench sweep` again when the machine is quiet: it measures again what a busy machine or noise "
                 "spoiled, and the figures deciding this one are such")
-    unimportable = [s for s in choice.rows if (s.record.error or {}).get("type") == "FactoryImportError"]
-    if not ran_rows and unimportable:  # resuming as it stands would stop on the same import
-        return (f"the sweep stopped on your code: {record.printable(record.error_words(unimportable[-1].record.error, 300))}; "
-                "fix it and run the same `bench sweep`")
     if not ran_rows:
         return "nothing ran to a result yet: run the same `bench sweep` to resume"
     if choice.best is None and not any(s.record.status in (record.OK, record.OOM, record.DIVERGED) for s in ran_rows):
@@ -530,7 +531,7 @@ def next_step(choice: Choice) -> str:
         return (f"keep your config for now: its runs side by side with the leader (#{choice.leader.number}) disagree "
                 "too much to tell the two apart; with the machine kept quiet, sweep again as a new study "
                 "(`bench sweep SPEC --study NEW_NAME`)")
-    if (choice.kept or choice.best.record.baseline) and (more := (choice.model or {}).get("worth_measuring")):
+    if (choice.kept or choice.best.record.baseline) and (more := cut_short(choice)):
         return (f"keep your config for now: the sweep ended on its trial cap with {count(more, 'config')} never "
                 "measured that the search's model gives a chance to beat it; raise the spec's trials (or "
                 "--trials N) and run the same `bench sweep` to measure them")
@@ -542,6 +543,15 @@ def next_step(choice: Choice) -> str:
     if choice.best.runs < 3 and len(choice.candidates) > 1:
         return f"`bench apply best` writes trial #{choice.best.number}; it is not confirmed: `bench sweep` again confirms it"
     return f"`bench apply best` writes trial #{choice.best.number} into your config"
+
+
+def cut_short(choice: Choice) -> int:
+    """Configs never measured that `--trials auto` would still measure, where the sweep ended on its trial cap;
+    0 where it ended on its own rule or its time limit, or its model predates its last trials."""
+    model = choice.model or {}
+    if not model.get("capped") or model.get("rows") != len(choice.rows):
+        return 0
+    return model.get("worth_measuring", 0)
 
 
 def watch_lines(choice: Choice) -> list[str]:
