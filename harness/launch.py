@@ -148,6 +148,9 @@ def stop_signals_interrupt():
             signal.signal(s, signal.SIG_IGN)
         raise KeyboardInterrupt() if signum == signal.SIGINT else Stopped(signum)
 
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may handle signals
+        yield
+        return
     previous = {}  # filled as each is installed: a signal between two installs finds it
     try:
         for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
