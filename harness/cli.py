@@ -394,12 +394,11 @@ def last_line(specs_to_run: list, choices: list, device: str) -> str:
                 "what a busy machine or noise spoiled; [bold]bench report[/bold] shows which")
     if not any(c.best for c in choices):
         return "next: [bold]bench report[/bold] to see why no config qualifies as best (statuses, noise, errors)"
-    capped = next(((spec, c) for spec, c in zip(specs_to_run, choices) if c.best and (c.kept or c.best.record.baseline)
-                   and report.cut_short(c)), None)  # not "widen the search" to a search cut short
-    capped_line = capped and (f"next: {f'study {capped[0].study}: ' if len(specs_to_run) > 1 else ''}"
-                              f"{escape(report.next_step(capped[1]))}")
+    capped_line = next((f"next: {f'study {spec.study}: ' if len(specs_to_run) > 1 else ''}{escape(report.next_step(c))}"
+                        for spec, c in zip(specs_to_run, choices)  # not "widen the search" to a search cut short
+                        if c.best and (c.kept or c.best.record.baseline) and report.cut_short(c)), None)
     if not any(spec.apply for spec in specs_to_run):
-        return (capped_line if capped else
+        return (capped_line or
                 "next: [bold]bench report[/bold] to see the measurements (an apply: section in the spec lets "
                 "[bold]bench apply best[/bold] write the best config into your config file)")
     applied = [(spec, c.best.record.config, c.best.record.baseline, config_now(spec, device))  # each target read once
@@ -413,7 +412,7 @@ def last_line(specs_to_run: list, choices: list, device: str) -> str:
                        if (words := edited_knobs(config, now or {}))), None):
         return (f"next: [bold]bench report[/bold] to see the measurements; your config as swept stays best; "
                 f"{escape(edited[0])} holds {escape(edited[1])} now, so [bold]bench apply best[/bold] writes it back")
-    if capped:
+    if capped_line:
         return capped_line
     return ("next: [bold]bench report[/bold] to see the measurements; your config stays best, so "
             "[bold]bench apply best[/bold] has nothing to change")

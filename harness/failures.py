@@ -60,7 +60,7 @@ def describe(error: dict) -> str:
     refusals, UserFacingError, are their message alone: the type names bench's class, not your bug)."""
     at = users_frame(error)
     head = first_line(error) if error.get("type") == "UserFacingError" else f"{error.get('type')}: {first_line(error)}"
-    return record.error_words({**error, "message": head + (f" (at {at})" if at else "")})
+    return record.error_words({**error, "message": head}, at=at)
 
 
 def stop_message(error: dict, failed: int, log: str | None) -> str:

@@ -155,8 +155,7 @@ def outcome(rec: dict, objective: str = "samples", budget: int | None = None) ->
         return line + (f" — {rec['error']['message']}" if rec.get("error") else "")
     error = rec.get("error") or {}
     at = failures.users_frame(error) if status in ("error", "crash") else None  # as the sweep's stop line names it
-    message = record.error_words({**error, "hint": None}, 160) + (f" (at {at})" if at else "") \
-        + (f"; {error['hint']}" if error.get("hint") else "")
+    message = record.error_words(error, 160, at)
     if leaked:
         message = f"{leak_words(leaked)}: a leak? {message}"
     if status == "oom" and budget:  # torch's own line starts with the whole GPU's free memory, not the cap

@@ -224,13 +224,14 @@ FIGURE_LIMIT = 2.0 ** 60
 """Above any real figure (an exbibyte of memory, 10^18 samples/s); 1e308 overflowed the noise's arithmetic."""
 
 
-def error_words(error: dict | None, cut: int | None = None) -> str:
-    """A failed trial's message on one line (cut to `cut` characters), then what to do where the trial
-    knew (`error.hint`): the hint is never cut off with a long message."""
+def error_words(error: dict | None, cut: int | None = None, at: str | None = None) -> str:
+    """A failed trial's message on one line (cut to `cut` characters), where in the user's code it was
+    raised (`at`), then what to do where the trial knew (`error.hint`): neither is cut off with a long message."""
     error = error or {}
     message = " ".join(str(error.get("message") or "").split())  # a C++ error's newlines: one line
     if cut and len(message) > cut:  # at a word, and said to be cut: the log holds the whole message
         message = message[:cut].rsplit(" ", 1)[0].rstrip(",;:") + " …"
+    message += f" (at {at})" if at else ""
     return f"{message}; {error['hint']}" if error.get("hint") else message
 
 
